@@ -1,0 +1,78 @@
+package topo
+
+import (
+	"fmt"
+	"math"
+)
+
+// Matrix is a square matrix of round-trip times in milliseconds between named
+// locations. RTT[i][j] is +Inf when there is no direct link (not measured).
+// RTT[i][i] is 0. A Matrix is symmetric once returned by a reader.
+type Matrix struct {
+	Names []string
+	RTT   [][]float64
+}
+
+// Len returns the number of locations.
+func (m *Matrix) Len() int { return len(m.Names) }
+
+// Index returns the position of the location called name, or -1.
+func (m *Matrix) Index(name string) int {
+	for i, n := range m.Names {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Validate checks that the matrix is square, named uniquely, has a zero
+// diagonal and only non-negative (or +Inf) entries.
+func (m *Matrix) Validate() error {
+	n := len(m.Names)
+	if len(m.RTT) != n {
+		return fmt.Errorf("topo: matrix has %d rows for %d names", len(m.RTT), n)
+	}
+	seen := make(map[string]bool, n)
+	for i, name := range m.Names {
+		if name == "" {
+			return fmt.Errorf("topo: location %d has an empty name", i)
+		}
+		if seen[name] {
+			return fmt.Errorf("topo: duplicate location %q", name)
+		}
+		seen[name] = true
+		if len(m.RTT[i]) != n {
+			return fmt.Errorf("topo: row %q has %d columns, want %d", name, len(m.RTT[i]), n)
+		}
+		for j, v := range m.RTT[i] {
+			if math.IsNaN(v) || v < 0 || math.IsInf(v, -1) {
+				return fmt.Errorf("topo: RTT %q -> %q is %v; want >= 0 or +Inf", name, m.Names[j], v)
+			}
+		}
+		if m.RTT[i][i] != 0 {
+			return fmt.Errorf("topo: RTT %q -> itself is %v; want 0", name, m.RTT[i][i])
+		}
+	}
+	return nil
+}
+
+// Subset returns the matrix restricted to the named locations, in that order.
+func (m *Matrix) Subset(names []string) (*Matrix, error) {
+	idx := make([]int, len(names))
+	for k, name := range names {
+		i := m.Index(name)
+		if i < 0 {
+			return nil, fmt.Errorf("topo: unknown location %q", name)
+		}
+		idx[k] = i
+	}
+	out := &Matrix{Names: append([]string(nil), names...), RTT: make([][]float64, len(names))}
+	for a, i := range idx {
+		out.RTT[a] = make([]float64, len(names))
+		for b, j := range idx {
+			out.RTT[a][b] = m.RTT[i][j]
+		}
+	}
+	return out, nil
+}
