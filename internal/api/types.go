@@ -1,0 +1,249 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/pathcomp"
+)
+
+// URL paths of the API.
+const (
+	PathJoin    = "/v1/join"
+	PathFEPs    = "/v1/feps"    // POST, GET; DELETE and GET .../{id}/targets below it
+	PathReports = "/v1/reports" // POST
+	PathTables  = "/v1/tables/" // GET /v1/tables/{lop}?since=V&wait=30s
+	PathMatrix  = "/v1/matrix"
+	PathHealth  = "/healthz"
+	PathMetrics = "/metrics"
+	PathOpenAPI = "/v1/openapi.yaml"
+)
+
+// Limits applied to requests.
+const (
+	MaxIDLen        = 63
+	MaxBodyBytes    = 4 << 20 // request bodies larger than this are refused (413)
+	MaxSamples      = 10000   // samples in one report
+	MaxRTTMS        = 60000   // an RTT above one minute is a measurement bug
+	MaxWait         = 120 * time.Second
+	MaxClockSkew    = time.Minute // a sample time further in the future is refused
+	VersionHeader   = "X-Mosto-Version"
+	LeaderHeader    = "X-Mosto-Leader"
+	DefaultWaitPoll = 30 * time.Second // what Client.WatchTable asks for
+)
+
+// FEP is a front-end proxy (a PoP running `mosto proxy`).
+type FEP struct {
+	ID        string  `json:"id"`                 // [A-Za-z0-9][A-Za-z0-9._-]*, at most 63 bytes
+	HopAddr   string  `json:"hop_addr"`           // host:port of its relay (hop) listener
+	ProbeAddr string  `json:"probe_addr"`         // host:port of its measurement endpoint
+	Location  string  `json:"location,omitempty"` // free text, e.g. "Frankfurt, DE"
+	Lat       float64 `json:"lat"`                // degrees, -90..90
+	Lon       float64 `json:"lon"`                // degrees, -180..180
+}
+
+// Validate reports the first problem of f, or nil.
+func (f FEP) Validate() error {
+	if err := ValidateID(f.ID); err != nil {
+		return fmt.Errorf("fep id: %w", err)
+	}
+	if err := validateHostPort(f.HopAddr); err != nil {
+		return fmt.Errorf("fep %s hop_addr: %w", f.ID, err)
+	}
+	if err := validateHostPort(f.ProbeAddr); err != nil {
+		return fmt.Errorf("fep %s probe_addr: %w", f.ID, err)
+	}
+	if len(f.Location) > 256 {
+		return fmt.Errorf("fep %s location: longer than 256 bytes", f.ID)
+	}
+	if math.IsNaN(f.Lat) || f.Lat < -90 || f.Lat > 90 {
+		return fmt.Errorf("fep %s lat %v: want -90..90", f.ID, f.Lat)
+	}
+	if math.IsNaN(f.Lon) || f.Lon < -180 || f.Lon > 180 {
+		return fmt.Errorf("fep %s lon %v: want -180..180", f.ID, f.Lon)
+	}
+	return nil
+}
+
+// ValidateID checks a FEP (or LoP) identifier.
+func ValidateID(id string) error {
+	if id == "" {
+		return errors.New("empty")
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%q longer than %d bytes", id[:16]+"...", MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			i > 0 && (c == '.' || c == '_' || c == '-')
+		if !ok {
+			return fmt.Errorf("%q: want letters, digits, '.', '_', '-' (not first)", id)
+		}
+	}
+	return nil
+}
+
+func validateHostPort(s string) error {
+	if s == "" {
+		return errors.New("empty; want host:port")
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q: %w", s, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%q: empty host", s)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: port must be 1..65535", s)
+	}
+	return nil
+}
+
+// JoinRequest is the body of POST /v1/join: a proxy presents a join token
+// (from `mosto token create`), describes itself and asks for a certificate.
+type JoinRequest struct {
+	Token  string `json:"token"`
+	FEP    FEP    `json:"fep"`
+	CSRPEM string `json:"csr_pem"` // PEM "CERTIFICATE REQUEST"
+}
+
+// Validate checks the shape of r (not the token or the CSR signature, which the
+// Joiner checks).
+func (r JoinRequest) Validate() error {
+	if r.Token == "" {
+		return errors.New("token: empty")
+	}
+	if len(r.Token) > 4096 {
+		return errors.New("token: longer than 4096 bytes")
+	}
+	if err := r.FEP.Validate(); err != nil {
+		return err
+	}
+	if r.CSRPEM == "" {
+		return errors.New("csr_pem: empty")
+	}
+	return nil
+}
+
+// JoinResponse carries the signed client certificate of the FEP and the CA
+// certificate it must trust for the controller.
+type JoinResponse struct {
+	CertPEM string `json:"cert_pem"`
+	CAPEM   string `json:"ca_pem"`
+}
+
+// FEPList is the body of GET /v1/feps.
+type FEPList struct {
+	FEPs []FEP `json:"feps"`
+}
+
+// Target is a peer that a FEP must measure.
+type Target struct {
+	ID        string `json:"id"`
+	ProbeAddr string `json:"probe_addr"`
+	Reason    string `json:"reason"` // "near" (one of the k nearest) or "far" (a random long pair)
+}
+
+// Targets is the body of GET /v1/feps/{id}/targets.
+type Targets struct {
+	FEP     string   `json:"fep"`
+	Targets []Target `json:"targets"`
+}
+
+// Sample is one RTT measurement from the reporting FEP to a peer.
+type Sample struct {
+	Peer  string    `json:"peer"`
+	RTTMS float64   `json:"rtt_ms"` // > 0 and <= 60000
+	At    time.Time `json:"at"`     // when measured; zero means "now"
+}
+
+// Report is the body of POST /v1/reports.
+type Report struct {
+	FEP     string   `json:"fep"`
+	Samples []Sample `json:"samples"`
+}
+
+// Validate checks r against now (for sample times in the future).
+func (r Report) Validate(now time.Time) error {
+	if err := ValidateID(r.FEP); err != nil {
+		return fmt.Errorf("fep: %w", err)
+	}
+	if len(r.Samples) == 0 {
+		return errors.New("samples: empty")
+	}
+	if len(r.Samples) > MaxSamples {
+		return fmt.Errorf("samples: %d > %d", len(r.Samples), MaxSamples)
+	}
+	for i, s := range r.Samples {
+		if err := ValidateID(s.Peer); err != nil {
+			return fmt.Errorf("sample %d peer: %w", i, err)
+		}
+		if s.Peer == r.FEP {
+			return fmt.Errorf("sample %d: peer %q is the reporting fep itself", i, s.Peer)
+		}
+		if math.IsNaN(s.RTTMS) || math.IsInf(s.RTTMS, 0) || s.RTTMS <= 0 || s.RTTMS > MaxRTTMS {
+			return fmt.Errorf("sample %d peer %s: rtt_ms %v: want > 0 and <= %d", i, s.Peer, s.RTTMS, MaxRTTMS)
+		}
+		if s.At.After(now.Add(MaxClockSkew)) {
+			return fmt.Errorf("sample %d peer %s: time %s is in the future", i, s.Peer, s.At.Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
+// ReportResult is the answer to a report.
+type ReportResult struct {
+	Accepted int `json:"accepted"` // samples stored
+	Changed  int `json:"changed"`  // samples that changed an RTT significantly (trigger a recomputation)
+}
+
+// Keys are the hop-header HMAC keys, hex encoded. Proxies sign with Current
+// and accept Current or Previous, so a rotation never breaks a flow in flight.
+type Keys struct {
+	Current  string `json:"current"`
+	Previous string `json:"previous,omitempty"`
+}
+
+// Egress maps a destination prefix to the egress FEP (EgP) closest to it.
+type Egress struct {
+	Prefix string `json:"prefix"` // CIDR
+	FEP    string `json:"fep"`
+}
+
+// Table is the body of GET /v1/tables/{lop}: everything a lookup proxy needs.
+type Table struct {
+	LoP      string             `json:"lop"`
+	Version  uint64             `json:"version"` // only moves forward
+	Computed time.Time          `json:"computed"`
+	Keys     Keys               `json:"keys"`
+	Members  map[string]string  `json:"members"`          // FEP id -> hop_addr, every FEP named in a chain
+	Egress   []Egress           `json:"egress,omitempty"` // destination prefix -> EgP
+	Table    pathcomp.TableFile `json:"table"`            // only the (InP, EgP) pairs this LoP serves
+}
+
+// Matrix is the body of GET /v1/matrix: the current RTT matrix, in ms. A
+// null entry is a pair nobody measured.
+type Matrix struct {
+	Names []string     `json:"names"`
+	RTTMS [][]*float64 `json:"rtt_ms"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status  string `json:"status"` // "ok"
+	Leader  bool   `json:"leader"` // this controller computes tables
+	Version uint64 `json:"version"`
+	FEPs    int    `json:"feps"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+}
