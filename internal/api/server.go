@@ -1,0 +1,470 @@
+package api
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors a Backend or Joiner wraps to choose the HTTP status.
+var (
+	ErrInvalid   = errors.New("invalid request")   // 400
+	ErrForbidden = errors.New("forbidden")         // 403
+	ErrNotFound  = errors.New("not found")         // 404
+	ErrNoJoin    = errors.New("joins are disabled") // 501
+)
+
+// AdminIdentity is the client-certificate common name allowed to act for any
+// FEP (register, delete, report on behalf of others).
+const AdminIdentity = "admin"
+
+// EncodedTable is a table already encoded as JSON (and, lazily, gzip), shared
+// by every watcher of the same version so that 1000 watchers cost one encoding.
+type EncodedTable struct {
+	Version uint64
+	JSON    []byte
+	Gzip    func() []byte // nil: not available; must be cheap after its first call
+}
+
+// Backend answers the API requests; the controller implements it. Errors
+// wrapping ErrInvalid, ErrForbidden or ErrNotFound become 400, 403 and 404;
+// any other error is a 500 (a store failure, not bad input).
+type Backend interface {
+	RegisterFEP(ctx context.Context, f FEP) error
+	DeleteFEP(ctx context.Context, id string) error
+	FEPs(ctx context.Context) ([]FEP, error)
+	Targets(ctx context.Context, id string) ([]Target, error)
+	Report(ctx context.Context, r Report) (ReportResult, error)
+	// WaitTable blocks until the table of lop has a version > since and
+	// returns the newest one, or returns ctx.Err(). ErrNotFound: no such LoP.
+	WaitTable(ctx context.Context, lop string, since uint64) (*EncodedTable, error)
+	Matrix(ctx context.Context) (Matrix, error)
+	Health(ctx context.Context) Health
+}
+
+// Joiner checks a join token and signs the FEP's certificate request
+// (internal/pki implements it). Its errors are answered 403, or 400 when they
+// wrap ErrInvalid.
+type Joiner interface {
+	Join(ctx context.Context, token string, f FEP, csrPEM []byte) (JoinResponse, error)
+}
+
+// ServerConfig configures NewHandler.
+type ServerConfig struct {
+	Backend Backend
+	Joiner  Joiner // nil: /v1/join answers 501
+	// RequireClientCert refuses (401) every request except /v1/join,
+	// /healthz and the OpenAPI document without a verified client
+	// certificate. Use it with a tls.Config whose ClientAuth is
+	// tls.VerifyClientCertIfGiven.
+	RequireClientCert bool
+	// Identity names the caller; nil means the common name of the verified
+	// TLS client certificate. ok=false means anonymous (plain HTTP).
+	Identity func(r *http.Request) (id string, ok bool)
+	Metrics  http.Handler // served at /metrics; nil: 404
+	Log      *slog.Logger
+	Now      func() time.Time // nil: time.Now
+}
+
+type server struct {
+	cfg ServerConfig
+	log *slog.Logger
+}
+
+// NewHandler returns the HTTP handler of the controller API.
+func NewHandler(cfg ServerConfig) http.Handler {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Identity == nil {
+		cfg.Identity = tlsIdentity
+	}
+	s := &server{cfg: cfg, log: cfg.Log}
+	mux := http.NewServeMux()
+	route := func(method, path string, h http.HandlerFunc, public bool) {
+		mux.Handle(method+" "+path, s.guard(h, public))
+	}
+	route("POST", PathJoin, s.join, true)
+	route("GET", PathFEPs, s.listFEPs, false)
+	route("POST", PathFEPs, s.registerFEP, false)
+	route("DELETE", PathFEPs+"/{id}", s.deleteFEP, false)
+	route("GET", PathFEPs+"/{id}/targets", s.targets, false)
+	route("POST", PathReports, s.report, false)
+	route("GET", PathTables+"{lop}", s.table, false)
+	route("GET", PathMatrix, s.matrix, false)
+	route("GET", PathHealth, s.health, true)
+	route("GET", PathOpenAPI, s.openapi, true)
+	if cfg.Metrics != nil {
+		mux.Handle("GET "+PathMetrics, s.guard(cfg.Metrics.ServeHTTP, false))
+	}
+	for _, p := range []string{PathJoin, PathFEPs, PathFEPs + "/{id}", PathFEPs + "/{id}/targets", PathReports,
+		PathTables + "{lop}", PathMatrix, PathHealth, PathOpenAPI} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s", r.Method, r.URL.Path))
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no such path %s", r.URL.Path))
+	})
+	return mux
+}
+
+func tlsIdentity(r *http.Request) (string, bool) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return "", false
+	}
+	return r.TLS.VerifiedChains[0][0].Subject.CommonName, true
+}
+
+func (s *server) guard(h http.HandlerFunc, public bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !public && s.cfg.RequireClientCert {
+			if _, ok := s.cfg.Identity(r); !ok {
+				writeError(w, http.StatusUnauthorized, errors.New("a client certificate signed by the controller CA is required"))
+				return
+			}
+		}
+		h(w, r)
+	})
+}
+
+// mayActFor reports whether the caller may act for FEP id: anonymous callers
+// (no TLS) may, as may the admin and the FEP itself.
+func (s *server) mayActFor(r *http.Request, id string) error {
+	who, ok := s.cfg.Identity(r)
+	if !ok || who == AdminIdentity || who == id {
+		return nil
+	}
+	return fmt.Errorf("%w: certificate of %q may not act for fep %q", ErrForbidden, who, id)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("encode response: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	b, _ := json.Marshal(Error{Error: err.Error()})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+// fail answers err with the status its sentinel asks for.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrInvalid):
+		code = http.StatusBadRequest
+	case errors.Is(err, ErrForbidden):
+		code = http.StatusForbidden
+	case errors.Is(err, ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrNoJoin):
+		code = http.StatusNotImplemented
+	}
+	if code == http.StatusInternalServerError {
+		s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, code, err)
+}
+
+// DecodeJSON decodes one JSON value of type T from r strictly: unknown fields,
+// trailing data and bodies over MaxBodyBytes are errors wrapping ErrInvalid.
+func DecodeJSON[T any](r io.Reader) (T, error) {
+	var v T
+	dec := json.NewDecoder(io.LimitReader(r, MaxBodyBytes+1))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		var zero T
+		if errors.Is(err, io.EOF) {
+			return zero, fmt.Errorf("%w: empty body", ErrInvalid)
+		}
+		return zero, fmt.Errorf("%w: decode body: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var zero T
+		return zero, fmt.Errorf("%w: trailing data after the JSON body", ErrInvalid)
+	}
+	return v, nil
+}
+
+func decodeBody[T any](w http.ResponseWriter, r *http.Request) (T, error) {
+	if r.ContentLength > MaxBodyBytes {
+		var zero T
+		return zero, errTooLarge
+	}
+	return DecodeJSON[T](http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+}
+
+var errTooLarge = fmt.Errorf("%w: body larger than %d bytes", ErrInvalid, MaxBodyBytes)
+
+func (s *server) badBody(w http.ResponseWriter, err error) {
+	var mbe *http.MaxBytesError
+	if errors.Is(err, errTooLarge) || errors.As(err, &mbe) || strings.Contains(err.Error(), "request body too large") {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", MaxBodyBytes))
+		return
+	}
+	writeError(w, http.StatusBadRequest, err)
+}
+
+func (s *server) join(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeBody[JoinRequest](w, r)
+	if err != nil {
+		s.badBody(w, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if s.cfg.Joiner == nil {
+		s.fail(w, r, fmt.Errorf("%w: this controller has no CA", ErrNoJoin))
+		return
+	}
+	resp, err := s.cfg.Joiner.Join(r.Context(), req.Token, req.FEP, []byte(req.CSRPEM))
+	if err != nil {
+		if errors.Is(err, ErrInvalid) {
+			writeError(w, http.StatusBadRequest, err)
+		} else {
+			writeError(w, http.StatusForbidden, fmt.Errorf("join refused: %w", err))
+		}
+		return
+	}
+	if err := s.cfg.Backend.RegisterFEP(r.Context(), req.FEP); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("fep joined", "fep", req.FEP.ID, "hop_addr", req.FEP.HopAddr)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *server) listFEPs(w http.ResponseWriter, r *http.Request) {
+	feps, err := s.cfg.Backend.FEPs(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if feps == nil {
+		feps = []FEP{}
+	}
+	writeJSON(w, http.StatusOK, FEPList{FEPs: feps})
+}
+
+func (s *server) registerFEP(w http.ResponseWriter, r *http.Request) {
+	f, err := decodeBody[FEP](w, r)
+	if err != nil {
+		s.badBody(w, err)
+		return
+	}
+	if err := f.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := s.mayActFor(r, f.ID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.cfg.Backend.RegisterFEP(r.Context(), f); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+func (s *server) pathID(w http.ResponseWriter, r *http.Request, name string) (string, bool) {
+	id := r.PathValue(name)
+	if err := ValidateID(id); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%s: %w", name, err))
+		return "", false
+	}
+	return id, true
+}
+
+func (s *server) deleteFEP(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	if err := s.mayActFor(r, id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.cfg.Backend.DeleteFEP(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) targets(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	t, err := s.cfg.Backend.Targets(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if t == nil {
+		t = []Target{}
+	}
+	writeJSON(w, http.StatusOK, Targets{FEP: id, Targets: t})
+}
+
+func (s *server) report(w http.ResponseWriter, r *http.Request) {
+	rep, err := decodeBody[Report](w, r)
+	if err != nil {
+		s.badBody(w, err)
+		return
+	}
+	now := s.cfg.Now()
+	if err := rep.Validate(now); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := s.mayActFor(r, rep.FEP); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for i := range rep.Samples {
+		if rep.Samples[i].At.IsZero() {
+			rep.Samples[i].At = now
+		}
+	}
+	res, err := s.cfg.Backend.Report(r.Context(), rep)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// ParseWatch parses the since and wait query parameters of a table request.
+func ParseWatch(since, wait string) (uint64, time.Duration, error) {
+	var v uint64
+	if since != "" {
+		var err error
+		v, err = strconv.ParseUint(since, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("since %q: want a non-negative integer version", since)
+		}
+	}
+	var d time.Duration
+	if wait != "" {
+		var err error
+		d, err = time.ParseDuration(wait)
+		if err != nil {
+			// Accept a bare number of seconds too.
+			n, nerr := strconv.ParseUint(wait, 10, 32)
+			if nerr != nil {
+				return 0, 0, fmt.Errorf("wait %q: want a duration such as 30s", wait)
+			}
+			d = time.Duration(n) * time.Second
+		}
+		if d < 0 || d > MaxWait {
+			return 0, 0, fmt.Errorf("wait %q: want 0..%s", wait, MaxWait)
+		}
+	}
+	return v, d, nil
+}
+
+func (s *server) table(w http.ResponseWriter, r *http.Request) {
+	lop, ok := s.pathID(w, r, "lop")
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	since, wait, err := ParseWatch(q.Get("since"), q.Get("wait"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	// The Backend waits at least a moment even for wait=0, so an immediate
+	// poll sees a table that is already there.
+	ctx, cancel := context.WithTimeout(r.Context(), max(wait, time.Millisecond))
+	defer cancel()
+	t, err := s.cfg.Backend.WaitTable(ctx, lop, since)
+	if err != nil {
+		if ctx.Err() != nil && r.Context().Err() == nil {
+			w.Header().Set(VersionHeader, strconv.FormatUint(since, 10))
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		s.fail(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set(VersionHeader, strconv.FormatUint(t.Version, 10))
+	h.Set("Content-Type", "application/json")
+	h.Set("Vary", "Accept-Encoding")
+	body := t.JSON
+	if t.Gzip != nil && acceptsGzip(r) {
+		body = t.Gzip()
+		h.Set("Content-Encoding", "gzip")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		enc, q, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.TrimSpace(enc) == "gzip" && strings.ReplaceAll(q, " ", "") != "q=0" {
+			return true
+		}
+	}
+	return false
+}
+
+// GzipBytes compresses b at gzip.BestSpeed; a helper for Backends building
+// EncodedTable.Gzip.
+func GzipBytes(b []byte) []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw.Write(b)
+	zw.Close()
+	return buf.Bytes()
+}
+
+func (s *server) matrix(w http.ResponseWriter, r *http.Request) {
+	m, err := s.cfg.Backend.Matrix(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Backend.Health(r.Context()))
+}
+
+func (s *server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Write(OpenAPI)
+}
