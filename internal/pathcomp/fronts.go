@@ -1,0 +1,369 @@
+package pathcomp
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Fronts holds the Pareto fronts of chains over (Sum, Max) for every pair of
+// locations, computed by Precompute. Paths are not stored: each front entry
+// keeps the link that created it, and a path is rebuilt on demand from the
+// entries of its sub-pairs. A Fronts is immutable and safe for concurrent use.
+type Fronts struct {
+	n     int
+	model Model
+
+	// Links sorted by nondecreasing RTT; index h is l_h of Appendix A.
+	linkA, linkB []uint16
+	linkRTT      []int64 // microseconds
+
+	// Events, grouped per unordered pair (CSR over the triangular pair
+	// index) and, within a pair, in the order they happened (link index
+	// increasing, key decreasing).
+	start []uint32 // len pairs+1
+	key   []int64  // sum<<hopBits | hops
+	link  []uint32 // h<<1 | orientation (1: the lower location's side of the link is linkB[h])
+}
+
+// pairIndex is the triangular index of the unordered pair lo < hi.
+func pairIndex(n, lo, hi int) int {
+	return lo*(2*n-lo-1)/2 + hi - lo - 1
+}
+
+type link struct {
+	a, b int
+	rtt  int64
+}
+
+// Precompute computes the Pareto fronts of all pairs of locations of the
+// symmetric RTT matrix rtt (milliseconds; +Inf: no direct link; the diagonal
+// is ignored) with the dynamic program of Appendix A of the MOSTO paper.
+func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
+	if err := checkMatrix(rtt); err != nil {
+		return nil, err
+	}
+	n := len(rtt)
+	var links []link
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			if v := rtt[i][j]; !math.IsInf(v, 1) {
+				links = append(links, link{a: i, b: j, rtt: micros(v)})
+			}
+		}
+	}
+	slices.SortStableFunc(links, func(x, y link) int { return cmp.Compare(x.rtt, y.rtt) })
+	f := &Fronts{
+		n:       n,
+		model:   opt.Model,
+		linkA:   make([]uint16, len(links)),
+		linkB:   make([]uint16, len(links)),
+		linkRTT: make([]int64, len(links)),
+	}
+	for h, l := range links {
+		f.linkA[h], f.linkB[h], f.linkRTT[h] = uint16(l.a), uint16(l.b), l.rtt
+	}
+	var lg eventLog
+	if opt.Plain {
+		lg = f.runPlain()
+	} else {
+		lg = f.runPruned()
+	}
+	f.compact(lg)
+	return f, nil
+}
+
+// eventLog records, in order, every improvement of a pair's best (sum, hops).
+type eventLog struct {
+	pair []uint32
+	key  []int64
+	link []uint32
+}
+
+func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
+	lo, hi := i, j
+	orient := uint32(0) // lower location on the a side
+	if lo > hi {
+		lo, hi = hi, lo
+		iOnA = !iOnA
+	}
+	if !iOnA {
+		orient = 1
+	}
+	lg.pair = append(lg.pair, uint32(pairIndex(n, lo, hi)))
+	lg.key = append(lg.key, key)
+	lg.link = append(lg.link, uint32(h)<<1|orient)
+}
+
+func newDist(n int) []int64 {
+	d := make([]int64, n*n)
+	for i := range d {
+		d[i] = infKey
+	}
+	for i := 0; i < n; i++ {
+		d[i*n+i] = 0
+	}
+	return d
+}
+
+// runPruned is the dynamic program with the A_h/B_h pruning: at step h only
+// pairs (i, j) with i in B_h (whose best path to b_h now runs via a_h) and
+// j in A_h (whose best path to a_h now runs via b_h) can improve, and only
+// along i .. a_h - b_h .. j. D is updated in place: rows a_h and b_h are
+// read only at indices the step does not write.
+func (f *Fronts) runPruned() eventLog {
+	n := f.n
+	d := newDist(n)
+	var lg eventLog
+	as := make([]int, 0, n)
+	bs := make([]int, 0, n)
+	for h := range f.linkRTT {
+		a, b := int(f.linkA[h]), int(f.linkB[h])
+		w := f.linkRTT[h]<<hopBits | 1
+		rowA := d[a*n : (a+1)*n]
+		rowB := d[b*n : (b+1)*n]
+		if rowA[b] <= w {
+			continue // the link does not improve its own endpoints: A_h, B_h are empty
+		}
+		as, bs = as[:0], bs[:0]
+		for p := range rowA {
+			da, db := rowA[p], rowB[p]
+			if db+w < da {
+				as = append(as, p)
+			} else if da+w < db {
+				bs = append(bs, p)
+			}
+		}
+		for _, i := range bs {
+			base := rowA[i] + w
+			di := d[i*n : (i+1)*n]
+			for _, j := range as {
+				if c := base + rowB[j]; c < di[j] {
+					di[j] = c
+					d[j*n+i] = c
+					lg.add(n, i, j, c, h, true)
+				}
+			}
+		}
+	}
+	return lg
+}
+
+// runPlain is the Theta(n^2 m) dynamic program: every pair, every link, both
+// directions, from a snapshot of rows a_h and b_h.
+func (f *Fronts) runPlain() eventLog {
+	n := f.n
+	d := newDist(n)
+	var lg eventLog
+	sa := make([]int64, n)
+	sb := make([]int64, n)
+	for h := range f.linkRTT {
+		a, b := int(f.linkA[h]), int(f.linkB[h])
+		w := f.linkRTT[h]<<hopBits | 1
+		copy(sa, d[a*n:(a+1)*n])
+		copy(sb, d[b*n:(b+1)*n])
+		for i := 0; i < n; i++ {
+			di := d[i*n : (i+1)*n]
+			for j := i + 1; j < n; j++ {
+				c1 := sa[i] + w + sb[j] // i .. a - b .. j
+				c2 := sb[i] + w + sa[j] // i .. b - a .. j
+				switch {
+				case c1 < di[j] && c1 <= c2:
+					di[j] = c1
+					d[j*n+i] = c1
+					lg.add(n, i, j, c1, h, true)
+				case c2 < di[j]:
+					di[j] = c2
+					d[j*n+i] = c2
+					lg.add(n, i, j, c2, h, false)
+				}
+			}
+		}
+	}
+	return lg
+}
+
+// compact turns the event log into per-pair arrays.
+func (f *Fronts) compact(lg eventLog) {
+	pairs := f.n * (f.n - 1) / 2
+	f.start = make([]uint32, pairs+1)
+	for _, p := range lg.pair {
+		f.start[p+1]++
+	}
+	for p := 0; p < pairs; p++ {
+		f.start[p+1] += f.start[p]
+	}
+	f.key = make([]int64, len(lg.key))
+	f.link = make([]uint32, len(lg.link))
+	next := slices.Clone(f.start[:pairs])
+	for e, p := range lg.pair {
+		k := next[p]
+		next[p]++
+		f.key[k] = lg.key[e]
+		f.link[k] = lg.link[e]
+	}
+}
+
+// N returns the number of locations.
+func (f *Fronts) N() int { return f.n }
+
+// Model returns the model of the Options the fronts were computed with.
+func (f *Fronts) Model() Model { return f.model }
+
+// Links returns the number of links (finite off-diagonal RTTs, each pair once).
+func (f *Fronts) Links() int { return len(f.linkRTT) }
+
+// Entries returns the number of stored front entries over all pairs (each
+// unordered pair once, including entries later dominated at equal Max).
+func (f *Fronts) Entries() int { return len(f.key) }
+
+// Bytes returns the approximate memory held by f.
+func (f *Fronts) Bytes() int {
+	return 4*len(f.start) + 8*len(f.key) + 4*len(f.link) + 12*len(f.linkRTT)
+}
+
+// events returns the event range of the pair {i, j}, i != j, and whether i is
+// the lower index.
+func (f *Fronts) events(i, j int) (lo, hi int) {
+	a, b := i, j
+	if a > b {
+		a, b = b, a
+	}
+	p := pairIndex(f.n, a, b)
+	return int(f.start[p]), int(f.start[p+1])
+}
+
+func (f *Fronts) valid(i, j int) bool {
+	return i >= 0 && j >= 0 && i < f.n && j < f.n
+}
+
+// best returns the event of the pair {i, j} with the smallest cost for rounds
+// (ties: fewer hops), or -1.
+func (f *Fronts) best(i, j, rounds int) int {
+	if rounds < 1 {
+		rounds = 1
+	}
+	lo, hi := f.events(i, j)
+	r2 := int64(2 * (rounds - 1))
+	bestE := -1
+	var bestCost, bestHops int64
+	for e := lo; e < hi; e++ {
+		k := f.key[e]
+		hops := k & hopMask
+		// Twice the cost, in microseconds: Sum + 2(r-1)Max.
+		c := k>>hopBits + r2*f.linkRTT[f.link[e]>>1]
+		if bestE < 0 || c < bestCost || (c == bestCost && hops < bestHops) {
+			bestE, bestCost, bestHops = e, c, hops
+		}
+	}
+	return bestE
+}
+
+// Best returns the chain from i to j with the smallest Model.Cost for rounds
+// slow-start rounds; ties go to the chain with fewer proxies. It returns false
+// when j cannot be reached from i or an index is out of range. The returned
+// Path is freshly allocated; BestAppend avoids that.
+func (f *Fronts) Best(i, j, rounds int) (Chain, bool) {
+	return f.BestAppend(nil, i, j, rounds)
+}
+
+// BestAppend is Best with the path appended to dst[:0], so that a caller
+// reusing dst performs no allocation.
+func (f *Fronts) BestAppend(dst []int, i, j, rounds int) (Chain, bool) {
+	if !f.valid(i, j) {
+		return Chain{}, false
+	}
+	if i == j {
+		return Chain{Path: append(dst[:0], i)}, true
+	}
+	e := f.best(i, j, rounds)
+	if e < 0 {
+		return Chain{}, false
+	}
+	return f.chain(dst[:0], i, j, e), true
+}
+
+// chain builds the Chain of event e of the pair {i, j}, oriented from i.
+func (f *Fronts) chain(dst []int, i, j, e int) Chain {
+	k := f.key[e]
+	c := Chain{Sum: millis(k >> hopBits), Max: millis(f.linkRTT[f.link[e]>>1])}
+	c.Path = f.appendEvent(dst, i, j, e)
+	return c
+}
+
+// lastEvent returns the last event of the pair {i, j} created at a link index
+// <= h, or -1.
+func (f *Fronts) lastEvent(i, j, h int) int {
+	lo, hi := f.events(i, j)
+	for e := hi - 1; e >= lo; e-- {
+		if int(f.link[e]>>1) <= h {
+			return e
+		}
+	}
+	return -1
+}
+
+// appendEvent appends the path of event e of the pair {i, j}, from i to j.
+// The path is i .. x - y .. j where {x, y} is the event's link; both halves
+// are the best paths of their pairs just before that link was added.
+func (f *Fronts) appendEvent(dst []int, i, j, e int) []int {
+	lv := f.link[e]
+	h := int(lv >> 1)
+	x, y := int(f.linkA[h]), int(f.linkB[h]) // lower location's side first
+	if lv&1 == 1 {
+		x, y = y, x
+	}
+	if i > j {
+		x, y = y, x
+	}
+	dst = f.appendBest(dst, i, x, h-1)
+	return f.appendBest(dst, y, j, h-1)
+}
+
+// appendBest appends the best path from i to j using links 0..h.
+func (f *Fronts) appendBest(dst []int, i, j, h int) []int {
+	if i == j {
+		return append(dst, i)
+	}
+	e := f.lastEvent(i, j, h)
+	if e < 0 {
+		panic(fmt.Sprintf("pathcomp: no path %d -> %d below link %d", i, j, h)) // an internal invariant
+	}
+	return f.appendEvent(dst, i, j, e)
+}
+
+// Front returns the Pareto front of chains from i to j over (Sum, Max),
+// sorted by increasing Sum (so by decreasing Max). Among chains with the same
+// (Sum, Max) it holds one with the fewest proxies. It is empty when j cannot
+// be reached from i; for i == j it is the single chain [i].
+func (f *Fronts) Front(i, j int) []Chain {
+	if !f.valid(i, j) {
+		return nil
+	}
+	if i == j {
+		return []Chain{{Path: []int{i}}}
+	}
+	lo, hi := f.events(i, j)
+	var keep []int
+	for e := hi - 1; e >= lo; e-- {
+		// Events run with key decreasing and Max nondecreasing. Going
+		// backwards (Sum increasing), an event is dominated when the next
+		// one has the same Max (smaller Sum, or equal Sum with fewer
+		// hops); and an event with the same Sum as the one kept before it
+		// has a smaller Max, so it replaces that one.
+		if e+1 < hi && f.linkRTT[f.link[e+1]>>1] == f.linkRTT[f.link[e]>>1] {
+			continue
+		}
+		if n := len(keep); n > 0 && f.key[keep[n-1]]>>hopBits == f.key[e]>>hopBits {
+			keep[n-1] = e
+			continue
+		}
+		keep = append(keep, e)
+	}
+	out := make([]Chain, len(keep))
+	for k, e := range keep {
+		out[k] = f.chain(nil, i, j, e)
+	}
+	return out
+}

@@ -1,0 +1,54 @@
+package pathcomp
+
+// BuildTable returns the table of chosen chains for every ordered pair of
+// distinct, connected locations and every size in sizes (bytes), using the
+// model f was computed with. names[i] names location i. Sizes that fall in
+// the same rounds class as an earlier size are skipped, since a table holds
+// one chain per pair and rounds class. Disconnected pairs get no entry.
+func BuildTable(names []string, f *Fronts, sizes []int64) *TableFile {
+	tf := &TableFile{Locations: append([]string(nil), names...), Chains: []ChainEntry{}}
+	type class struct {
+		size   int64
+		rounds int
+	}
+	var classes []class
+	seen := make(map[int]bool)
+	for _, s := range sizes {
+		r := f.model.Rounds(s)
+		if !seen[r] {
+			seen[r] = true
+			classes = append(classes, class{s, r})
+		}
+	}
+	n := min(f.N(), len(names))
+	var buf []int
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			if i == j {
+				continue
+			}
+			for _, cl := range classes {
+				c, ok := f.BestAppend(buf, i, j, cl.rounds)
+				if !ok {
+					continue
+				}
+				buf = c.Path
+				path := make([]string, len(c.Path))
+				for k, p := range c.Path {
+					path[k] = names[p]
+				}
+				tf.Chains = append(tf.Chains, ChainEntry{
+					From:   names[i],
+					To:     names[j],
+					Size:   cl.size,
+					Rounds: cl.rounds,
+					Path:   path,
+					CostMS: f.model.Cost(c, cl.rounds),
+					SumMS:  c.Sum,
+					MaxMS:  c.Max,
+				})
+			}
+		}
+	}
+	return tf
+}
