@@ -1,0 +1,57 @@
+package store
+
+import (
+	"errors"
+	"time"
+)
+
+// Errors shared by every store.
+var (
+	ErrNotFound     = errors.New("store: not found")
+	ErrTokenUsed    = errors.New("store: token already used")
+	ErrTokenExpired = errors.New("store: token expired")
+	ErrClosed       = errors.New("store: closed")
+)
+
+// RTT is the latest round-trip time measured from one FEP to another.
+type RTT struct {
+	From string    `json:"from"`
+	To   string    `json:"to"`
+	MS   float64   `json:"ms"`
+	At   time.Time `json:"at"`
+}
+
+// Table is the encoded chain table of one LoP at a version. Data is opaque to
+// the store (the controller keeps gzip-compressed JSON there).
+type Table struct {
+	LoP     string
+	Version uint64
+	Data    []byte
+}
+
+// Keys are the hop-header HMAC keys (raw bytes, hex on the wire).
+type Keys struct {
+	Current  []byte    `json:"current"`
+	Previous []byte    `json:"previous,omitempty"`
+	Rotated  time.Time `json:"rotated"`
+}
+
+// Token is a join token record. ID is what the store indexes (the caller may
+// store a hash of the secret there rather than the secret).
+type Token struct {
+	ID      string    `json:"id"`
+	FEP     string    `json:"fep,omitempty"` // if set, the token may only join this FEP id
+	Expires time.Time `json:"expires"`
+	Used    bool      `json:"used"`
+}
+
+// Change tells watchers which kinds of records changed.
+type Change uint8
+
+// Kinds of changes.
+const (
+	ChangeFEPs Change = 1 << iota
+	ChangeRTTs
+	ChangeTables
+	ChangeKeys
+)

@@ -1,0 +1,3 @@
+// Package storetest is the conformance suite every controller.Store
+// implementation must pass: call Run from the implementation's tests.
+package storetest
