@@ -17,9 +17,9 @@ import (
 
 // Errors a Backend or Joiner wraps to choose the HTTP status.
 var (
-	ErrInvalid   = errors.New("invalid request")   // 400
-	ErrForbidden = errors.New("forbidden")         // 403
-	ErrNotFound  = errors.New("not found")         // 404
+	ErrInvalid   = errors.New("invalid request")    // 400
+	ErrForbidden = errors.New("forbidden")          // 403
+	ErrNotFound  = errors.New("not found")          // 404
 	ErrNoJoin    = errors.New("joins are disabled") // 501
 )
 

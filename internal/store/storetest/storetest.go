@@ -181,7 +181,7 @@ func testTables(t *testing.T, s controller.Store) {
 		t.Errorf("PutTables wrote %d; want 2", n)
 	}
 	n, err = s.PutTables(ctx, []store.Table{
-		{LoP: "a", Version: 4, Data: []byte("a4")}, // older: ignored
+		{LoP: "a", Version: 4, Data: []byte("a4")},    // older: ignored
 		{LoP: "b", Version: 5, Data: []byte("b5bis")}, // same: ignored
 		{LoP: "c", Version: 7, Data: []byte("c7")},
 		{LoP: "a", Version: 8, Data: []byte("a8")},
