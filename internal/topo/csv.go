@@ -1,6 +1,7 @@
 package topo
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -39,7 +40,11 @@ const asymmetryWarn = 0.10
 // mean, when only one is, that one. Pairs whose directions differ by more than
 // 10% are named in a warning; the total number of averaged pairs is reported.
 func ReadCSV(r io.Reader, name string) (*Matrix, []string, error) {
-	cr := csv.NewReader(r)
+	br := bufio.NewReader(r)
+	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
+		br.Discard(3)
+	}
+	cr := csv.NewReader(br)
 	cr.Comment = '#'
 	cr.FieldsPerRecord = -1
 	cr.TrimLeadingSpace = true
@@ -71,7 +76,6 @@ func ReadCSV(r io.Reader, name string) (*Matrix, []string, error) {
 	if len(header) > MaxLocations+1 {
 		return nil, nil, fmt.Errorf("%s:%d: more than %d locations", name, lines[0], MaxLocations)
 	}
-	header[0] = strings.TrimPrefix(header[0], "\ufeff")
 	rows, rowLines := recs[1:], lines[1:]
 	h := len(header)
 	labelled := false
@@ -80,7 +84,7 @@ func ReadCSV(r io.Reader, name string) (*Matrix, []string, error) {
 		labelled = true
 	case h:
 	default:
-		return nil, nil, fmt.Errorf("%s: %d cells in the header but %d data rows; want a square matrix (n names and n rows, or a label cell, n names and n rows)", name, h, len(rows))
+		return nil, nil, fmt.Errorf("%s: %d cells in the header but %d data rows; want a square matrix: n names then n rows, or a label cell and n names then n rows that start with their name", name, h, len(rows))
 	}
 	first := 0
 	if labelled {
