@@ -1,0 +1,26 @@
+package emu
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mosto-net/mosto/internal/testenv"
+)
+
+// Start brings spec's world up for a test and removes it with t.Cleanup,
+// also when the test fails or panics. It skips the test without privileges
+// (see testenv.RequirePrivileged).
+func Start(t testing.TB, spec *Spec) *World {
+	t.Helper()
+	testenv.RequirePrivileged(t)
+	w, err := Up(context.Background(), spec, nil)
+	if err != nil {
+		t.Fatalf("emu.Up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Errorf("emu: close world %s: %v", w.RunID(), err)
+		}
+	})
+	return w
+}

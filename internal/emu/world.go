@@ -1,0 +1,501 @@
+package emu
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// World is a running emulated network. All its methods are safe for
+// concurrent use.
+type World struct {
+	log     *slog.Logger
+	runID   string
+	name    string
+	offload bool
+	base    time.Time
+	bufs    *bufPools
+	cal     timerCal
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	hosts  []*host
+	byName map[string]int
+	byAddr map[netip.Addr]int
+
+	mu    sync.Mutex // guards pipes creation and links
+	links [][]Link
+	pipes [][]atomic.Pointer[pipe]
+
+	restoreCC string // root tcp_allowed_congestion_control to restore, if changed
+	setCC     string // the value we set
+	stateDir  string
+
+	closeOnce sync.Once
+	closeErr  error
+
+	unknownDst atomic.Uint64
+}
+
+type host struct {
+	name  string
+	addr  netip.Addr
+	netns string
+	tun   *os.File
+}
+
+// UpOptions tunes Up; the zero value is fine.
+type UpOptions struct {
+	RunID    string // default: random 6 hex digits
+	StateDir string // default: /run/mosto/emu
+}
+
+// DefaultStateDir holds one directory per running world.
+const DefaultStateDir = "/run/mosto/emu"
+
+// Up brings a world up: one namespace and TUN device per host, the TCP
+// settings, and the forwarding goroutines. Close removes everything.
+func Up(ctx context.Context, spec *Spec, log *slog.Logger) (*World, error) {
+	return UpWith(ctx, spec, log, UpOptions{})
+}
+
+// UpWith is Up with options.
+func UpWith(ctx context.Context, spec *Spec, log *slog.Logger, opt UpOptions) (*World, error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	p, err := spec.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if opt.RunID == "" {
+		var b [3]byte
+		rand.Read(b[:])
+		opt.RunID = hex.EncodeToString(b[:])
+	}
+	if !runIDRE.MatchString(opt.RunID) {
+		return nil, fmt.Errorf("emu: bad run id %q (1-6 lowercase letters or digits)", opt.RunID)
+	}
+	if opt.StateDir == "" {
+		opt.StateDir = DefaultStateDir
+	}
+	n := len(p.names)
+	w := &World{
+		log:     log.With("world", spec.Name, "run", opt.RunID),
+		runID:   opt.RunID,
+		name:    spec.Name,
+		offload: spec.Offload == nil || *spec.Offload,
+		base:    time.Now(),
+		bufs:    newBufPools(),
+		done:    make(chan struct{}),
+		byName:  make(map[string]int, n),
+		byAddr:  make(map[netip.Addr]int, n),
+		links:   p.links,
+		pipes:   make([][]atomic.Pointer[pipe], n),
+	}
+	for i, name := range p.names {
+		w.hosts = append(w.hosts, &host{name: name, addr: p.addrs[i], netns: fmt.Sprintf("mosto-%s-%d", opt.RunID, i)})
+		w.byName[name] = i
+		w.byAddr[p.addrs[i]] = i
+		w.pipes[i] = make([]atomic.Pointer[pipe], n)
+	}
+	start := time.Now()
+	if err := w.up(ctx, spec, opt.StateDir); err != nil {
+		w.Close()
+		return nil, err
+	}
+	w.log.Info("world up", "hosts", n, "offload", w.offload, "took", time.Since(start).Round(time.Millisecond))
+	return w, nil
+}
+
+func (w *World) up(ctx context.Context, spec *Spec, stateRoot string) error {
+	w.stateDir = stateRoot + "/" + w.runID
+	if err := writeState(w.stateDir, w.state()); err != nil {
+		return err
+	}
+	if err := w.allowCongestion(spec.TCP.Congestion); err != nil {
+		return err
+	}
+	if err := ensureNetnsDir(); err != nil {
+		return fmt.Errorf("emu: %w", err)
+	}
+	// Create and configure the hosts in parallel.
+	workers := min(len(w.hosts), 8)
+	jobs := make(chan int)
+	errs := make(chan error, len(w.hosts))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range jobs {
+				errs <- w.setupHost(ctx, i, spec.TCP)
+			}
+		})
+	}
+	for i := range w.hosts {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		if err != nil {
+			all = append(all, err)
+		}
+	}
+	if len(all) > 0 {
+		return errors.Join(all...)
+	}
+	for i := range w.hosts {
+		w.wg.Add(1)
+		go w.readLoop(i)
+	}
+	return nil
+}
+
+func (w *World) tunName() string { return "mosto-" + w.runID }
+
+func (w *World) setupHost(ctx context.Context, i int, tcp TCP) error {
+	h := w.hosts[i]
+	err := createNetns(h.netns, func() error {
+		// Disable IPv6 before the device appears: the emulator is IPv4 only.
+		for _, s := range [][2]string{
+			{"net/ipv6/conf/all/disable_ipv6", "1"},
+			{"net/ipv6/conf/default/disable_ipv6", "1"},
+		} {
+			writeSysctl(s[0], s[1])
+		}
+		f, err := openTUN(w.tunName(), w.offload)
+		if err != nil {
+			return err
+		}
+		h.tun = f
+		return applyTCP(tcp)
+	})
+	if err != nil {
+		return fmt.Errorf("emu: host %s: %w", h.name, err)
+	}
+	route := fmt.Sprintf("route add %v dev %s src %v", Prefix, w.tunName(), h.addr)
+	if tcp.InitCwnd > 0 {
+		route += fmt.Sprintf(" initcwnd %d", tcp.InitCwnd)
+	}
+	if tcp.InitRwnd > 0 {
+		route += fmt.Sprintf(" initrwnd %d", tcp.InitRwnd)
+	}
+	batch := strings.Join([]string{
+		"link set lo up",
+		fmt.Sprintf("link set dev %s mtu 1500 txqueuelen 10000 up", w.tunName()),
+		fmt.Sprintf("addr add %v/32 dev %s", h.addr, w.tunName()),
+		route,
+	}, "\n") + "\n"
+	cmd := exec.CommandContext(ctx, "ip", "-n", h.netns, "-batch", "-")
+	cmd.Stdin = strings.NewReader(batch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("emu: host %s: configure: %v: %s", h.name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// readLoop reads every packet host i sends and hands it to the pipe of its
+// destination.
+func (w *World) readLoop(i int) {
+	defer w.wg.Done()
+	h := w.hosts[i]
+	hdr := 0
+	if w.offload {
+		hdr = vnetHdrLen
+	}
+	buf := w.bufs.get(bigBufSize)
+	defer func() { w.bufs.put(buf) }()
+	for {
+		buf = buf[:cap(buf)]
+		n, err := h.tun.Read(buf)
+		if err != nil {
+			select {
+			case <-w.done:
+			default:
+				w.log.Warn("read device", "host", h.name, "err", err)
+			}
+			return
+		}
+		now := w.now()
+		pkt := buf[:n]
+		if n < hdr+20 || pkt[hdr]>>4 != 4 {
+			continue // not IPv4: the emulator is IPv4 only
+		}
+		dst, _ := netip.AddrFromSlice(pkt[hdr+16 : hdr+20])
+		j, ok := w.byAddr[dst]
+		if !ok || j == i {
+			w.unknownDst.Add(1)
+			continue
+		}
+		p := w.pipe(i, j)
+		var out []byte
+		if n <= smallBufSize {
+			out = w.bufs.get(n)
+			copy(out, pkt)
+		} else {
+			out = pkt
+			buf = w.bufs.get(bigBufSize)
+		}
+		p.send(now, out)
+	}
+}
+
+// pipe returns the pipe i -> j, creating it on first use.
+func (w *World) pipe(i, j int) *pipe {
+	if p := w.pipes[i][j].Load(); p != nil {
+		return p
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.pipes[i][j].Load(); p != nil {
+		return p
+	}
+	p := newPipe(w, w.hosts[j].tun, w.links[i][j], uint64(time.Now().UnixNano())+uint64(i)<<32+uint64(j))
+	w.pipes[i][j].Store(p)
+	return p
+}
+
+func (w *World) goPipe(p *pipe) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		p.run()
+	}()
+}
+
+func (w *World) now() int64 { return int64(time.Since(w.base)) }
+
+// Close stops forwarding, kills every process left in the world's
+// namespaces, deletes the namespaces (and with them the devices), restores
+// root sysctls and removes the state directory. It is idempotent.
+func (w *World) Close() error {
+	w.closeOnce.Do(func() {
+		start := time.Now()
+		close(w.done)
+		for _, h := range w.hosts {
+			if h.tun != nil {
+				h.tun.Close()
+			}
+		}
+		w.wg.Wait()
+		for i := range w.pipes {
+			for j := range w.pipes[i] {
+				if p := w.pipes[i][j].Load(); p != nil {
+					p.drain()
+				}
+			}
+		}
+		var errs []error
+		inodes := make(map[uint64]bool)
+		for _, h := range w.hosts {
+			if ino, err := nsInode(nsPath(h.netns)); err == nil {
+				inodes[ino] = true
+			}
+		}
+		if k := killNetnsProcs(inodes); k > 0 {
+			w.log.Info("killed processes left in the world", "count", k)
+		}
+		for _, h := range w.hosts {
+			if err := deleteNetns(h.netns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := w.restoreCongestion(); err != nil {
+			errs = append(errs, err)
+		}
+		if w.stateDir != "" {
+			if err := os.RemoveAll(w.stateDir); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		w.closeErr = errors.Join(errs...)
+		w.log.Info("world down", "took", time.Since(start).Round(time.Millisecond))
+	})
+	return w.closeErr
+}
+
+// RunID returns the world's run id, part of every namespace name.
+func (w *World) RunID() string { return w.runID }
+
+// Hosts returns the host names in spec order.
+func (w *World) Hosts() []string {
+	out := make([]string, len(w.hosts))
+	for i, h := range w.hosts {
+		out[i] = h.name
+	}
+	return out
+}
+
+func (w *World) host(name string) (*host, error) {
+	i, ok := w.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("emu: unknown host %q", name)
+	}
+	return w.hosts[i], nil
+}
+
+// Addr returns the host's address inside the emulator, or the zero Addr for
+// an unknown host.
+func (w *World) Addr(host string) netip.Addr {
+	h, err := w.host(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return h.addr
+}
+
+// NetNS returns the name of the host's namespace (for `ip netns exec`), or
+// "" for an unknown host.
+func (w *World) NetNS(host string) string {
+	h, err := w.host(host)
+	if err != nil {
+		return ""
+	}
+	return h.netns
+}
+
+// Command returns a command that runs inside the host's namespace (through
+// `ip netns exec`). Processes still running at Close are killed.
+func (w *World) Command(ctx context.Context, host string, name string, args ...string) *exec.Cmd {
+	ns := w.NetNS(host)
+	if ns == "" {
+		ns = "mosto-unknown-host-" + host // makes Start/Run fail with a clear message
+	}
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+}
+
+// Do runs fn on a locked OS thread inside the host's namespace. Sockets fn
+// creates stay in that namespace; goroutines fn starts do not run in it.
+func (w *World) Do(host string, fn func() error) error {
+	h, err := w.host(host)
+	if err != nil {
+		return err
+	}
+	return doInNetns(nsPath(h.netns), fn)
+}
+
+// Listen listens inside the host's namespace.
+func (w *World) Listen(ctx context.Context, host, network, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := w.Do(host, func() error {
+		var err error
+		l, err = (&net.ListenConfig{}).Listen(ctx, network, addr)
+		return err
+	})
+	return l, err
+}
+
+// ListenPacket opens a packet socket inside the host's namespace.
+func (w *World) ListenPacket(ctx context.Context, host, network, addr string) (net.PacketConn, error) {
+	var c net.PacketConn
+	err := w.Do(host, func() error {
+		var err error
+		c, err = (&net.ListenConfig{}).ListenPacket(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// Dial connects from inside the host's namespace.
+func (w *World) Dial(ctx context.Context, host, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := w.Do(host, func() error {
+		var err error
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// SetLink changes both directions of the pair a-b to l while running.
+// Packets already in flight keep their delivery times.
+func (w *World) SetLink(a, b string, l Link) error {
+	if err := w.SetLinkDir(a, b, l); err != nil {
+		return err
+	}
+	return w.SetLinkDir(b, a, l)
+}
+
+// SetLinkDir changes only the direction a -> b.
+func (w *World) SetLinkDir(a, b string, l Link) error {
+	i, ok := w.byName[a]
+	if !ok {
+		return fmt.Errorf("emu: unknown host %q", a)
+	}
+	j, ok := w.byName[b]
+	if !ok {
+		return fmt.Errorf("emu: unknown host %q", b)
+	}
+	if i == j {
+		return fmt.Errorf("emu: set link %s-%s: same host", a, b)
+	}
+	if err := l.validate(fmt.Sprintf("link %s-%s", a, b)); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.links[i][j] = l
+	p := w.pipes[i][j].Load()
+	w.mu.Unlock()
+	if p != nil {
+		p.setLink(l)
+	}
+	return nil
+}
+
+// Link returns the current properties of the direction a -> b.
+func (w *World) Link(a, b string) (Link, error) {
+	i, ok := w.byName[a]
+	j, ok2 := w.byName[b]
+	if !ok || !ok2 || i == j {
+		return Link{}, fmt.Errorf("emu: no link %s-%s", a, b)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.links[i][j], nil
+}
+
+// Stats returns the counters of the direction a -> b.
+func (w *World) Stats(a, b string) LinkStats {
+	i, ok := w.byName[a]
+	j, ok2 := w.byName[b]
+	if !ok || !ok2 || i == j {
+		return LinkStats{}
+	}
+	if p := w.pipes[i][j].Load(); p != nil {
+		return p.stats()
+	}
+	return LinkStats{}
+}
+
+// RTT returns the configured round-trip delay between a and b (the sum of
+// both one-way delays), without queueing or serialization.
+func (w *World) RTT(a, b string) time.Duration {
+	ab, err1 := w.Link(a, b)
+	ba, err2 := w.Link(b, a)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(math.Round((ab.DelayMS + ba.DelayMS) * 1e6))
+}
+
+func (w *World) sortedHosts() []string {
+	h := w.Hosts()
+	slices.Sort(h)
+	return h
+}
