@@ -179,7 +179,10 @@ func ProxyAuth(hdr http.Header) (user, password string, ok bool) {
 		return "", "", false
 	}
 	user, password, ok = strings.Cut(string(raw), ":")
-	return user, password, ok
+	if !ok {
+		return "", "", false
+	}
+	return user, password, true
 }
 
 // StatusFor returns the status code that answers a ReadRequest error.
