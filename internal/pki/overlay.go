@@ -206,4 +206,3 @@ func LoadOverlayKeys(path string) (OverlayKeys, error) {
 	}
 	return ks, nil
 }
-
