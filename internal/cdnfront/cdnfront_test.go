@@ -1,0 +1,154 @@
+package cdnfront
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/testenv"
+	"github.com/mosto-net/mosto/internal/transfer"
+)
+
+func TestRender(t *testing.T) {
+	conf, err := Render(Config{Listen: "127.0.0.1:8080", Origin: "10.77.0.9:80", IdleTimeout: 1500 * time.Millisecond}, "/tmp/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"listen 127.0.0.1:8080 ", "server 10.77.0.9:80 ", "keepalive 32;", "keepalive_timeout 1500ms;",
+		"proxy_buffering off;", "proxy_http_version 1.1;", `proxy_set_header Connection "";`,
+		"worker_processes 1;", "pid /tmp/x/nginx.pid;",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("config lacks %q:\n%s", want, conf)
+		}
+	}
+	bad := []struct {
+		name string
+		cfg  Config
+		dir  string
+	}{
+		{"no listen", Config{Origin: "a:1"}, "/d"},
+		{"no origin port", Config{Listen: "a:1", Origin: "a"}, "/d"},
+		{"injection", Config{Listen: "a:1", Origin: "a:1; include /etc/passwd"}, "/d"},
+		{"negative", Config{Listen: "a:1", Origin: "a:1", Keepalive: -1}, "/d"},
+		{"tiny timeout", Config{Listen: "a:1", Origin: "a:1", IdleTimeout: time.Microsecond}, "/d"},
+		{"bad dir", Config{Listen: "a:1", Origin: "a:1"}, "/d;x"},
+		{"no dir", Config{Listen: "a:1", Origin: "a:1"}, ""},
+	}
+	for _, tc := range bad {
+		if _, err := Render(tc.cfg, tc.dir); err == nil {
+			t.Errorf("Render(%s) succeeded; want error", tc.name)
+		}
+	}
+}
+
+// countingListener counts accepted connections.
+type countingListener struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestFrontWarmCold runs a real nginx on loopback in front of an origin: two
+// quick fetches share one upstream connection (warm); after the idle timeout
+// nginx has closed it and the next fetch opens a new one (cold). Every body
+// is hash-checked.
+func TestFrontWarmCold(t *testing.T) {
+	nginx := testenv.RequireCommand(t, "nginx")
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &countingListener{Listener: raw}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- origin.New(origin.Config{}, nil).Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	dir := t.TempDir()
+	cfg := Config{Listen: freePort(t), Origin: raw.Addr().String(), IdleTimeout: 400 * time.Millisecond, Nginx: nginx, Dir: dir}
+	if os.Geteuid() == 0 {
+		cfg.User = "root root"
+	}
+	f, err := Start(context.Background(), cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Stop() })
+
+	c := &transfer.Client{Addr: f.Addr()}
+	fetch := func(size int64) {
+		t.Helper()
+		if _, err := c.Object(context.Background(), size, uint64(size)); err != nil {
+			t.Fatalf("fetch %d through nginx: %v", size, err)
+		}
+	}
+	fetch(10_000)
+	fetch(2_000_000)
+	fetch(1)
+	if n := ln.n.Load(); n != 1 {
+		t.Errorf("after 3 quick fetches the origin accepted %d connections; want 1 (warm keep-alive)", n)
+	}
+	time.Sleep(900 * time.Millisecond) // > idle timeout: nginx closes the idle upstream connection
+	fetch(50_000)
+	if n := ln.n.Load(); n != 2 {
+		t.Errorf("after the idle timeout the origin accepted %d connections in all; want 2 (cold)", n)
+	}
+	if err := f.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if _, err := net.DialTimeout("tcp", cfg.Listen, time.Second); err == nil {
+		t.Errorf("nginx still accepts after Stop")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nginx.conf")); err != nil {
+		t.Errorf("config file missing in the given Dir: %v", err)
+	}
+	if err := f.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func TestStartFails(t *testing.T) {
+	nginx := testenv.RequireCommand(t, "nginx")
+	// Port already taken: nginx exits and the error carries its log.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg := Config{Listen: busy.Addr().String(), Origin: "127.0.0.1:1", Nginx: nginx}
+	if os.Geteuid() == 0 {
+		cfg.User = "root root"
+	}
+	_, err = Start(context.Background(), cfg, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("Start on a busy port = %v; want an error quoting nginx's log", err)
+	}
+	if _, err := Start(context.Background(), Config{Listen: "127.0.0.1:1", Origin: "127.0.0.1:2", Nginx: "/nonexistent/nginx"}, nil, nil); err == nil {
+		t.Errorf("Start with a missing binary succeeded")
+	}
+}
