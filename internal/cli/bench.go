@@ -2,10 +2,30 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"fmt"
 )
 
-// runBench is a placeholder until the bench subcommand lands; it fails loudly.
+// runBench dispatches `mosto bench proxy` and `mosto bench transfer`.
 func runBench(ctx context.Context, env *Env, args []string) error {
-	return errors.New("bench: not implemented yet")
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(env.Stderr, `usage: mosto bench <benchmark> [flags]
+
+benchmarks:
+  proxy     throughput and latency of the proxy data path
+  transfer  direct vs mosto vs an nginx CDN front-end in an emulated world
+
+Run 'mosto bench <benchmark> -h' for its flags.
+`)
+		if len(args) == 0 {
+			return usageErrorf("missing benchmark name")
+		}
+		return nil
+	}
+	switch args[0] {
+	case "proxy":
+		return runBenchProxy(ctx, env, args[1:])
+	case "transfer":
+		return runBenchTransfer(ctx, env, args[1:])
+	}
+	return usageErrorf("unknown benchmark %q (want proxy or transfer)", args[0])
 }
