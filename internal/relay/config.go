@@ -1,0 +1,441 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the configuration of one proxy daemon, as read from YAML. The
+// zero value of every optional field means "use the default" (see Defaults).
+type Config struct {
+	// ID is this FEP's name: a location of the chain table and a key of Members.
+	ID string `yaml:"id"`
+	// Hop is the listener for connections from other members.
+	Hop HopConfig `yaml:"hop"`
+	// Members maps FEP id to hop address (host:port).
+	Members map[string]string `yaml:"members"`
+	// Keys are the overlay keys that sign and verify hop headers.
+	Keys KeysConfig `yaml:"keys"`
+	// Table is the chain table file written by `mosto plan table --json`.
+	// Empty: no chains, every flow goes direct from the InP.
+	Table string `yaml:"table"`
+	// Egress maps destinations to the FEP closest to them (the EgP).
+	Egress EgressConfig `yaml:"egress"`
+	// Destinations is this FEP's policy as EgP: where it may connect.
+	Destinations PolicyConfig `yaml:"destinations"`
+	// ProxyProtocol lists origins (same matcher syntax as allow lists) that
+	// receive a standard PROXY v2 header with the client's addresses.
+	ProxyProtocol []string `yaml:"proxy_protocol"`
+
+	Services    []ServiceConfig `yaml:"services"`
+	SOCKS5      *SOCKS5Config   `yaml:"socks5"`
+	HTTPConnect *ConnectConfig  `yaml:"http_connect"`
+
+	Timeouts TimeoutConfig `yaml:"timeouts"`
+	Limits   LimitConfig   `yaml:"limits"`
+	Socket   SocketConfig  `yaml:"socket"`
+	Metrics  MetricsConfig `yaml:"metrics"`
+
+	// dir is the directory relative file names are resolved against.
+	dir string
+}
+
+// HopConfig is the hop listener.
+type HopConfig struct {
+	Listen string `yaml:"listen"`
+	// MaxSkew is the largest clock difference accepted in a header's time.
+	MaxSkew Duration `yaml:"max_skew"`
+}
+
+// KeysConfig holds the current overlay key and, during rotation, the previous one.
+type KeysConfig struct {
+	Current  *KeyConfig `yaml:"current"`
+	Previous *KeyConfig `yaml:"previous"`
+}
+
+// KeyConfig is one overlay key: an id and a secret given in hex or in a file
+// (raw bytes, or hex if the file holds only hex digits).
+type KeyConfig struct {
+	ID         uint8  `yaml:"id"`
+	SecretHex  string `yaml:"secret_hex"`
+	SecretFile string `yaml:"secret_file"`
+}
+
+// EgressConfig is the static destination -> EgP map.
+type EgressConfig struct {
+	// Default is the EgP of destinations no route matches; empty means this FEP.
+	Default string        `yaml:"default"`
+	Routes  []EgressRoute `yaml:"routes"`
+}
+
+// EgressRoute sends destinations matching Match to FEP.
+type EgressRoute struct {
+	Match string `yaml:"match"`
+	FEP   string `yaml:"fep"`
+}
+
+// PolicyConfig is a destination allowlist. Each entry is a CIDR ("10.0.0.0/8"),
+// an address, a host name, a "*.suffix" wildcard, or any of those with
+// ":port" (IPv6 in brackets). An empty list allows every public destination.
+// Private, loopback, link-local, multicast and unspecified addresses are
+// denied unless an entry names them (a CIDR containing them or the host name
+// that resolved to them).
+type PolicyConfig struct {
+	Allow []string `yaml:"allow"`
+}
+
+// ServiceConfig is a fixed listener -> origin mapping, like a CDN distribution.
+type ServiceConfig struct {
+	Name   string `yaml:"name"`
+	Listen string `yaml:"listen"`
+	Origin string `yaml:"origin"` // host:port
+	Size   Size   `yaml:"size"`   // expected transfer size, picks the chain class
+}
+
+// SOCKS5Config is the SOCKS5 entry (RFC 1928 CONNECT, RFC 1929 auth).
+type SOCKS5Config struct {
+	Listen string            `yaml:"listen"`
+	Users  map[string]string `yaml:"users"` // empty: no authentication
+	Allow  []string          `yaml:"allow"` // destination allowlist; empty: any
+	Size   Size              `yaml:"size"`  // size hint for chain choice
+}
+
+// ConnectConfig is the HTTP CONNECT entry.
+type ConnectConfig struct {
+	Listen string            `yaml:"listen"`
+	Users  map[string]string `yaml:"users"` // basic auth; empty: none
+	Allow  []string          `yaml:"allow"`
+	Size   Size              `yaml:"size"`
+}
+
+// TimeoutConfig groups the daemon's timeouts.
+type TimeoutConfig struct {
+	Header  Duration `yaml:"header"`  // reading a hop header or an entry handshake
+	Connect Duration `yaml:"connect"` // dialing the next hop or the origin
+	Idle    Duration `yaml:"idle"`    // no data in either direction; "0s"... see Defaults
+	Drain   Duration `yaml:"drain"`   // waiting for flows on shutdown
+}
+
+// LimitConfig bounds concurrent connections.
+type LimitConfig struct {
+	MaxConns          int `yaml:"max_conns"`            // all listeners together
+	MaxConnsPerSource int `yaml:"max_conns_per_source"` // entry listeners, per client IP
+	// HopMaxConnsPerSource bounds hop connections per source IP; 0: only MaxConns.
+	HopMaxConnsPerSource int `yaml:"hop_max_conns_per_source"`
+}
+
+// SocketConfig holds options set on every hop and origin socket.
+type SocketConfig struct {
+	RcvBuf       Size   `yaml:"rcvbuf"` // SO_RCVBUF; 0: kernel autotuning
+	SndBuf       Size   `yaml:"sndbuf"` // SO_SNDBUF; 0: kernel autotuning
+	NoDelay      *bool  `yaml:"nodelay"`
+	Congestion   string `yaml:"congestion"`    // TCP_CONGESTION, e.g. bbr, cubic
+	NotSentLowat Size   `yaml:"notsent_lowat"` // TCP_NOTSENT_LOWAT; 0: kernel default
+}
+
+// MetricsConfig is the HTTP listener for /metrics and /healthz.
+type MetricsConfig struct {
+	Listen string `yaml:"listen"` // empty: no metrics listener
+}
+
+// Defaults used when a field is zero.
+const (
+	DefaultHeaderTimeout     = 5 * time.Second
+	DefaultConnectTimeout    = 5 * time.Second
+	DefaultIdleTimeout       = 5 * time.Minute
+	DefaultDrainTimeout      = 30 * time.Second
+	DefaultMaxSkew           = 30 * time.Second
+	DefaultMaxConns          = 32768
+	DefaultMaxConnsPerSource = 1024
+)
+
+// Duration is a time.Duration written as "5s", "1m30s".
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: duration %q: %w", n.Line, s, err)
+	}
+	if v < 0 {
+		return fmt.Errorf("line %d: duration %q is negative", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Size is a byte count written as an integer or with a decimal unit:
+// "450KB", "15MB", "1GB" (1 KB = 1000 bytes).
+type Size int64
+
+// UnmarshalYAML parses a size.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	var str string
+	if err := n.Decode(&str); err != nil {
+		return err
+	}
+	v, err := ParseSize(str)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*s = Size(v)
+	return nil
+}
+
+// ParseSize parses "1500", "450KB", "15MB", "2GB" (decimal units, B optional).
+func ParseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("size %q: want a non-negative integer with optional KB, MB or GB", s)
+	}
+	return v * mult, nil
+}
+
+// LoadConfig reads and validates a YAML config file. Relative file names in
+// it are resolved against the file's directory.
+func LoadConfig(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	cfg, err := ParseConfig(f, filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes a YAML config strictly (unknown keys are errors with
+// their line) and validates it. dir resolves relative file names.
+func ParseConfig(r io.Reader, dir string) (*Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var cfg Config
+	if err := dec.Decode(&cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("config is empty")
+		}
+		return nil, fmt.Errorf("decode config: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("config holds more than one YAML document")
+	}
+	cfg.dir = dir
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// Validate checks the config for errors an operator must fix. It does not
+// read key or table files (New does).
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.ID == "" {
+		bad("id: missing (this FEP's name in the chain table)")
+	}
+	if c.Hop.Listen != "" {
+		if err := checkHostPort(c.Hop.Listen, true); err != nil {
+			bad("hop.listen: %v", err)
+		}
+	}
+	for id, addr := range c.Members {
+		if id == "" {
+			bad("members: empty FEP id")
+		}
+		if err := checkHostPort(addr, false); err != nil {
+			bad("members.%s: %v", id, err)
+		}
+	}
+	if c.Keys.Current == nil {
+		if len(c.Members) > 0 || c.Hop.Listen != "" {
+			bad("keys.current: missing (needed to sign and verify hop headers)")
+		}
+	} else {
+		if err := c.Keys.Current.check(); err != nil {
+			bad("keys.current: %v", err)
+		}
+	}
+	if c.Keys.Previous != nil {
+		if err := c.Keys.Previous.check(); err != nil {
+			bad("keys.previous: %v", err)
+		}
+		if c.Keys.Current != nil && c.Keys.Previous.ID == c.Keys.Current.ID {
+			bad("keys.previous: id %d equals keys.current's", c.Keys.Previous.ID)
+		}
+	}
+	if c.Egress.Default != "" && c.Egress.Default != c.ID && c.Members[c.Egress.Default] == "" {
+		bad("egress.default: %q is not a member", c.Egress.Default)
+	}
+	for i, r := range c.Egress.Routes {
+		if _, err := parseMatcher(r.Match); err != nil {
+			bad("egress.routes[%d].match: %v", i, err)
+		}
+		if r.FEP == "" || (r.FEP != c.ID && c.Members[r.FEP] == "") {
+			bad("egress.routes[%d].fep: %q is not a member", i, r.FEP)
+		}
+	}
+	checkList := func(key string, list []string) {
+		for i, m := range list {
+			if _, err := parseMatcher(m); err != nil {
+				bad("%s[%d]: %v", key, i, err)
+			}
+		}
+	}
+	checkList("destinations.allow", c.Destinations.Allow)
+	checkList("proxy_protocol", c.ProxyProtocol)
+	for i, s := range c.Services {
+		if err := checkHostPort(s.Listen, true); err != nil {
+			bad("services[%d].listen: %v", i, err)
+		}
+		if err := checkHostPort(s.Origin, false); err != nil {
+			bad("services[%d].origin: %v", i, err)
+		}
+	}
+	if s := c.SOCKS5; s != nil {
+		if err := checkHostPort(s.Listen, true); err != nil {
+			bad("socks5.listen: %v", err)
+		}
+		checkList("socks5.allow", s.Allow)
+		for u, p := range s.Users {
+			if len(u) == 0 || len(u) > 255 || len(p) == 0 || len(p) > 255 {
+				bad("socks5.users: user and password must be 1-255 bytes (user %q)", u)
+			}
+		}
+	}
+	if h := c.HTTPConnect; h != nil {
+		if err := checkHostPort(h.Listen, true); err != nil {
+			bad("http_connect.listen: %v", err)
+		}
+		checkList("http_connect.allow", h.Allow)
+		for u := range h.Users {
+			if u == "" || strings.Contains(u, ":") {
+				bad("http_connect.users: user %q must be non-empty without ':'", u)
+			}
+		}
+	}
+	if c.Limits.MaxConns < 0 || c.Limits.MaxConnsPerSource < 0 || c.Limits.HopMaxConnsPerSource < 0 {
+		bad("limits: values must be >= 0")
+	}
+	if c.Metrics.Listen != "" {
+		if err := checkHostPort(c.Metrics.Listen, true); err != nil {
+			bad("metrics.listen: %v", err)
+		}
+	}
+	if c.Socket.RcvBuf > 1<<30 || c.Socket.SndBuf > 1<<30 || c.Socket.NotSentLowat > 1<<30 {
+		bad("socket: buffer sizes must be <= 1GB")
+	}
+	if len(c.Socket.Congestion) > 15 {
+		bad("socket.congestion: %q is too long", c.Socket.Congestion)
+	}
+	return errors.Join(errs...)
+}
+
+func (k *KeyConfig) check() error {
+	if (k.SecretHex == "") == (k.SecretFile == "") {
+		return errors.New("set exactly one of secret_hex and secret_file")
+	}
+	if k.SecretHex != "" {
+		if _, err := hex.DecodeString(k.SecretHex); err != nil {
+			return fmt.Errorf("secret_hex: %w", err)
+		}
+	}
+	return nil
+}
+
+// secret returns the key bytes, reading the file if needed.
+func (k *KeyConfig) secret(dir string) ([]byte, error) {
+	if k.SecretHex != "" {
+		return hex.DecodeString(k.SecretHex)
+	}
+	p := k.SecretFile
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read key: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if h, err := hex.DecodeString(t); err == nil && len(t) > 0 {
+		return h, nil
+	}
+	return b, nil
+}
+
+func (c *Config) path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.dir, p)
+}
+
+// checkHostPort checks "host:port"; a listen address may have an empty host
+// and port 0.
+func checkHostPort(s string, listen bool) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return fmt.Errorf("%q: bad port", s)
+	}
+	if !listen && (host == "" || p == 0) {
+		return fmt.Errorf("%q: want host:port", s)
+	}
+	return nil
+}
+
+func (c *Config) headerTimeout() time.Duration {
+	return orDefault(c.Timeouts.Header, DefaultHeaderTimeout)
+}
+func (c *Config) connectTimeout() time.Duration {
+	return orDefault(c.Timeouts.Connect, DefaultConnectTimeout)
+}
+func (c *Config) idleTimeout() time.Duration { return orDefault(c.Timeouts.Idle, DefaultIdleTimeout) }
+func (c *Config) drainTimeout() time.Duration {
+	return orDefault(c.Timeouts.Drain, DefaultDrainTimeout)
+}
+func (c *Config) maxSkew() time.Duration { return orDefault(c.Hop.MaxSkew, DefaultMaxSkew) }
+
+func orDefault(d Duration, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return time.Duration(d)
+}

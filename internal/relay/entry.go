@@ -1,0 +1,247 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/httpconnect"
+	"github.com/mosto-net/mosto/internal/socks5"
+)
+
+// Intent is where a flow accepted by an entry wants to go. Every entry
+// (service, SOCKS5, HTTP CONNECT, later transparent interception) reduces
+// a client connection to one.
+type Intent struct {
+	Target Target
+	Size   int64          // transfer-size hint, picks the chain's size class
+	Client netip.AddrPort // the client's address
+	Local  netip.AddrPort // the address the client connected to
+}
+
+// serveEntry runs an entry handshake, opens the upstream side and relays.
+func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) {
+	in := Intent{Client: src, Local: addrPort(c.LocalAddr())}
+	switch l.kind {
+	case kindService:
+		t, err := ParseTarget(l.service.Origin)
+		if err != nil { // Validate checked it; keep serving anyway
+			s.refuse(refuseEntryProto, c, src, err)
+			return
+		}
+		in.Target, in.Size = t, int64(l.service.Size)
+		up, err := s.open(in)
+		if err != nil {
+			s.entryFailed(c, in, err)
+			return
+		}
+		s.relay(roleInP, c, up)
+	case kindSOCKS5:
+		s.serveSOCKS5(l, c, in)
+	case kindConnect:
+		s.serveConnect(l, c, in)
+	}
+}
+
+// entryFailed counts a flow whose upstream could not be opened.
+func (s *Server) entryFailed(c *net.TCPConn, in Intent, err error) {
+	if errors.Is(err, errPolicy) {
+		s.refuse(refusePolicy, c, in.Client, fmt.Errorf("target %s", in.Target))
+		return
+	}
+	s.log.Debug("open flow", "target", in.Target.String(), "client", in.Client.String(), "err", err)
+	s.endFlow(roleInP, outcomeDialError)
+	resetClose(c)
+}
+
+func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) {
+	cfg := socks5.Config{
+		Timeout: s.header,
+		Allow: func(target string) bool {
+			t, err := ParseTarget(target)
+			return err == nil && listAllows(l.allow, t)
+		},
+	}
+	if users := s.cfg.SOCKS5.Users; len(users) > 0 {
+		cfg.Auth = func(user, password string) bool {
+			want, ok := users[user]
+			return socks5.CheckPassword(password, want) && ok
+		}
+	}
+	req, err := socks5.Handshake(s.flowCtx, c, cfg)
+	if err != nil {
+		reason := refuseEntryProto
+		switch {
+		case errors.Is(err, socks5.ErrAuth), errors.Is(err, socks5.ErrNoMethod):
+			reason = refuseEntryAuth
+		case errors.Is(err, socks5.ErrNotAllowed):
+			reason = refuseEntryAllow
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			reason = refuseHeaderTimeout
+		}
+		s.refuse(reason, c, in.Client, err)
+		return
+	}
+	t, err := ParseTarget(req.Target)
+	if err != nil {
+		socks5.Reply(c, socks5.AddrTypeNotSupported, netip.AddrPort{})
+		s.refuse(refuseEntryProto, c, in.Client, err)
+		return
+	}
+	in.Target, in.Size = t, int64(s.cfg.SOCKS5.Size)
+	up, err := s.open(in)
+	if err != nil {
+		code := socks5.ReplyCode(err)
+		if errors.Is(err, errPolicy) {
+			code = socks5.NotAllowed
+		}
+		c.SetWriteDeadline(time.Now().Add(s.header))
+		socks5.Reply(c, code, netip.AddrPort{})
+		s.entryFailed(c, in, err)
+		return
+	}
+	c.SetWriteDeadline(time.Now().Add(s.header))
+	if err := socks5.Reply(c, socks5.Succeeded, in.Local); err != nil {
+		s.untrack(up)
+		resetClose(up)
+		s.endFlow(roleInP, outcomeEntry)
+		resetClose(c)
+		return
+	}
+	c.SetWriteDeadline(time.Time{})
+	s.relay(roleInP, c, up)
+}
+
+func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) {
+	c.SetDeadline(time.Now().Add(s.header))
+	br := bufio.NewReaderSize(c, 4096)
+	target, hdr, err := httpconnect.ReadRequest(br, httpconnect.Limits{})
+	if err != nil {
+		reason := refuseEntryProto
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			reason = refuseHeaderTimeout
+		} else {
+			httpconnect.WriteReply(c, httpconnect.StatusFor(err))
+		}
+		s.refuse(reason, c, in.Client, err)
+		return
+	}
+	if users := s.cfg.HTTPConnect.Users; len(users) > 0 {
+		user, pass, ok := httpconnect.ProxyAuth(hdr)
+		want, known := users[user]
+		if !ok || !known || !socks5.CheckPassword(pass, want) {
+			httpconnect.WriteReply(c, http.StatusProxyAuthRequired)
+			s.refuse(refuseEntryAuth, c, in.Client, fmt.Errorf("user %q", user))
+			return
+		}
+	}
+	t, err := ParseTarget(target)
+	if err != nil {
+		httpconnect.WriteReply(c, http.StatusBadRequest)
+		s.refuse(refuseEntryProto, c, in.Client, err)
+		return
+	}
+	if !listAllows(l.allow, t) {
+		httpconnect.WriteReply(c, http.StatusForbidden)
+		s.refuse(refuseEntryAllow, c, in.Client, fmt.Errorf("target %s", t))
+		return
+	}
+	in.Target, in.Size = t, int64(s.cfg.HTTPConnect.Size)
+	up, err := s.open(in)
+	if err != nil {
+		code := http.StatusBadGateway
+		switch {
+		case errors.Is(err, errPolicy):
+			code = http.StatusForbidden
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			code = http.StatusGatewayTimeout
+		}
+		httpconnect.WriteReply(c, code)
+		s.entryFailed(c, in, err)
+		return
+	}
+	if err := httpconnect.WriteReply(c, http.StatusOK); err == nil && br.Buffered() > 0 {
+		// Bytes the client sent right after its request head (say a TLS
+		// ClientHello) go first.
+		early, _ := br.Peek(br.Buffered())
+		up.SetWriteDeadline(time.Now().Add(s.header))
+		_, err = up.Write(early)
+		up.SetWriteDeadline(time.Time{})
+		if err != nil {
+			s.untrack(up)
+			resetClose(up)
+			s.endFlow(roleInP, outcomeReset)
+			resetClose(c)
+			return
+		}
+	}
+	c.SetDeadline(time.Time{})
+	s.relay(roleInP, c, up)
+}
+
+// open connects the upstream side of a flow for the InP: through the chain
+// to the EgP closest to the target, or straight to the origin when this FEP
+// is the EgP or no chain is known.
+func (s *Server) open(in Intent) (*net.TCPConn, error) {
+	egp := s.egress.lookup(in.Target)
+	if egp == s.self {
+		s.m.direct.WithLabelValues("self_egress").Inc()
+		return s.dialOrigin(in.Target, in.Client, in.Local)
+	}
+	route, reason := s.route(egp, in.Size)
+	if route == nil {
+		s.m.direct.WithLabelValues(reason).Inc()
+		return s.dialOrigin(in.Target, in.Client, in.Local)
+	}
+	next := route[1]
+	addr, _ := s.member(next)
+	h := &hop.Header{
+		Source: in.Client,
+		Dest:   in.Local,
+		Route:  route,
+		Hop:    1,
+		Target: in.Target.String(),
+		Size:   in.Size,
+		Time:   time.Now(),
+	}
+	rand.Read(h.FlowID[:])
+	log := s.log.With("flow", flowString(h.FlowID))
+	up, err := s.dialHop(next, addr, h)
+	if err != nil {
+		return nil, err
+	}
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug("flow", "role", roleInP, "client", in.Client.String(), "target", in.Target.String(), "route", route)
+	}
+	return up, nil
+}
+
+// route returns the chain from this FEP to egp for a transfer of size
+// bytes, or nil and why there is none usable.
+func (s *Server) route(egp string, size int64) ([]string, string) {
+	cb := s.chains.Load()
+	if cb == nil || s.kr == nil {
+		return nil, "no_chain"
+	}
+	e, ok := cb.src.Lookup(s.self, egp, size)
+	if !ok {
+		return nil, "no_chain"
+	}
+	p := e.Path
+	if len(p) < 2 || p[0] != s.self || p[len(p)-1] != egp || len(p) > hop.MaxRoute {
+		return nil, "bad_chain"
+	}
+	if _, ok := s.member(p[1]); !ok {
+		return nil, "bad_chain"
+	}
+	return p, ""
+}

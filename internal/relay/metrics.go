@@ -1,0 +1,101 @@
+package relay
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Roles a daemon plays for a flow.
+const (
+	roleInP = "inp"
+	roleTrP = "trp"
+	roleEgP = "egp"
+)
+
+// Flow outcomes.
+const (
+	outcomeOK        = "ok"         // both directions ended with EOF
+	outcomeReset     = "reset"      // an error or reset on either side
+	outcomeIdle      = "idle"       // idle timeout
+	outcomeAborted   = "aborted"    // closed by shutdown after the drain timeout
+	outcomeDialError = "dial_error" // next hop or origin unreachable
+	outcomeEntry     = "entry_error"
+)
+
+// Refusal reasons.
+const (
+	refuseAuth          = "auth"
+	refuseReplay        = "replay"
+	refuseMalformed     = "malformed"
+	refuseTooLarge      = "too_large"
+	refuseExpired       = "expired"
+	refuseHeaderTimeout = "header_timeout"
+	refuseNotSelf       = "not_self"
+	refuseNotMember     = "not_member"
+	refusePolicy        = "policy"
+	refuseLimitGlobal   = "limit_global"
+	refuseLimitSource   = "limit_source"
+	refuseEntryAuth     = "entry_auth"
+	refuseEntryAllow    = "entry_allowlist"
+	refuseEntryProto    = "entry_protocol"
+	refuseDraining      = "draining"
+)
+
+// metrics is the daemon's private Prometheus registry and its collectors.
+type metrics struct {
+	reg      *prometheus.Registry
+	flows    *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
+	active   *prometheus.GaugeVec
+	refusals *prometheus.CounterVec
+	direct   *prometheus.CounterVec
+	connect  *prometheus.HistogramVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		flows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mosto_relay_flows_total",
+			Help: "Flows ended, by role of this proxy (inp, trp, egp) and outcome.",
+		}, []string{"role", "outcome"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mosto_relay_bytes_total",
+			Help: "Bytes relayed, by role and direction (up: client to origin, down: origin to client).",
+		}, []string{"role", "direction"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mosto_relay_active_flows",
+			Help: "Flows in progress, by role.",
+		}, []string{"role"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mosto_relay_refusals_total",
+			Help: "Connections refused, by reason.",
+		}, []string{"reason"}),
+		direct: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mosto_relay_direct_total",
+			Help: "Flows the InP sent straight to the origin, by reason (self_egress, no_chain, bad_chain).",
+		}, []string{"reason"}),
+		connect: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "mosto_relay_connect_seconds",
+			Help:    "Time to connect to the next hop, by peer (a FEP id, or origin).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}, []string{"peer"}),
+	}
+	m.reg.MustRegister(m.flows, m.bytes, m.active, m.refusals, m.direct, m.connect,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range []string{roleInP, roleTrP, roleEgP} {
+		m.active.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry returns the daemon's private Prometheus registry.
+func (s *Server) Registry() *prometheus.Registry { return s.m.reg }

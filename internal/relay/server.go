@@ -1,0 +1,689 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/pathcomp"
+)
+
+// ChainSource answers chain lookups; *pathcomp.Index satisfies it. The
+// controller replaces it at run time with SetChains.
+type ChainSource interface {
+	Lookup(from, to string, size int64) (pathcomp.ChainEntry, bool)
+}
+
+// Server is one proxy daemon. Create it with New, then call Run once (or
+// Close if Run is never called).
+type Server struct {
+	cfg    *Config
+	log    *slog.Logger
+	self   string
+	kr     *hop.Keyring // nil: no overlay (direct only)
+	replay *hop.ReplayCache
+	egress *egressMap
+	policy policy
+	ppDest []matcher // origins that want a PROXY v2 header
+	res    resolver
+	m      *metrics
+	refLog *rateLog
+
+	members atomic.Pointer[map[string]string]
+	chains  atomic.Pointer[chainBox]
+
+	dialer    net.Dialer
+	header    time.Duration
+	idle      time.Duration
+	limits    *connLimiter
+	listeners []*listener
+	httpSrv   *http.Server
+	metricsLn net.Listener
+
+	// flowCtx is cancelled when flows must stop (after the drain timeout).
+	flowCtx    context.Context
+	flowCancel context.CancelFunc
+	draining   atomic.Bool
+	forcing    atomic.Bool
+
+	wg    sync.WaitGroup // every per-connection goroutine
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // open connections, for the forced close
+	ran   atomic.Bool
+	close sync.Once
+}
+
+type chainBox struct{ src ChainSource }
+
+// listener is one bound listening socket with what it serves.
+type listener struct {
+	ln      *net.TCPListener
+	kind    entryKind
+	service *ServiceConfig // kindService
+	allow   []matcher      // kindSOCKS5, kindConnect
+}
+
+type entryKind uint8
+
+const (
+	kindHop entryKind = iota
+	kindService
+	kindSOCKS5
+	kindConnect
+)
+
+func (k entryKind) String() string {
+	return [...]string{"hop", "service", "socks5", "http_connect"}[k]
+}
+
+// New builds a daemon from cfg: it reads the keys and the chain table and
+// binds every listener, so configuration errors surface here. log may be nil.
+func New(cfg *Config, log *slog.Logger) (*Server, error) {
+	return newServer(cfg, log, true)
+}
+
+// Check does what New does except binding listeners: it validates cfg and
+// loads its keys and chain table.
+func Check(cfg *Config) error {
+	_, err := newServer(cfg, nil, false)
+	return err
+}
+
+func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:    cfg,
+		log:    log.With("fep", cfg.ID),
+		self:   cfg.ID,
+		res:    net.DefaultResolver,
+		m:      newMetrics(),
+		header: cfg.headerTimeout(),
+		idle:   cfg.idleTimeout(),
+		conns:  make(map[net.Conn]struct{}),
+	}
+	s.refLog = newRateLog(s.log, 10*time.Second)
+	s.flowCtx, s.flowCancel = context.WithCancel(context.Background())
+	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control()}
+	maxConns := cfg.Limits.MaxConns
+	if maxConns == 0 {
+		maxConns = DefaultMaxConns
+	}
+	perSource := cfg.Limits.MaxConnsPerSource
+	if perSource == 0 {
+		perSource = DefaultMaxConnsPerSource
+	}
+	s.limits = newConnLimiter(maxConns, perSource, cfg.Limits.HopMaxConnsPerSource)
+
+	if cfg.Keys.Current != nil {
+		kr, err := loadKeyring(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.kr = kr
+		s.replay = hop.NewReplayCache(cfg.maxSkew(), 1<<18)
+	}
+	members := make(map[string]string, len(cfg.Members))
+	for id, addr := range cfg.Members {
+		members[id] = addr
+	}
+	s.members.Store(&members)
+	if cfg.Table != "" {
+		ix, err := loadTable(cfg.path(cfg.Table))
+		if err != nil {
+			return nil, err
+		}
+		s.chains.Store(&chainBox{ix})
+	}
+	var err error
+	if s.egress, err = newEgressMap(cfg.ID, cfg.Egress); err != nil {
+		return nil, err
+	}
+	if s.policy.allow, err = parseMatchers(cfg.Destinations.Allow); err != nil {
+		return nil, fmt.Errorf("destinations.allow: %w", err)
+	}
+	if s.ppDest, err = parseMatchers(cfg.ProxyProtocol); err != nil {
+		return nil, fmt.Errorf("proxy_protocol: %w", err)
+	}
+	if !bind {
+		return s, nil
+	}
+	if err := s.bind(); err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	return s, nil
+}
+
+func loadKeyring(cfg *Config) (*hop.Keyring, error) {
+	cur, err := cfg.Keys.Current.secret(cfg.dir)
+	if err != nil {
+		return nil, fmt.Errorf("keys.current: %w", err)
+	}
+	var prev *hop.Key
+	if p := cfg.Keys.Previous; p != nil {
+		sec, err := p.secret(cfg.dir)
+		if err != nil {
+			return nil, fmt.Errorf("keys.previous: %w", err)
+		}
+		prev = &hop.Key{ID: p.ID, Secret: sec}
+	}
+	kr, err := hop.NewKeyring(hop.Key{ID: cfg.Keys.Current.ID, Secret: cur}, prev)
+	if err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	return kr, nil
+}
+
+func loadTable(path string) (*pathcomp.Index, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("chain table: %w", err)
+	}
+	defer f.Close()
+	tf, err := pathcomp.ReadTableFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("chain table %s: %w", path, err)
+	}
+	return pathcomp.NewIndex(tf)
+}
+
+func (s *Server) bind() error {
+	lc := net.ListenConfig{Control: s.cfg.Socket.control()}
+	listen := func(addr string, l *listener) error {
+		ln, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen %s %s: %w", l.kind, addr, err)
+		}
+		l.ln = ln.(*net.TCPListener)
+		s.listeners = append(s.listeners, l)
+		return nil
+	}
+	if a := s.cfg.Hop.Listen; a != "" {
+		if s.kr == nil {
+			return errors.New("hop.listen needs keys.current")
+		}
+		if err := listen(a, &listener{kind: kindHop}); err != nil {
+			return err
+		}
+	}
+	for i := range s.cfg.Services {
+		svc := &s.cfg.Services[i]
+		if err := listen(svc.Listen, &listener{kind: kindService, service: svc}); err != nil {
+			return err
+		}
+	}
+	if c := s.cfg.SOCKS5; c != nil {
+		allow, _ := parseMatchers(c.Allow)
+		if err := listen(c.Listen, &listener{kind: kindSOCKS5, allow: allow}); err != nil {
+			return err
+		}
+	}
+	if c := s.cfg.HTTPConnect; c != nil {
+		allow, _ := parseMatchers(c.Allow)
+		if err := listen(c.Listen, &listener{kind: kindConnect, allow: allow}); err != nil {
+			return err
+		}
+	}
+	if a := s.cfg.Metrics.Listen; a != "" {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("listen metrics %s: %w", a, err)
+		}
+		s.metricsLn = ln
+	}
+	return nil
+}
+
+func (s *Server) addr(kind entryKind, i int) net.Addr {
+	for _, l := range s.listeners {
+		if l.kind != kind {
+			continue
+		}
+		if i == 0 {
+			return l.ln.Addr()
+		}
+		i--
+	}
+	return nil
+}
+
+// HopAddr returns the hop listener's address, or nil.
+func (s *Server) HopAddr() net.Addr { return s.addr(kindHop, 0) }
+
+// ServiceAddr returns the address of the i-th service listener, or nil.
+func (s *Server) ServiceAddr(i int) net.Addr { return s.addr(kindService, i) }
+
+// SOCKS5Addr returns the SOCKS5 listener's address, or nil.
+func (s *Server) SOCKS5Addr() net.Addr { return s.addr(kindSOCKS5, 0) }
+
+// HTTPConnectAddr returns the HTTP CONNECT listener's address, or nil.
+func (s *Server) HTTPConnectAddr() net.Addr { return s.addr(kindConnect, 0) }
+
+// MetricsAddr returns the metrics listener's address, or nil.
+func (s *Server) MetricsAddr() net.Addr {
+	if s.metricsLn == nil {
+		return nil
+	}
+	return s.metricsLn.Addr()
+}
+
+// SetMembers replaces the member list (FEP id -> hop address) atomically.
+func (s *Server) SetMembers(members map[string]string) {
+	m := make(map[string]string, len(members))
+	for k, v := range members {
+		m[k] = v
+	}
+	s.members.Store(&m)
+}
+
+// SetChains replaces the chain source atomically; nil means no chains.
+func (s *Server) SetChains(cs ChainSource) {
+	if cs == nil {
+		s.chains.Store(nil)
+		return
+	}
+	s.chains.Store(&chainBox{cs})
+}
+
+func (s *Server) member(id string) (string, bool) {
+	a, ok := (*s.members.Load())[id]
+	return a, ok
+}
+
+// Run serves until ctx is cancelled, then drains: it stops accepting, waits
+// up to the drain timeout for flows to end, resets the rest and returns.
+func (s *Server) Run(ctx context.Context) error {
+	if s.ran.Swap(true) {
+		return errors.New("relay: Run called twice")
+	}
+	s.log.Info("proxy serving", "listeners", len(s.listeners), "members", len(*s.members.Load()))
+	var acceptWG sync.WaitGroup
+	fatal := make(chan error, len(s.listeners)+1)
+	for _, l := range s.listeners {
+		acceptWG.Add(1)
+		go s.acceptLoop(&acceptWG, l, fatal)
+	}
+	if s.metricsLn != nil {
+		s.httpSrv = s.newHTTPServer()
+		acceptWG.Add(1)
+		go s.serveMetrics(&acceptWG, fatal)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-fatal:
+	}
+	s.draining.Store(true)
+	s.closeListeners()
+	s.log.Info("proxy draining", "active", s.limits.total(), "timeout", s.cfg.drainTimeout())
+	if !s.waitFlows(s.cfg.drainTimeout()) {
+		s.log.Warn("drain timeout: resetting remaining connections", "active", s.limits.total())
+		s.forceClose()
+		s.wg.Wait()
+	}
+	if s.httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	acceptWG.Wait()
+	s.flowCancel()
+	s.log.Info("proxy stopped")
+	return runErr
+}
+
+// Close releases the listeners of a Server whose Run was never called.
+func (s *Server) Close() error {
+	if s.ran.Load() {
+		return nil
+	}
+	s.closeListeners()
+	s.flowCancel()
+	return nil
+}
+
+func (s *Server) closeListeners() {
+	s.close.Do(func() {
+		for _, l := range s.listeners {
+			if l.ln != nil {
+				l.ln.Close()
+			}
+		}
+		if s.metricsLn != nil && s.httpSrv == nil {
+			s.metricsLn.Close()
+		}
+	})
+}
+
+func (s *Server) waitFlows(d time.Duration) bool {
+	done := make(chan struct{})
+	go waitGroupDone(&s.wg, done)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func waitGroupDone(wg *sync.WaitGroup, done chan<- struct{}) {
+	wg.Wait()
+	close(done)
+}
+
+func (s *Server) forceClose() {
+	s.forcing.Store(true)
+	s.flowCancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		resetClose(c)
+	}
+}
+
+func (s *Server) track(c net.Conn) {
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	if s.forcing.Load() {
+		resetClose(c)
+	}
+}
+
+func (s *Server) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// acceptLoop accepts connections on l until it is closed.
+func (s *Server) acceptLoop(wg *sync.WaitGroup, l *listener, fatal chan<- error) {
+	defer wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := l.ln.AcceptTCP()
+		if err != nil {
+			if s.draining.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept", "listener", l.kind.String(), "err", err, "retry", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			fatal <- fmt.Errorf("accept %s: %w", l.kind, err)
+			return
+		}
+		backoff = 0
+		src := addrPort(c.RemoteAddr())
+		if reason := s.limits.acquire(src.Addr(), l.kind == kindHop); reason != "" {
+			s.refuse(reason, c, src, nil)
+			continue
+		}
+		s.wg.Add(1)
+		go s.serveConn(l, c, src)
+	}
+}
+
+// serveConn owns one accepted connection for its whole life.
+func (s *Server) serveConn(l *listener, c *net.TCPConn, src netip.AddrPort) {
+	defer s.wg.Done()
+	defer s.limits.release(src.Addr(), l.kind == kindHop)
+	s.track(c)
+	defer s.untrack(c)
+	if l.kind == kindHop {
+		s.serveHop(c, src)
+		return
+	}
+	s.serveEntry(l, c, src)
+}
+
+func isTemporary(err error) bool {
+	var se interface{ Temporary() bool }
+	return errors.As(err, &se) && se.Temporary()
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort()
+	}
+	return netip.AddrPort{}
+}
+
+// refuse counts and logs a refused connection and closes it with a reset.
+func (s *Server) refuse(reason string, c net.Conn, src netip.AddrPort, err error) {
+	s.m.refusals.WithLabelValues(reason).Inc()
+	s.refLog.refused(reason, src, err)
+	resetClose(c)
+}
+
+// refusalReason maps an error of hop.Read to a refusal reason.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return refuseHeaderTimeout
+	case errors.Is(err, hop.ErrAuth):
+		return refuseAuth
+	case errors.Is(err, hop.ErrReplay):
+		return refuseReplay
+	case errors.Is(err, hop.ErrTooLarge):
+		return refuseTooLarge
+	case errors.Is(err, hop.ErrExpired):
+		return refuseExpired
+	default:
+		return refuseMalformed
+	}
+}
+
+// serveHop handles a connection from another member: verify the header,
+// then forward to the next member or, as EgP, to the origin.
+func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) {
+	c.SetReadDeadline(time.Now().Add(s.header))
+	h, err := hop.Read(c, s.kr, time.Now(), s.cfg.maxSkew())
+	if err == nil {
+		err = s.replay.Check(h)
+	}
+	if err != nil {
+		s.refuse(refusalReason(err), c, src, err)
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	if h.Hop == 0 || h.Route[h.Hop] != s.self {
+		s.refuse(refuseNotSelf, c, src, fmt.Errorf("route %v hop %d", h.Route, h.Hop))
+		return
+	}
+	log := s.log.With("flow", flowString(h.FlowID))
+	if h.Hop < len(h.Route)-1 {
+		next := h.Route[h.Hop+1]
+		addr, ok := s.member(next)
+		if !ok || next == s.self {
+			s.refuse(refuseNotMember, c, src, fmt.Errorf("next hop %q", next))
+			return
+		}
+		fwd := *h
+		fwd.Hop++
+		fwd.Time = time.Now()
+		s.forward(c, roleTrP, next, addr, &fwd, log)
+		return
+	}
+	t, err := ParseTarget(h.Target)
+	if err != nil {
+		s.refuse(refusePolicy, c, src, err)
+		return
+	}
+	s.exit(c, roleEgP, t, h.Source, h.Dest, log)
+}
+
+// forward connects to the next member, sends it h and relays.
+func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header, log *slog.Logger) {
+	up, err := s.dialHop(next, addr, h)
+	if err != nil {
+		log.Debug("connect next hop", "next", next, "addr", addr, "err", err)
+		s.endFlow(role, outcomeDialError)
+		resetClose(c)
+		return
+	}
+	log.Debug("hop", "role", role, "next", next, "route", h.Route)
+	s.relay(role, c, up)
+}
+
+// exit is the EgP's last step: connect to the origin if the destination
+// policy allows it, and relay.
+func (s *Server) exit(c *net.TCPConn, role string, t Target, client, local netip.AddrPort, log *slog.Logger) {
+	up, err := s.dialOrigin(t, client, local)
+	if errors.Is(err, errPolicy) {
+		s.refuse(refusePolicy, c, client, fmt.Errorf("target %s", t))
+		return
+	}
+	if err != nil {
+		log.Debug("connect origin", "target", t.String(), "err", err)
+		s.endFlow(role, outcomeDialError)
+		resetClose(c)
+		return
+	}
+	log.Debug("exit", "role", role, "target", t.String())
+	s.relay(role, c, up)
+}
+
+// dialHop connects to the next member and sends it the signed header h.
+func (s *Server) dialHop(next, addr string, h *hop.Header) (*net.TCPConn, error) {
+	b, err := h.Marshal(s.kr)
+	if err != nil {
+		return nil, fmt.Errorf("marshal hop header: %w", err)
+	}
+	up, err := s.dial(next, addr)
+	if err != nil {
+		return nil, err
+	}
+	up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+	if _, err := up.Write(b); err != nil {
+		s.untrack(up)
+		resetClose(up)
+		return nil, fmt.Errorf("send hop header to %s: %w", next, err)
+	}
+	up.SetWriteDeadline(time.Time{})
+	return up, nil
+}
+
+// dialOrigin checks t against the destination policy (errPolicy), connects
+// to the allowed address and sends a PROXY v2 header to origins that want
+// one.
+func (s *Server) dialOrigin(t Target, client, local netip.AddrPort) (*net.TCPConn, error) {
+	ctx, cancel := context.WithTimeout(s.flowCtx, s.dialer.Timeout)
+	dst, err := s.policy.resolve(ctx, s.res, t)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	up, err := s.dial("origin", dst.String())
+	if err != nil {
+		return nil, err
+	}
+	if listAllowsAny(s.ppDest, t, dst.Addr()) {
+		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+		if _, err := up.Write(hop.AppendPlainV2(nil, client, local)); err != nil {
+			s.untrack(up)
+			resetClose(up)
+			return nil, fmt.Errorf("send PROXY header to %s: %w", dst, err)
+		}
+		up.SetWriteDeadline(time.Time{})
+	}
+	return up, nil
+}
+
+// listAllowsAny reports whether t (by name or by its resolved address)
+// matches one of ms; an empty list matches nothing.
+func listAllowsAny(ms []matcher, t Target, ip netip.Addr) bool {
+	for _, m := range ms {
+		if ok, _ := m.matches(t.Host, ip, t.Port); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// dial connects to addr (peer names the next hop for the metrics) and
+// tracks the connection.
+func (s *Server) dial(peer, addr string) (*net.TCPConn, error) {
+	start := time.Now()
+	nc, err := s.dialer.DialContext(s.flowCtx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s %s: %w", peer, addr, err)
+	}
+	s.m.connect.WithLabelValues(peer).Observe(time.Since(start).Seconds())
+	c := nc.(*net.TCPConn)
+	if s.cfg.Socket.NoDelay != nil {
+		c.SetNoDelay(*s.cfg.Socket.NoDelay)
+	}
+	s.track(c)
+	return c, nil
+}
+
+// relay moves the flow's bytes until both directions end; down is the
+// accepted connection, up the dialed one (closed and untracked here).
+func (s *Server) relay(role string, down, up *net.TCPConn) {
+	defer s.untrack(up)
+	active := s.m.active.WithLabelValues(role)
+	active.Inc()
+	defer active.Dec()
+	p := &pipe{
+		down: down, up: up, idle: s.idle,
+		upBytes: s.m.bytes.WithLabelValues(role, "up"),
+		dnBytes: s.m.bytes.WithLabelValues(role, "down"),
+	}
+	outcome := p.run()
+	if s.forcing.Load() && outcome != outcomeOK {
+		outcome = outcomeAborted
+	}
+	s.endFlow(role, outcome)
+}
+
+func (s *Server) endFlow(role, outcome string) {
+	s.m.flows.WithLabelValues(role, outcome).Inc()
+}
+
+func flowString(id [16]byte) string {
+	return fmt.Sprintf("%x", id[:8])
+}
+
+func (s *Server) newHTTPServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", s.m.handler())
+	mux.HandleFunc("/healthz", s.healthz)
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// serveMetrics serves /metrics and /healthz until shutdown.
+func (s *Server) serveMetrics(wg *sync.WaitGroup, fatal chan<- error) {
+	defer wg.Done()
+	if err := s.httpSrv.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fatal <- fmt.Errorf("metrics: %w", err)
+	}
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		http.Error(w, "draining", http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}

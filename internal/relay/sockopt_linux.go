@@ -1,0 +1,52 @@
+package relay
+
+import (
+	"fmt"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// control returns a net.Dialer/ListenConfig Control function applying the
+// configured socket options before connect or listen (buffer sizes must be
+// set before the handshake to affect window scaling). Accepted sockets
+// inherit them from the listener.
+func (c SocketConfig) control() func(network, address string, rc syscall.RawConn) error {
+	if c.RcvBuf == 0 && c.SndBuf == 0 && c.Congestion == "" && c.NotSentLowat == 0 {
+		return nil
+	}
+	return func(network, address string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = c.apply(int(fd))
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}
+}
+
+func (c SocketConfig) apply(fd int) error {
+	if c.RcvBuf > 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, int(c.RcvBuf)); err != nil {
+			return fmt.Errorf("set SO_RCVBUF: %w", err)
+		}
+	}
+	if c.SndBuf > 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, int(c.SndBuf)); err != nil {
+			return fmt.Errorf("set SO_SNDBUF: %w", err)
+		}
+	}
+	if c.Congestion != "" {
+		if err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, c.Congestion); err != nil {
+			return fmt.Errorf("set TCP_CONGESTION %q: %w", c.Congestion, err)
+		}
+	}
+	if c.NotSentLowat > 0 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, int(c.NotSentLowat)); err != nil {
+			return fmt.Errorf("set TCP_NOTSENT_LOWAT: %w", err)
+		}
+	}
+	return nil
+}
