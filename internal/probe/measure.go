@@ -1,0 +1,90 @@
+package probe
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// UDPEcho measures the RTT to a peer's measurement endpoint with one echo
+// round trip per call. The zero value is ready to use.
+type UDPEcho struct {
+	Timeout time.Duration // per round trip; 0 means 2s
+	seq     atomic.Uint64
+}
+
+// Measure sends one request to addr and returns the time to its reply.
+func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, error) {
+	timeout := u.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "udp", addr)
+	if err != nil {
+		return 0, fmt.Errorf("probe %s: %w", addr, err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var idb [8]byte
+	rand.Read(idb[:])
+	req := Packet{Type: TypeRequest, ID: binary.BigEndian.Uint64(idb[:]), Seq: u.seq.Add(1)}
+	start := time.Now()
+	req.Stamp = uint64(start.UnixNano())
+	if _, err := c.Write(req.Append(make([]byte, 0, PacketSize))); err != nil {
+		return 0, fmt.Errorf("probe %s: %w", addr, err)
+	}
+	buf := make([]byte, PacketSize+1)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("probe %s: no reply within %v: %w", addr, timeout, ctx.Err())
+			}
+			return 0, fmt.Errorf("probe %s: %w", addr, err)
+		}
+		p, err := ParsePacket(buf[:n])
+		if err != nil || p.Type != TypeReply || p.ID != req.ID || p.Seq != req.Seq || p.Stamp != req.Stamp {
+			continue // stray or forged datagram: keep waiting
+		}
+		return time.Since(start), nil
+	}
+}
+
+// TCPHandshake measures the RTT to a peer as the time a TCP connect to addr
+// (its hop port) takes: SYN out, SYN-ACK back. It needs nothing from the
+// peer but a listener, at the cost of an accepted-and-closed connection.
+type TCPHandshake struct {
+	Timeout time.Duration // 0 means 2s
+}
+
+// Measure connects to addr, closes the connection and returns the connect time.
+func (t TCPHandshake) Measure(ctx context.Context, addr string) (time.Duration, error) {
+	timeout := t.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	d := net.Dialer{Timeout: timeout}
+	start := time.Now()
+	c, err := d.DialContext(ctx, "tcp", addr)
+	rtt := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("probe tcp %s: %w", addr, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0) // no TIME_WAIT pile-up at one probe per interval per peer
+	}
+	c.Close()
+	return rtt, nil
+}
+
+// errNoSample is returned by a round in which every probe to a peer failed.
+var errNoSample = errors.New("probe: no successful measurement")

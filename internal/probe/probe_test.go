@@ -1,0 +1,352 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+const ms = time.Millisecond
+
+func TestWindowRobust(t *testing.T) {
+	tests := []struct {
+		name    string
+		n       int
+		samples []time.Duration
+		want    time.Duration
+	}{
+		{"single", 5, []time.Duration{10 * ms}, 10 * ms},
+		{"one spike", 5, []time.Duration{10 * ms, 10 * ms, 500 * ms, 10 * ms, 11 * ms}, 10 * ms},
+		{"two spikes", 5, []time.Duration{10 * ms, 900 * ms, 500 * ms, 10 * ms, 11 * ms}, 11 * ms},
+		{"low outlier", 5, []time.Duration{50 * ms, 50 * ms, 1 * ms, 51 * ms, 49 * ms}, 50 * ms},
+		{"even count", 4, []time.Duration{10 * ms, 20 * ms, 30 * ms, 1000 * ms}, 25 * ms},
+		{"old samples roll out", 3, []time.Duration{500 * ms, 500 * ms, 500 * ms, 20 * ms, 20 * ms}, 20 * ms},
+		{"sustained change shows after a majority", 5, []time.Duration{10 * ms, 10 * ms, 10 * ms, 10 * ms, 10 * ms, 40 * ms, 40 * ms, 40 * ms}, 40 * ms},
+		{"but not before", 5, []time.Duration{10 * ms, 10 * ms, 10 * ms, 10 * ms, 10 * ms, 40 * ms, 40 * ms}, 10 * ms},
+		{"non-positive ignored", 5, []time.Duration{0, -5 * ms, 7 * ms}, 7 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := NewWindow(tt.n)
+			for _, s := range tt.samples {
+				w.Add(s)
+			}
+			got, ok := w.Estimate()
+			if !ok || got != tt.want {
+				t.Errorf("Estimate() = %v, %v; want %v", got, ok, tt.want)
+			}
+		})
+	}
+	if _, ok := NewWindow(3).Estimate(); ok {
+		t.Error("empty window has an estimate")
+	}
+}
+
+func TestThreshold(t *testing.T) {
+	tests := []struct {
+		last, now time.Duration
+		want      bool
+	}{
+		{100 * ms, 109 * ms, false},
+		{100 * ms, 111 * ms, true},
+		{100 * ms, 89 * ms, true},
+		{100 * ms, 91 * ms, false},
+		{5 * ms, 6900 * time.Microsecond, false}, // 2 ms beats 10% on short links
+		{5 * ms, 7100 * time.Microsecond, true},
+		{5 * ms, 2900 * time.Microsecond, true},
+		{20 * ms, 22 * ms, false}, // exactly the limit is not a change
+	}
+	for _, tt := range tests {
+		if got := (Threshold{}).Changed(tt.last, tt.now); got != tt.want {
+			t.Errorf("Changed(%v, %v) = %v; want %v", tt.last, tt.now, got, tt.want)
+		}
+	}
+	if !(Threshold{Rel: 0.01, Abs: time.Microsecond}).Changed(100*ms, 102*ms) {
+		t.Error("custom threshold ignored")
+	}
+}
+
+func TestTracker(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	type step struct {
+		observe map[string]time.Duration // round samples
+		at      time.Duration            // since t0
+		want    []string                 // "peer=rtt" pending, in order
+		full    bool
+		fail    bool // the report fails: commit nothing
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"first report carries all, then silence", []step{
+			{observe: map[string]time.Duration{"a": 10 * ms, "b": 50 * ms}, want: []string{"a=10ms", "b=50ms"}, full: true},
+			{observe: map[string]time.Duration{"a": 11 * ms, "b": 52 * ms}, at: 10 * time.Second, want: nil},
+			{observe: map[string]time.Duration{"a": 10 * ms, "b": 49 * ms}, at: 20 * time.Second, want: nil},
+		}},
+		{"a spike is not reported, a change is", []step{
+			{observe: map[string]time.Duration{"a": 100 * ms, "b": 50 * ms}, want: []string{"a=100ms", "b=50ms"}, full: true},
+			{observe: map[string]time.Duration{"a": 100 * ms, "b": 50 * ms}, at: 10 * time.Second},
+			{observe: map[string]time.Duration{"a": 900 * ms, "b": 50 * ms}, at: 20 * time.Second},
+			{observe: map[string]time.Duration{"a": 100 * ms, "b": 80 * ms}, at: 30 * time.Second},
+			{observe: map[string]time.Duration{"a": 100 * ms, "b": 80 * ms}, at: 40 * time.Second},
+			{observe: map[string]time.Duration{"a": 100 * ms, "b": 80 * ms}, at: 50 * time.Second, want: []string{"b=80ms"}},
+			{observe: map[string]time.Duration{"a": 100 * ms, "b": 80 * ms}, at: 60 * time.Second},
+		}},
+		{"failed report stays pending", []step{
+			{observe: map[string]time.Duration{"a": 10 * ms}, want: []string{"a=10ms"}, full: true, fail: true},
+			{observe: map[string]time.Duration{"a": 10 * ms}, at: 10 * time.Second, want: []string{"a=10ms"}, full: true},
+			{observe: map[string]time.Duration{"a": 10 * ms}, at: 20 * time.Second},
+		}},
+		{"a new peer is reported alone", []step{
+			{observe: map[string]time.Duration{"a": 10 * ms}, want: []string{"a=10ms"}, full: true},
+			{observe: map[string]time.Duration{"a": 10 * ms, "c": 30 * ms}, at: 10 * time.Second, want: []string{"c=30ms"}},
+		}},
+		{"refresh re-reports all", []step{
+			{observe: map[string]time.Duration{"a": 10 * ms, "b": 20 * ms}, want: []string{"a=10ms", "b=20ms"}, full: true},
+			{observe: map[string]time.Duration{"a": 10 * ms, "b": 20 * ms}, at: 5 * time.Minute},
+			{observe: map[string]time.Duration{"a": 10 * ms, "b": 20 * ms}, at: 10 * time.Minute, want: []string{"a=10ms", "b=20ms"}, full: true},
+			{observe: map[string]time.Duration{"a": 10 * ms, "b": 20 * ms}, at: 11 * time.Minute},
+		}},
+		{"peer without samples is not reported", []step{
+			{observe: map[string]time.Duration{"a": 10 * ms, "b": 0}, want: []string{"a=10ms"}, full: true},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTracker(5, Threshold{}, 10*time.Minute)
+			for i, st := range tt.steps {
+				now := t0.Add(st.at)
+				for p, d := range st.observe {
+					tr.Observe(p, d, now)
+				}
+				got, full := tr.Pending(now)
+				var names []string
+				for _, s := range got {
+					names = append(names, s.Peer+"="+s.RTT.String())
+				}
+				if !slices.Equal(names, st.want) || (len(got) > 0 && full != st.full) {
+					t.Fatalf("step %d: Pending = %v (full %v); want %v (full %v)", i, names, full, st.want, st.full)
+				}
+				if !st.fail {
+					tr.Commit(got, full, now)
+				}
+			}
+		})
+	}
+}
+
+// scripted is a Measurer whose RTT per address a test sets.
+type scripted struct {
+	mu    sync.Mutex
+	rtt   map[string]time.Duration
+	calls int
+}
+
+func (s *scripted) set(addr string, d time.Duration) {
+	s.mu.Lock()
+	s.rtt[addr] = d
+	s.mu.Unlock()
+}
+
+func (s *scripted) Measure(ctx context.Context, addr string) (time.Duration, error) {
+	s.mu.Lock()
+	d, ok := s.rtt[addr]
+	s.calls++
+	s.mu.Unlock()
+	if !ok {
+		return 0, errors.New("unreachable")
+	}
+	time.Sleep(d) // fake time inside the bubble
+	return d, nil
+}
+
+func TestProberRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &scripted{rtt: map[string]time.Duration{"a:1": 10 * ms, "b:1": 80 * ms}}
+		p := NewProber(Config{Measurer: m, Interval: 10 * time.Second, Jitter: -1, Refresh: -1}, nil)
+		var mu sync.Mutex
+		var reports [][]Sample
+		fail := false
+		report := func(ctx context.Context, s []Sample) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if fail {
+				return errors.New("controller down")
+			}
+			reports = append(reports, s)
+			return nil
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx, report) }()
+		p.SetTargets([]Target{{"a", "a:1"}, {"b", "b:1"}, {"c", "c:1"}}) // c unreachable
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		check := func(what string, want ...string) {
+			t.Helper()
+			mu.Lock()
+			defer mu.Unlock()
+			var got []string
+			for _, r := range reports {
+				for _, s := range r {
+					got = append(got, s.Peer+"="+s.RTT.String())
+				}
+				got = append(got, "|")
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: reports %v; want %v", what, got, want)
+			}
+		}
+		check("first round", "a=10ms", "b=80ms", "|")
+
+		time.Sleep(60 * time.Second) // 6 stable rounds
+		synctest.Wait()
+		check("stable", "a=10ms", "b=80ms", "|")
+
+		m.set("b:1", 120*ms)
+		mu.Lock()
+		fail = true
+		mu.Unlock()
+		time.Sleep(30 * time.Second) // 3 rounds: the window's majority is now 120 ms, but reports fail
+		synctest.Wait()
+		check("controller down", "a=10ms", "b=80ms", "|")
+		mu.Lock()
+		fail = false
+		mu.Unlock()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		check("recovered", "a=10ms", "b=80ms", "|", "b=120ms", "|")
+
+		if est := p.Estimates(); est["a"] != 10*ms || est["b"] != 120*ms {
+			t.Errorf("Estimates() = %v", est)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
+func TestServerAndUDPEcho(t *testing.T) {
+	ctx := t.Context()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(ServerConfig{}, nil)
+	done := make(chan error, 1)
+	sctx, stop := context.WithCancel(ctx)
+	go func() { done <- srv.Serve(sctx, pc) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	addr := pc.LocalAddr().String()
+
+	u := &UDPEcho{Timeout: time.Second}
+	rtt, err := u.Measure(ctx, addr)
+	if err != nil {
+		t.Fatalf("Measure: %v", err)
+	}
+	if rtt <= 0 || rtt > time.Second {
+		t.Errorf("loopback rtt %v", rtt)
+	}
+
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	good := Packet{Type: TypeRequest, ID: 7, Seq: 1}.Append(nil)
+	reply := Packet{Type: TypeReply, ID: 7, Seq: 1}.Append(nil)
+	bad := [][]byte{
+		append(append([]byte(nil), good...), 0), // oversized by one
+		make([]byte, 1500),                      // oversized
+		[]byte("GET / HTTP/1.0\r\n\r\n"),        // garbage
+		reply,                                   // a reply is not a request
+		good[:PacketSize-1],                     // truncated
+	}
+	for _, b := range bad {
+		c.Write(b)
+	}
+	c.Write(good) // the last one is answered
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 2048)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ParsePacket(buf[:n])
+	if err != nil || p.Type != TypeReply || p.ID != 7 {
+		t.Fatalf("reply %+v, %v; want a reply to id 7 (no reply to the bad datagrams before it)", p, err)
+	}
+	st := srv.Stats()
+	want := ServerStats{Replied: 2, Oversized: 2, Garbage: 3}
+	if st != want {
+		t.Errorf("Stats() = %+v; want %+v", st, want)
+	}
+}
+
+func TestServerRateLimit(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	srv := NewServer(ServerConfig{Rate: 10, Burst: 3, Now: func() time.Time { return now }}, nil)
+	req := func() bool { return srv.handle(Packet{Type: TypeRequest}.Append(nil)) != nil }
+	for i := range 3 {
+		if !req() {
+			t.Fatalf("request %d within the burst refused", i)
+		}
+	}
+	if req() {
+		t.Fatal("request over the burst answered")
+	}
+	now = now.Add(100 * ms) // one token at 10/s
+	if !req() {
+		t.Fatal("request after refill refused")
+	}
+	if req() {
+		t.Fatal("second request after a one-token refill answered")
+	}
+	if st := srv.Stats(); st.Limited != 2 || st.Replied != 4 {
+		t.Errorf("Stats() = %+v", st)
+	}
+}
+
+func TestTCPHandshake(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d, err := TCPHandshake{}.Measure(t.Context(), ln.Addr().String())
+	if err != nil || d <= 0 {
+		t.Fatalf("Measure = %v, %v", d, err)
+	}
+	ln.Close()
+	if _, err := (TCPHandshake{Timeout: time.Second}).Measure(t.Context(), ln.Addr().String()); err == nil {
+		t.Error("Measure to a closed port succeeded")
+	}
+}
+
+func TestUDPEchoTimeout(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0") // never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	start := time.Now()
+	if _, err := (&UDPEcho{Timeout: 200 * ms}).Measure(t.Context(), pc.LocalAddr().String()); err == nil {
+		t.Fatal("Measure of a silent endpoint succeeded")
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("timeout took %v", el)
+	}
+}

@@ -1,0 +1,233 @@
+package probe
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Measurer measures the RTT to one address. UDPEcho and TCPHandshake
+// implement it.
+type Measurer interface {
+	Measure(ctx context.Context, addr string) (time.Duration, error)
+}
+
+// Target is a peer to measure.
+type Target struct {
+	ID   string
+	Addr string // host:port of its measurement endpoint (or hop port for TCPHandshake)
+}
+
+// ReportFunc delivers samples to the controller. An error keeps them
+// pending.
+type ReportFunc func(ctx context.Context, samples []Sample) error
+
+// Config configures a Prober. Zero values take the defaults.
+type Config struct {
+	Measurer    Measurer      // nil: &UDPEcho{}
+	Interval    time.Duration // between rounds; 0 means 10s
+	Jitter      float64       // each wait is Interval*(1±Jitter); 0 means 0.2, <0 none
+	Probes      int           // probes per peer per round (the round sample is their minimum); 0 means 3
+	Window      int           // round samples per estimator; 0 means 5
+	Threshold   Threshold     // 0 means 10% or 2 ms, whichever is larger
+	Refresh     time.Duration // full report period; 0 means 10m, <0 never
+	Concurrency int           // peers measured at once; 0 means 32
+}
+
+// Prober measures its targets every Interval and reports significant
+// changes.
+type Prober struct {
+	cfg  Config
+	log  *slog.Logger
+	wake chan struct{}
+
+	mu      sync.Mutex // guards targets and tracker
+	targets []Target
+	tracker *Tracker
+	failed  map[string]int // consecutive failed rounds per peer
+}
+
+// NewProber returns a Prober; log may be nil.
+func NewProber(cfg Config, log *slog.Logger) *Prober {
+	if cfg.Measurer == nil {
+		cfg.Measurer = &UDPEcho{}
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = 0.2
+	}
+	if cfg.Jitter < 0 {
+		cfg.Jitter = 0
+	}
+	if cfg.Jitter > 0.9 {
+		cfg.Jitter = 0.9
+	}
+	if cfg.Probes <= 0 {
+		cfg.Probes = 3
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 5
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = 10 * time.Minute
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Prober{
+		cfg:     cfg,
+		log:     log,
+		wake:    make(chan struct{}, 1),
+		tracker: NewTracker(cfg.Window, cfg.Threshold, cfg.Refresh),
+		failed:  make(map[string]int),
+	}
+}
+
+// SetTargets replaces the peers to measure and wakes the prober for a round.
+func (p *Prober) SetTargets(ts []Target) {
+	p.mu.Lock()
+	p.targets = append([]Target(nil), ts...)
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	p.tracker.Retain(ids)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Estimates returns the current estimate of every peer that has one.
+func (p *Prober) Estimates() map[string]time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]time.Duration)
+	for _, t := range p.targets {
+		if d, ok := p.tracker.Estimate(t.ID); ok {
+			out[t.ID] = d
+		}
+	}
+	return out
+}
+
+// Run measures and reports until ctx ends. The first round starts at once.
+func (p *Prober) Run(ctx context.Context, report ReportFunc) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-p.wake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		p.Round(ctx)
+		p.Flush(ctx, report)
+		timer.Reset(p.nextWait())
+	}
+}
+
+func (p *Prober) nextWait() time.Duration {
+	f := 1 + p.cfg.Jitter*(2*rand.Float64()-1)
+	return time.Duration(float64(p.cfg.Interval) * f)
+}
+
+// Flush sends the pending samples through report and commits them on success.
+func (p *Prober) Flush(ctx context.Context, report ReportFunc) error {
+	p.mu.Lock()
+	samples, full := p.tracker.Pending(time.Now())
+	p.mu.Unlock()
+	if len(samples) == 0 {
+		return nil
+	}
+	if err := report(ctx, samples); err != nil {
+		p.log.Warn("rtt report failed; will retry", "samples", len(samples), "err", err)
+		return fmt.Errorf("report: %w", err)
+	}
+	p.mu.Lock()
+	p.tracker.Commit(samples, full, time.Now())
+	p.mu.Unlock()
+	p.log.Debug("rtt report sent", "samples", len(samples), "full", full)
+	return nil
+}
+
+// Round measures every target once (Probes back-to-back probes each, at
+// most Concurrency peers at a time) and feeds the estimators.
+func (p *Prober) Round(ctx context.Context) {
+	p.mu.Lock()
+	targets := append([]Target(nil), p.targets...)
+	p.mu.Unlock()
+	type result struct {
+		id  string
+		rtt time.Duration
+		at  time.Time
+		err error
+	}
+	results := make([]result, len(targets))
+	sem := make(chan struct{}, p.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rtt, err := p.burst(ctx, t.Addr)
+			results[i] = result{id: t.ID, rtt: rtt, at: time.Now(), err: err}
+		})
+	}
+	wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range results {
+		if r.err != nil {
+			p.failed[r.id]++
+			if p.failed[r.id] == 3 {
+				p.log.Warn("peer unreachable for 3 rounds", "peer", r.id, "err", r.err)
+			}
+			continue
+		}
+		delete(p.failed, r.id)
+		p.tracker.Observe(r.id, r.rtt, r.at)
+	}
+}
+
+// burst sends Probes probes to addr and returns the smallest RTT.
+func (p *Prober) burst(ctx context.Context, addr string) (time.Duration, error) {
+	var best time.Duration
+	var lastErr error
+	for range p.cfg.Probes {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		d, err := p.cfg.Measurer.Measure(ctx, addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if best == 0 || d < best {
+			best = d
+		}
+	}
+	if best == 0 {
+		if lastErr == nil {
+			lastErr = errNoSample
+		}
+		return 0, lastErr
+	}
+	return best, nil
+}

@@ -1,0 +1,105 @@
+package probe
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Sample is one reported RTT estimate for a peer.
+type Sample struct {
+	Peer string
+	RTT  time.Duration
+	At   time.Time // when the newest sample behind the estimate was taken
+}
+
+// Tracker keeps the estimators of a prober's peers and decides what to
+// report; it does no I/O and reads no clock.
+//
+// A peer's estimate is reported when it was never reported (the first
+// report therefore carries every peer with an estimate) or when it moved by
+// more than the Threshold from the value last reported. Every Refresh, the
+// next report carries all peers again, so a controller that lost state (or a
+// new leader) converges without asking. A failed report commits nothing:
+// the same changes stay pending for the next round.
+type Tracker struct {
+	window    int
+	threshold Threshold
+	refresh   time.Duration
+	peers     map[string]*peerState
+	lastFull  time.Time // zero until a report carrying all peers succeeded
+}
+
+type peerState struct {
+	w        *Window
+	at       time.Time
+	reported time.Duration
+	has      bool // reported at least once
+}
+
+// NewTracker returns a Tracker keeping window samples per peer; refresh <= 0
+// disables periodic full reports.
+func NewTracker(window int, th Threshold, refresh time.Duration) *Tracker {
+	return &Tracker{window: window, threshold: th, refresh: refresh, peers: make(map[string]*peerState)}
+}
+
+// Observe records a round sample for peer taken at at.
+func (t *Tracker) Observe(peer string, rtt time.Duration, at time.Time) {
+	ps := t.peers[peer]
+	if ps == nil {
+		ps = &peerState{w: NewWindow(t.window)}
+		t.peers[peer] = ps
+	}
+	if rtt <= 0 {
+		return
+	}
+	ps.w.Add(rtt)
+	ps.at = at
+}
+
+// Retain forgets every peer not in keep.
+func (t *Tracker) Retain(keep []string) {
+	for p := range t.peers {
+		if !slices.Contains(keep, p) {
+			delete(t.peers, p)
+		}
+	}
+}
+
+// Estimate returns the current estimate for peer.
+func (t *Tracker) Estimate(peer string) (time.Duration, bool) {
+	ps := t.peers[peer]
+	if ps == nil {
+		return 0, false
+	}
+	return ps.w.Estimate()
+}
+
+// Pending returns the samples to report at now, sorted by peer, and whether
+// they are a full report (every peer with an estimate).
+func (t *Tracker) Pending(now time.Time) (samples []Sample, full bool) {
+	full = t.lastFull.IsZero() || (t.refresh > 0 && now.Sub(t.lastFull) >= t.refresh)
+	for peer, ps := range t.peers {
+		est, ok := ps.w.Estimate()
+		if !ok {
+			continue
+		}
+		if full || !ps.has || t.threshold.Changed(ps.reported, est) {
+			samples = append(samples, Sample{Peer: peer, RTT: est, At: ps.at})
+		}
+	}
+	slices.SortFunc(samples, func(a, b Sample) int { return strings.Compare(a.Peer, b.Peer) })
+	return samples, full
+}
+
+// Commit records that samples (from Pending) were reported at now.
+func (t *Tracker) Commit(samples []Sample, full bool, now time.Time) {
+	for _, s := range samples {
+		if ps := t.peers[s.Peer]; ps != nil {
+			ps.reported, ps.has = s.RTT, true
+		}
+	}
+	if full && len(samples) > 0 {
+		t.lastFull = now
+	}
+}
