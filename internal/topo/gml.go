@@ -24,7 +24,7 @@ const earthRadiusKm = 6371.0
 // ReadGML reads a Topology Zoo GML graph whose nodes carry Latitude and
 // Longitude and returns the full mesh over its links: each link's one-way
 // delay is the great-circle distance of its ends at 2/3 of the speed of
-// light, and the RTT of two locations is twice the one-way delay of the
+// light, rounded to whole microseconds, and the RTT of two locations is twice the one-way delay of the
 // shortest path between them along the graph's links. Nodes without valid
 // coordinates are dropped (with their links), and only the largest connected
 // component is kept; the graph is rejected if fewer than 2 nodes remain.
@@ -191,7 +191,11 @@ func gmlMesh(items []gmlPair, name string) (*Matrix, []string, error) {
 		if u < 0 || v < 0 {
 			continue
 		}
-		g.link(u, v, GreatCircleKm(kept[u].lat, kept[u].lon, kept[v].lat, kept[v].lon)/speedInFibreKmPerMs)
+		// Whole microseconds, so that sums along paths are exact for a
+		// planner that quantises RTTs to microseconds (pathcomp does): the
+		// full mesh is then an exact metric.
+		ms := math.Round(GreatCircleKm(kept[u].lat, kept[u].lon, kept[v].lat, kept[v].lon)/speedInFibreKmPerMs*1000) / 1000
+		g.link(u, v, ms)
 	}
 	m, warn := g.fullMesh(name)
 	if warn != "" {
