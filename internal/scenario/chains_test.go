@@ -1,0 +1,91 @@
+package scenario
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConnectCounts(t *testing.T) {
+	in := `# HELP mosto_relay_connect_seconds Time to connect
+# TYPE mosto_relay_connect_seconds histogram
+mosto_relay_connect_seconds_bucket{peer="London",le="0.1"} 3
+mosto_relay_connect_seconds_count{peer="London"} 3
+mosto_relay_connect_seconds_count{peer="origin"} 2
+mosto_relay_connect_seconds_sum{peer="origin"} 0.01
+`
+	got, err := parseConnectCounts(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["London"] != 3 || got["origin"] != 2 {
+		t.Errorf("parseConnectCounts = %v", got)
+	}
+	if _, err := parseConnectCounts(strings.NewReader(`mosto_relay_connect_seconds_count{peer="x"} abc` + "\n")); err == nil {
+		t.Errorf("malformed value accepted")
+	}
+}
+
+func TestUsedChain(t *testing.T) {
+	before := Hops{"A": {"B": 1}, "B": {"C": 1}, "C": {"origin": 1}}
+	after := Hops{"A": {"B": 2}, "B": {"C": 2}, "C": {"origin": 2}, "D": {"origin": 1}}
+	if p, ok := UsedChain(before, after, "A"); !ok || !slices.Equal(p, []string{"A", "B", "C"}) {
+		t.Errorf("UsedChain = %v, %v; want [A B C], true", p, ok)
+	}
+	// Ambiguous: two new peers at A.
+	after["A"]["D"] = 1
+	if _, ok := UsedChain(before, after, "A"); ok {
+		t.Errorf("ambiguous walk reported ok")
+	}
+	// Direct from the entry.
+	if p, ok := UsedChain(Hops{}, Hops{"D": {"origin": 1}}, "D"); !ok || !slices.Equal(p, []string{"D"}) {
+		t.Errorf("UsedChain direct = %v, %v", p, ok)
+	}
+}
+
+func TestRolesResolve(t *testing.T) {
+	ms := map[string]float64{
+		"client|A": 1, "client|B": 50, "client|C": 100, "client|origin": 110,
+		"A|B": 50, "A|C": 100, "A|origin": 110, "B|C": 50, "B|origin": 60, "C|origin": 2,
+	}
+	d := func(a, b string) time.Duration {
+		if v, ok := ms[a+"|"+b]; ok {
+			return time.Duration(v * 1e6)
+		}
+		return time.Duration(ms[b+"|"+a] * 1e6)
+	}
+	hosts := []string{"client", "origin", "A", "B", "C"}
+	r, err := Roles{}.resolve(hosts, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.InP != "A" || r.EgP != "C" || r.Single != "B" || !slices.Equal(r.FEPs, []string{"A", "B", "C"}) {
+		t.Errorf("resolve = %+v; want InP A, EgP C, Single B, FEPs [A B C]", r)
+	}
+	bad := []Roles{
+		{Client: "nope"},
+		{FEPs: []string{"client"}},
+		{InP: "C", EgP: "C"},
+		{Single: "origin"},
+	}
+	for _, b := range bad {
+		if _, err := b.resolve(hosts, d); err == nil {
+			t.Errorf("resolve(%+v) succeeded; want error", b)
+		}
+	}
+}
+
+func TestDemoSpec(t *testing.T) {
+	s, err := DemoSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, h := range s.Hosts {
+		names = append(names, h.Name)
+	}
+	if len(names) != 10 || !slices.Contains(names, "client") || !slices.Contains(names, "origin") {
+		t.Errorf("demo hosts = %v; want client, origin and 8 FEPs", names)
+	}
+}

@@ -1,0 +1,502 @@
+package scenario
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/mosto-net/mosto/internal/cdnfront"
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/transfer"
+)
+
+// Mode is a way of fetching an object.
+type Mode string
+
+const (
+	Direct  Mode = "direct"       // client -> origin
+	Single  Mode = "mosto-single" // client -> one proxy (Roles.Single) -> origin
+	Chain   Mode = "mosto-chain"  // client -> InP -> computed chain -> EgP -> origin
+	CDNWarm Mode = "cdn-warm"     // client -> nginx next to it -> warm keep-alive connection -> origin
+	CDNCold Mode = "cdn-cold"     // the same after nginx's idle timeout closed the upstream connection
+)
+
+// Modes lists every mode in report order.
+var Modes = []Mode{Direct, Single, Chain, CDNWarm, CDNCold}
+
+// Ports used inside the world.
+const (
+	originPort  = 80
+	hopPort     = 7000
+	metricsPort = 9100
+	cdnPort     = 8080
+	servicePort = 8000 // + size index, one service per size class
+)
+
+// Config configures a Scenario.
+type Config struct {
+	Roles Roles
+	// Sizes are the object sizes that will be fetched through mosto: the InP
+	// and the single proxy get one service listener per size (the size picks
+	// the chain's rounds class).
+	Sizes []int64
+	// Mosto is the command that runs the mosto binary, e.g. {os.Executable()}.
+	Mosto []string
+	// Env is added to the environment of the proxy processes.
+	Env []string
+	// Dir holds generated files (configs, keys, table, nginx); empty: a new
+	// temporary directory, removed by Close.
+	Dir string
+	// CDN enables the nginx front-end; CDNIdle is its upstream idle timeout
+	// (0: 5 s).
+	CDN     bool
+	CDNIdle time.Duration
+	Nginx   string // nginx binary; empty: "nginx"
+	// Table, when set, is the chain table the proxies use instead of the
+	// one computed from the world's RTTs.
+	Table *pathcomp.TableFile
+}
+
+// Scenario is a running experiment in a world.
+type Scenario struct {
+	w       *emu.World
+	cfg     Config
+	roles   Roles
+	log     *slog.Logger
+	dir     string
+	tempDir bool
+	table   *pathcomp.TableFile
+	index   *pathcomp.Index
+
+	cancel     context.CancelFunc
+	originDone chan error
+	originSrv  *origin.Server
+	originConn atomic.Int64 // connections the origin accepted
+	proxies    []*proxyProc
+	cdn        *cdnfront.Front
+	lastCDN    time.Time
+
+	clients map[Mode]*transfer.Client
+}
+
+type proxyProc struct {
+	fep  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	logf string
+}
+
+// Start brings up the origin, the proxies and (if enabled) the CDN
+// front-end in w, and waits until each accepts connections.
+func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *Scenario, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.Sizes) == 0 {
+		return nil, errors.New("scenario: no sizes")
+	}
+	if len(cfg.Mosto) == 0 {
+		return nil, errors.New("scenario: no mosto command to run the proxies")
+	}
+	roles, err := cfg.Roles.resolve(w.Hosts(), w.RTT)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scenario{w: w, cfg: cfg, roles: roles, log: log, dir: cfg.Dir, clients: make(map[Mode]*transfer.Client)}
+	if s.dir == "" {
+		if s.dir, err = os.MkdirTemp("", "mosto-scenario-"); err != nil {
+			return nil, fmt.Errorf("scenario: %w", err)
+		}
+		s.tempDir = true
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	var octx context.Context
+	octx, s.cancel = context.WithCancel(context.Background())
+
+	// Origin.
+	oaddr := s.addr(roles.Origin, originPort)
+	ln, err := w.Listen(ctx, roles.Origin, "tcp", oaddr)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: origin listen: %w", err)
+	}
+	s.originSrv = origin.New(origin.Config{}, log.With("host", roles.Origin))
+	s.originDone = make(chan error, 1)
+	cl := &countingListener{Listener: ln, n: &s.originConn}
+	go func() { s.originDone <- s.originSrv.Serve(octx, cl) }()
+
+	// Chain table and proxies.
+	if err := s.buildTable(); err != nil {
+		return nil, err
+	}
+	if err := s.startProxies(ctx); err != nil {
+		return nil, err
+	}
+
+	// CDN front-end in the client's namespace (co-located with the client).
+	if cfg.CDN {
+		fcfg := cdnfront.Config{
+			Listen: s.addr(roles.Client, cdnPort), Origin: oaddr, IdleTimeout: cfg.CDNIdle,
+			Nginx: cfg.Nginx, Dir: filepath.Join(s.dir, "nginx"), User: "root root",
+		}
+		run := func(ctx context.Context, name string, args ...string) *exec.Cmd {
+			return w.Command(ctx, roles.Client, name, args...)
+		}
+		if s.cdn, err = cdnfront.Start(ctx, fcfg, run, log); err != nil {
+			return nil, err
+		}
+	}
+
+	// Everything answers?
+	waits := []struct{ host, addr string }{{roles.Client, oaddr}}
+	for _, p := range s.proxies {
+		waits = append(waits, struct{ host, addr string }{roles.Client, s.addr(p.fep, metricsPort)})
+	}
+	if s.cdn != nil {
+		waits = append(waits, struct{ host, addr string }{roles.Client, s.cdn.Addr()})
+	}
+	for _, wt := range waits {
+		if err := s.waitAccept(ctx, wt.host, wt.addr); err != nil {
+			return nil, err
+		}
+	}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return w.Dial(ctx, roles.Client, network, addr)
+	}
+	s.clients[Direct] = &transfer.Client{Addr: oaddr, Dial: dial}
+	if s.cdn != nil {
+		s.clients[CDNWarm] = &transfer.Client{Addr: s.cdn.Addr(), Dial: dial}
+		s.clients[CDNCold] = s.clients[CDNWarm]
+	}
+	return s, nil
+}
+
+func (s *Scenario) addr(host string, port int) string {
+	return netip.AddrPortFrom(s.w.Addr(host), uint16(port)).String()
+}
+
+// Roles returns the hosts' roles with defaults filled in.
+func (s *Scenario) Roles() Roles { return s.roles }
+
+// Table returns the chain table the proxies use.
+func (s *Scenario) Table() *pathcomp.TableFile { return s.table }
+
+// ComputedChain returns the chain the table holds from the InP to the EgP
+// for a transfer of size bytes.
+func (s *Scenario) ComputedChain(size int64) ([]string, bool) {
+	e, ok := s.index.Lookup(s.roles.InP, s.roles.EgP, size)
+	return e.Path, ok
+}
+
+// buildTable computes the chain table over the FEPs' configured RTTs (or
+// takes Config.Table) and writes it for the proxies.
+func (s *Scenario) buildTable() error {
+	tf := s.cfg.Table
+	if tf == nil {
+		n := len(s.roles.FEPs)
+		rtt := make([][]float64, n)
+		for i, a := range s.roles.FEPs {
+			rtt[i] = make([]float64, n)
+			for j, b := range s.roles.FEPs {
+				if i != j {
+					rtt[i][j] = float64(s.w.RTT(a, b)) / 1e6
+				}
+			}
+		}
+		f, err := pathcomp.Precompute(rtt, pathcomp.Options{})
+		if err != nil {
+			return fmt.Errorf("scenario: chain precomputation: %w", err)
+		}
+		tf = pathcomp.BuildTable(s.roles.FEPs, f, s.cfg.Sizes)
+		tf.Version = 1
+	}
+	ix, err := pathcomp.NewIndex(tf)
+	if err != nil {
+		return fmt.Errorf("scenario: chain table: %w", err)
+	}
+	s.table, s.index = tf, ix
+	b, err := json.MarshalIndent(tf, "", " ")
+	if err != nil {
+		return fmt.Errorf("scenario: encode table: %w", err)
+	}
+	return os.WriteFile(filepath.Join(s.dir, "table.json"), b, 0o644)
+}
+
+// proxyConfig is the part of relay.Config the scenario writes (see
+// docs/proxy.md for the format).
+type proxyConfig struct {
+	ID      string            `yaml:"id"`
+	Hop     map[string]string `yaml:"hop"`
+	Members map[string]string `yaml:"members"`
+	Keys    map[string]any    `yaml:"keys"`
+	Table   string            `yaml:"table"`
+	Egress  map[string]string `yaml:"egress,omitempty"`
+	Dest    map[string]any    `yaml:"destinations"`
+	Service []map[string]any  `yaml:"services,omitempty"`
+	Timeout map[string]string `yaml:"timeouts"`
+	Metrics map[string]string `yaml:"metrics"`
+}
+
+func (s *Scenario) startProxies(ctx context.Context) error {
+	var key [32]byte
+	rand.Read(key[:])
+	members := make(map[string]string)
+	for _, f := range s.roles.FEPs {
+		members[f] = s.addr(f, hopPort)
+	}
+	origin := s.addr(s.roles.Origin, originPort)
+	for _, f := range s.roles.FEPs {
+		pc := proxyConfig{
+			ID:      f,
+			Hop:     map[string]string{"listen": s.addr(f, hopPort)},
+			Members: members,
+			Keys:    map[string]any{"current": map[string]any{"id": 1, "secret_hex": hex.EncodeToString(key[:])}},
+			Table:   filepath.Join(s.dir, "table.json"),
+			Dest:    map[string]any{"allow": []string{origin}},
+			Timeout: map[string]string{"drain": "1s", "connect": "10s"},
+			Metrics: map[string]string{"listen": s.addr(f, metricsPort)},
+		}
+		// The InP sends flows for the origin to the EgP through a chain; the
+		// single proxy (and every other FEP) connects to the origin itself.
+		if f == s.roles.InP {
+			pc.Egress = map[string]string{"default": s.roles.EgP}
+		}
+		if f == s.roles.InP || f == s.roles.Single {
+			for i, size := range s.cfg.Sizes {
+				pc.Service = append(pc.Service, map[string]any{
+					"name": "obj-" + transfer.FormatSize(size), "listen": s.addr(f, servicePort+i),
+					"origin": origin, "size": strconv.FormatInt(size, 10),
+				})
+			}
+		}
+		b, err := yaml.Marshal(pc)
+		if err != nil {
+			return fmt.Errorf("scenario: proxy config %s: %w", f, err)
+		}
+		path := filepath.Join(s.dir, "proxy-"+f+".yaml")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return fmt.Errorf("scenario: %w", err)
+		}
+		p := &proxyProc{fep: f, done: make(chan struct{}), logf: filepath.Join(s.dir, "proxy-"+f+".log")}
+		args := append(append([]string(nil), s.cfg.Mosto[1:]...), "proxy", "--config", path)
+		p.cmd = s.w.Command(context.Background(), f, s.cfg.Mosto[0], args...)
+		p.cmd.Env = append(os.Environ(), s.cfg.Env...)
+		lf, err := os.Create(p.logf)
+		if err != nil {
+			return fmt.Errorf("scenario: %w", err)
+		}
+		p.cmd.Stdout, p.cmd.Stderr = lf, lf
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := p.cmd.Start(); err != nil {
+			lf.Close()
+			return fmt.Errorf("scenario: start proxy %s: %w", f, err)
+		}
+		go func() {
+			p.err = p.cmd.Wait()
+			lf.Close()
+			close(p.done)
+		}()
+		s.proxies = append(s.proxies, p)
+	}
+	return nil
+}
+
+// waitAccept polls until addr accepts a TCP connection from host, or a
+// proxy died, or 15 s passed.
+func (s *Scenario) waitAccept(ctx context.Context, host, addr string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := s.w.Dial(dctx, host, "tcp", addr)
+		cancel()
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		for _, p := range s.proxies {
+			select {
+			case <-p.done:
+				log, _ := os.ReadFile(p.logf)
+				return fmt.Errorf("scenario: proxy %s exited (%v): %s", p.fep, p.err, tail(string(log), 600))
+			default:
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("scenario: %s does not accept connections from %s: %w", addr, host, err)
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// Fetch fetches an object of size bytes in mode from the client and checks
+// its bytes. For CDNCold it first waits until nginx's upstream connection
+// has been idle longer than its timeout, and reports as Cold whether the
+// origin really saw a new connection.
+func (s *Scenario) Fetch(ctx context.Context, mode Mode, size int64, seed uint64) (Sample, error) {
+	c, err := s.client(mode, size)
+	if err != nil {
+		return Sample{}, err
+	}
+	if mode == CDNCold {
+		idle := s.cfg.CDNIdle
+		if idle == 0 {
+			idle = 5 * time.Second
+		}
+		if wait := time.Until(s.lastCDN.Add(idle + idle/5 + 100*time.Millisecond)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Sample{}, ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+	before := s.originConn.Load()
+	res, err := c.Object(ctx, size, seed)
+	if mode == CDNWarm || mode == CDNCold {
+		s.lastCDN = time.Now()
+	}
+	if err != nil {
+		return Sample{}, fmt.Errorf("%s %s: %w", mode, transfer.FormatSize(size), err)
+	}
+	return Sample{Mode: mode, Size: size, Result: res, NewOriginConn: s.originConn.Load() > before}, nil
+}
+
+// Sample is one fetch.
+type Sample struct {
+	Mode   Mode
+	Size   int64
+	Result transfer.Result
+	// NewOriginConn: the origin accepted a connection during the fetch
+	// (always for direct; for cdn-warm it means the connection was not warm).
+	NewOriginConn bool
+}
+
+func (s *Scenario) client(mode Mode, size int64) (*transfer.Client, error) {
+	if c, ok := s.clients[mode]; ok && (mode != Single && mode != Chain) {
+		return c, nil
+	}
+	var fep string
+	switch mode {
+	case Single:
+		fep = s.roles.Single
+	case Chain:
+		fep = s.roles.InP
+	case CDNWarm, CDNCold:
+		return nil, fmt.Errorf("scenario: mode %s needs the CDN front-end (Config.CDN)", mode)
+	default:
+		return nil, fmt.Errorf("scenario: unknown mode %q", mode)
+	}
+	idx := -1
+	for i, v := range s.cfg.Sizes {
+		if v == size {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil, fmt.Errorf("scenario: size %d has no service listener (sizes: %v)", size, s.cfg.Sizes)
+	}
+	key := Mode(fmt.Sprintf("%s/%d", mode, idx))
+	if c, ok := s.clients[key]; ok {
+		return c, nil
+	}
+	c := &transfer.Client{Addr: s.addr(fep, servicePort+idx), Dial: s.clients[Direct].Dial}
+	s.clients[key] = c
+	return c, nil
+}
+
+// OriginRTT returns the configured client-origin RTT, and the bottleneck
+// rate of the direct path in bytes per second (0: no rate limit).
+func (s *Scenario) OriginRTT() (time.Duration, float64) {
+	d := s.w.RTT(s.roles.Client, s.roles.Origin)
+	l, err := s.w.Link(s.roles.Origin, s.roles.Client)
+	if err != nil || l.RateMbit <= 0 {
+		return d, 0
+	}
+	return d, l.RateMbit * 1e6 / 8
+}
+
+// Close stops the CDN front-end, the proxies and the origin and removes a
+// temporary directory. The world stays up.
+func (s *Scenario) Close() error {
+	var errs []error
+	if s.cdn != nil {
+		errs = append(errs, s.cdn.Stop())
+	}
+	for _, p := range s.proxies {
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	}
+	for _, p := range s.proxies {
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case <-p.done:
+		case <-t.C:
+			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+		t.Stop()
+	}
+	if s.cancel != nil {
+		s.cancel()
+		if s.originDone != nil {
+			if err := <-s.originDone; err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if s.tempDir {
+		os.RemoveAll(s.dir)
+	}
+	return errors.Join(errs...)
+}
+
+// countingListener counts accepted connections.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
