@@ -2,10 +2,69 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/proxybench"
 )
 
-// runBenchProxy is a placeholder until its owner lands it; it fails loudly.
+// runBenchProxy measures mosto proxy against direct, HAProxy and nginx
+// stream on loopback, side by side, and prints Markdown tables.
 func runBenchProxy(ctx context.Context, env *Env, args []string) error {
-	return errors.New("benchproxy: not implemented yet")
+	fs := newFlagSet(env, "bench proxy")
+	modes := fs.String("modes", strings.Join(proxybench.AllModes, ","), "comma-separated modes to measure")
+	size := fs.String("bytes", "2GB", "bytes per single-flow throughput run (decimal units: 500MB, 2GB)")
+	runs := fs.Int("runs", proxybench.DefaultRuns, "throughput runs per mode, interleaved across modes")
+	connDur := fs.Duration("conn-duration", proxybench.DefaultConnDuration, "duration of the connections-per-second test per mode")
+	parallel := fs.Int("parallel", proxybench.DefaultConnParallel, "parallel clients in the connections-per-second test")
+	payload := fs.Int("payload", proxybench.DefaultConnPayload, "bytes sent per short connection")
+	idle := fs.Int("idle", proxybench.DefaultIdleConns, "idle flows opened to measure memory per connection (negative: skip)")
+	mosto := fs.String("mosto", "", "mosto binary to run as the proxy (default: this executable)")
+	haproxy := fs.String("haproxy", "", "haproxy binary (default: from PATH)")
+	nginx := fs.String("nginx", "", "nginx binary (default: from PATH)")
+	dir := fs.String("dir", "", "directory for generated configs (default: a temporary one, removed afterwards)")
+	fs.Usage = func() {
+		fmt.Fprintln(env.Stderr, "usage: mosto bench proxy [flags]\n\nCompares single-flow throughput, CPU per GB, connections per second,\nmemory per idle flow and idle RSS of mosto proxy, HAProxy and nginx stream on loopback.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected arguments %q", pos)
+	}
+	n, err := pathcomp.ParseSize(*size)
+	if err != nil || n <= 0 {
+		return usageErrorf("-bytes %q: want a positive size", *size)
+	}
+	if *runs < 1 || *parallel < 1 || *payload < 1 || *connDur <= 0 {
+		return usageErrorf("-runs, -parallel, -payload and -conn-duration must be positive")
+	}
+	if *idle == 0 {
+		*idle = -1
+	}
+	list := strings.Split(*modes, ",")
+	for _, m := range list {
+		if !slices.Contains(proxybench.AllModes, m) {
+			return usageErrorf("-modes: unknown mode %q (want some of %s)", m, strings.Join(proxybench.AllModes, ","))
+		}
+	}
+	if *mosto == "" {
+		if *mosto, err = os.Executable(); err != nil {
+			return fmt.Errorf("find mosto binary: %w", err)
+		}
+	}
+	rep, err := proxybench.Run(ctx, proxybench.Config{
+		Modes: list, Mosto: *mosto, HAProxy: *haproxy, Nginx: *nginx,
+		Bytes: n, Runs: *runs, ConnDuration: *connDur, ConnParallel: *parallel, ConnPayload: *payload,
+		IdleConns: *idle, Dir: *dir, Log: env.Log,
+	})
+	if rep != nil {
+		rep.WriteMarkdown(env.Stdout)
+	}
+	return err
 }

@@ -1,0 +1,371 @@
+package proxybench
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Config selects what Run measures. Zero fields take the defaults below.
+type Config struct {
+	Modes []string // subset of AllModes; nil: all
+
+	Mosto    string // mosto binary for the mosto modes (required for them)
+	HAProxy  string // haproxy binary; "" looks it up in PATH
+	Nginx    string // nginx binary; "" looks it up in PATH
+	NginxMod string // stream module to load; "" uses the Debian path if present
+
+	Bytes int64 // bytes per single-flow throughput run (default 2 GB)
+	Runs  int   // throughput runs per mode, interleaved (default 3)
+
+	ConnDuration time.Duration // per mode (default 3s)
+	ConnParallel int           // parallel clients (default 16)
+	ConnPayload  int           // bytes per short connection (default 64)
+
+	IdleConns int // idle flows for memory per connection (default 5000; < 0 skips)
+
+	Dir string       // work directory for configs; "" makes a temporary one
+	Log *slog.Logger // progress; nil discards
+}
+
+// Defaults.
+const (
+	DefaultBytes        = 2_000_000_000
+	DefaultRuns         = 3
+	DefaultConnDuration = 3 * time.Second
+	DefaultConnParallel = 16
+	DefaultConnPayload  = 64
+	DefaultIdleConns    = 5000
+	debianStreamModule  = "/usr/lib/nginx/modules/ngx_stream_module.so"
+)
+
+// Result is everything measured for one mode.
+type Result struct {
+	Mode string
+	Err  string // why this mode could not be measured, if so
+
+	IdleRSS int64 // bytes, all relay processes, before any traffic
+
+	Gbps      []float64 // one per throughput run
+	CPUPerGB  []float64 // relay CPU seconds per GB moved, per run
+	ConnPerS  []float64 // one per run
+	ConnFail  int64
+	CPUPer1k  []float64 // relay CPU seconds per 1000 connections, per run
+	IdleFlows int
+	PerConn   float64 // RSS bytes per idle flow
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Config  Config
+	Results []*Result
+	Started time.Time
+	Elapsed time.Duration
+}
+
+func (c *Config) fill() {
+	if len(c.Modes) == 0 {
+		c.Modes = AllModes
+	}
+	if c.Bytes <= 0 {
+		c.Bytes = DefaultBytes
+	}
+	if c.Runs <= 0 {
+		c.Runs = DefaultRuns
+	}
+	if c.ConnDuration <= 0 {
+		c.ConnDuration = DefaultConnDuration
+	}
+	if c.ConnParallel <= 0 {
+		c.ConnParallel = DefaultConnParallel
+	}
+	if c.ConnPayload <= 0 {
+		c.ConnPayload = DefaultConnPayload
+	}
+	if c.IdleConns == 0 {
+		c.IdleConns = DefaultIdleConns
+	}
+	if c.HAProxy == "" {
+		c.HAProxy, _ = exec.LookPath("haproxy")
+	}
+	if c.Nginx == "" {
+		c.Nginx, _ = exec.LookPath("nginx")
+	}
+	if c.NginxMod == "" {
+		if _, err := os.Stat(debianStreamModule); err == nil {
+			c.NginxMod = debianStreamModule
+		}
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Run measures every mode of cfg side by side and returns the report. A
+// mode that cannot start is reported with its error; Run fails only when
+// nothing could be measured or ctx ends.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.fill()
+	for _, m := range cfg.Modes {
+		if !slices.Contains(AllModes, m) {
+			return nil, fmt.Errorf("unknown mode %q (want some of %s)", m, strings.Join(AllModes, ","))
+		}
+	}
+	rep := &Report{Config: cfg, Started: time.Now()}
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "mosto-bench-proxy-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		cfg.Dir = d
+	}
+	sk, err := newSink()
+	if err != nil {
+		return nil, err
+	}
+	defer sk.close()
+	st := &setup{dir: cfg.Dir, origin: sk.addr(), mosto: cfg.Mosto, haproxy: cfg.HAProxy,
+		nginx: cfg.Nginx, nginxMod: cfg.NginxMod, maxconn: raiseFileLimit(), log: cfg.Log}
+
+	relays := map[string]*relay{}
+	defer func() {
+		for _, r := range relays {
+			r.stop(3 * time.Second)
+		}
+	}()
+	for _, m := range cfg.Modes {
+		res := &Result{Mode: m}
+		rep.Results = append(rep.Results, res)
+		r, err := st.start(ctx, m)
+		if err != nil {
+			res.Err = err.Error()
+			cfg.Log.Warn("mode unavailable", "mode", m, "err", err)
+			continue
+		}
+		relays[m] = r
+		if len(r.procs) > 0 {
+			time.Sleep(300 * time.Millisecond) // let start-up allocations settle
+			_, res.IdleRSS = r.usage()
+		}
+	}
+	if len(relays) == 0 {
+		return rep, errors.New("no mode could be started")
+	}
+
+	// Single-flow throughput, modes interleaved within each run.
+	buf := make([]byte, 1<<20)
+	rand.Read(buf)
+	for run := 0; run < cfg.Runs; run++ {
+		for _, res := range rep.Results {
+			r := relays[res.Mode]
+			if r == nil || res.Err != "" {
+				continue
+			}
+			cpu0, _ := r.usage()
+			d, err := transfer(ctx, r.entry, cfg.Bytes, buf)
+			cpu1, _ := r.usage()
+			if err == nil {
+				err = r.exited()
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return rep, ctx.Err()
+				}
+				res.Err = fmt.Sprintf("throughput: %v", err)
+				cfg.Log.Warn("throughput failed", "mode", res.Mode, "err", err)
+				continue
+			}
+			gbps := float64(cfg.Bytes) * 8 / d.Seconds() / 1e9
+			res.Gbps = append(res.Gbps, gbps)
+			res.CPUPerGB = append(res.CPUPerGB, (cpu1-cpu0).Seconds()/(float64(cfg.Bytes)/1e9))
+			cfg.Log.Info("throughput", "mode", res.Mode, "run", run+1, "gbps", fmt.Sprintf("%.2f", gbps),
+				"cpu_s_per_gb", fmt.Sprintf("%.3f", res.CPUPerGB[len(res.CPUPerGB)-1]))
+		}
+	}
+
+	// Connections per second, modes interleaved within each run.
+	for run := 0; run < cfg.Runs; run++ {
+		for _, res := range rep.Results {
+			r := relays[res.Mode]
+			if r == nil || res.Err != "" || res.Mode == ModeMosto3 {
+				continue
+			}
+			cpu0, _ := r.usage()
+			ok, failed, sample := connRate(ctx, r.entry, cfg.ConnParallel, cfg.ConnPayload, cfg.ConnDuration)
+			cpu1, _ := r.usage()
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			rate := float64(ok) / cfg.ConnDuration.Seconds()
+			res.ConnPerS = append(res.ConnPerS, rate)
+			res.ConnFail += failed
+			if ok > 0 {
+				res.CPUPer1k = append(res.CPUPer1k, (cpu1-cpu0).Seconds()/float64(ok)*1000)
+			}
+			cfg.Log.Info("conn rate", "mode", res.Mode, "run", run+1, "conn_per_s", int(rate), "failed", failed, "first_error", sample)
+			// Let the relays' per-connection state settle between modes.
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+
+	// Memory per idle connection.
+	if cfg.IdleConns > 0 {
+		for _, res := range rep.Results {
+			r := relays[res.Mode]
+			if r == nil || res.Err != "" || len(r.procs) == 0 || res.Mode == ModeMosto3 {
+				continue
+			}
+			_, rss0 := r.usage()
+			conns, err := openIdle(ctx, r.entry, cfg.IdleConns, sk, 30*time.Second)
+			if err == nil {
+				time.Sleep(500 * time.Millisecond)
+				_, rss1 := r.usage()
+				res.IdleFlows = len(conns)
+				res.PerConn = float64(rss1-rss0) / float64(len(conns))
+				cfg.Log.Info("idle flows", "mode", res.Mode, "flows", len(conns), "bytes_per_flow", int(res.PerConn))
+			} else {
+				cfg.Log.Warn("idle flows failed", "mode", res.Mode, "err", err)
+				res.Err = fmt.Sprintf("idle flows: %v", err)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	rep.Elapsed = time.Since(rep.Started)
+	return rep, nil
+}
+
+// raiseFileLimit raises RLIMIT_NOFILE as far as allowed (relays and the
+// idle-flow test need two descriptors per flow) and returns the number of
+// relayed connections that fit in it.
+func raiseFileLimit() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 4000
+	}
+	for _, want := range []uint64{1 << 20, 1 << 18, 1 << 16} {
+		if lim.Cur >= want {
+			break
+		}
+		l := syscall.Rlimit{Cur: want, Max: max(want, lim.Max)}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l) == nil {
+			lim = l
+			break
+		}
+	}
+	if lim.Cur < lim.Max {
+		l := syscall.Rlimit{Cur: lim.Max, Max: lim.Max}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l) == nil {
+			lim = l
+		}
+	}
+	// HAProxy reserves about 2.5 descriptors per connection.
+	return int(min((lim.Cur-500)/3, 100000))
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r *Report) find(mode string) *Result {
+	for _, res := range r.Results {
+		if res.Mode == mode {
+			return res
+		}
+	}
+	return nil
+}
+
+// ratio formats a/b as "1.23x", or "-" when either is missing.
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+func num(v float64, format string) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// WriteMarkdown writes the report as Markdown tables with ratios to
+// HAProxy (median over runs for throughput).
+func (r *Report) WriteMarkdown(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "Loopback, %d x %.1f GB single-flow runs per mode (interleaved), %d parallel clients x %v for conn/s (%d-byte payload), %d idle flows.\n\n",
+		c.Runs, float64(c.Bytes)/1e9, c.ConnParallel, c.ConnDuration, c.ConnPayload, c.IdleConns)
+	h := r.find(ModeHAProxy)
+	if h == nil {
+		h = &Result{}
+	}
+	hg, hc := median(h.Gbps), median(h.CPUPerGB)
+	fmt.Fprintln(w, "| mode | Gbit/s (median) | runs | vs HAProxy | relay CPU s/GB | vs HAProxy |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+	for _, res := range r.Results {
+		g, cpu := median(res.Gbps), median(res.CPUPerGB)
+		runs := make([]string, len(res.Gbps))
+		for i, v := range res.Gbps {
+			runs[i] = fmt.Sprintf("%.2f", v)
+		}
+		cpuS, cpuR := num(cpu, "%.3f"), ratio(cpu, hc)
+		if res.Mode == ModeDirect {
+			cpuS, cpuR = "(no relay)", "-"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", res.Mode, num(g, "%.2f"), strings.Join(runs, " "), ratio(g, hg), cpuS, cpuR)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| mode | conn/s (median) | vs HAProxy | failed | relay CPU s per 1k conns | vs HAProxy |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+	for _, res := range r.Results {
+		if len(res.ConnPerS) == 0 {
+			continue
+		}
+		rate, cpu := median(res.ConnPerS), median(res.CPUPer1k)
+		fmt.Fprintf(w, "| %s | %.0f | %s | %d | %s | %s |\n", res.Mode, rate, ratio(rate, median(h.ConnPerS)),
+			res.ConnFail, num(cpu, "%.3f"), ratio(cpu, median(h.CPUPer1k)))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| mode | idle RSS (MB) | vs HAProxy | RSS per idle flow (KB) | vs HAProxy |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
+	for _, res := range r.Results {
+		if res.IdleRSS == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %s | %s | %s |\n", res.Mode, float64(res.IdleRSS)/1e6, ratio(float64(res.IdleRSS), float64(h.IdleRSS)),
+			num(res.PerConn/1e3, "%.1f"), ratio(res.PerConn, h.PerConn))
+	}
+	var errs []string
+	for _, res := range r.Results {
+		if res.Err != "" {
+			errs = append(errs, fmt.Sprintf("- %s: %s", res.Mode, res.Err))
+		}
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "\nNot measured:\n%s\n", strings.Join(errs, "\n"))
+	}
+	fmt.Fprintf(w, "\nElapsed %v. mosto3 is three chained daemons (InP, TrP, EgP); its CPU and RSS are the sum of the three. "+
+		"CPU is utime+stime of each relay's process tree from /proc/PID/stat; RSS sums the tree.\n", r.Elapsed.Round(time.Second))
+}

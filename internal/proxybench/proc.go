@@ -1,0 +1,93 @@
+package proxybench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is USER_HZ, the unit of utime/stime in /proc/PID/stat (100 on
+// every Linux architecture Go supports).
+const clockTick = 100
+
+// procStat is what we read of one /proc/PID/stat.
+type procStat struct {
+	ppid     int
+	cpu      time.Duration // utime + stime, all threads
+	rssPages int64
+}
+
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseStat(b)
+}
+
+// parseStat parses /proc/PID/stat; the command name may hold spaces and
+// parentheses, so fields are counted from the last ')'.
+func parseStat(b []byte) (procStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("proc stat: no ')' in %q", b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); ppid is field 4, utime 14, stime 15, rss 24.
+	if len(f) < 22 {
+		return procStat{}, fmt.Errorf("proc stat: %d fields", len(f)+2)
+	}
+	num := func(k int) int64 {
+		v, _ := strconv.ParseInt(f[k-3], 10, 64)
+		return v
+	}
+	ticks := num(14) + num(15)
+	return procStat{
+		ppid:     int(num(4)),
+		cpu:      time.Duration(ticks) * time.Second / clockTick,
+		rssPages: num(24),
+	}, nil
+}
+
+// tree returns pid and all its descendants that are alive.
+func tree(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return []int{pid}
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := readStat(p); err == nil {
+			children[st.ppid] = append(children[st.ppid], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// usage sums CPU time and RSS over the process trees of pids.
+func usage(pids []int) (cpu time.Duration, rss int64) {
+	page := int64(os.Getpagesize())
+	for _, root := range pids {
+		for _, p := range tree(root) {
+			st, err := readStat(p)
+			if err != nil {
+				continue
+			}
+			cpu += st.cpu
+			rss += st.rssPages * page
+		}
+	}
+	return cpu, rss
+}

@@ -1,0 +1,361 @@
+package proxybench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Mode names.
+const (
+	ModeDirect  = "direct"
+	ModeMosto1  = "mosto1"
+	ModeMosto3  = "mosto3"
+	ModeHAProxy = "haproxy"
+	ModeNginx   = "nginx"
+)
+
+// AllModes lists every mode in report order.
+var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto3, ModeHAProxy, ModeNginx}
+
+// relay is one system under test: the address clients dial and the
+// processes whose CPU and memory are charged to it.
+type relay struct {
+	mode  string
+	entry string
+	procs []*exec.Cmd
+	waits []chan error
+	log   *syncBuffer // output of the processes, for error reports
+}
+
+func (r *relay) pids() []int {
+	var p []int
+	for _, c := range r.procs {
+		p = append(p, c.Process.Pid)
+	}
+	return p
+}
+
+func (r *relay) usage() (time.Duration, int64) { return usage(r.pids()) }
+
+// stop sends SIGTERM to every process, then SIGKILL after grace, and
+// waits for them.
+func (r *relay) stop(grace time.Duration) {
+	for _, c := range r.procs {
+		c.Process.Signal(syscall.SIGTERM)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	for i, c := range r.procs {
+		select {
+		case <-r.waits[i]:
+		case <-timer.C:
+			c.Process.Kill()
+			<-r.waits[i]
+		}
+	}
+}
+
+// exited reports the first process that has exited, if any.
+func (r *relay) exited() error {
+	for i, w := range r.waits {
+		select {
+		case err := <-w:
+			r.waits[i] <- err
+			return fmt.Errorf("%s process %d exited: %v; output:\n%s", r.mode, r.procs[i].Process.Pid, err, tail(r.log.String(), 2000))
+		default:
+		}
+	}
+	return nil
+}
+
+// syncBuffer is a bytes.Buffer safe for the exec copy goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.b.Len() > 1<<20 {
+		return len(p), nil
+	}
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// setup holds what starting relays needs.
+type setup struct {
+	dir      string
+	origin   string
+	mosto    string
+	haproxy  string
+	nginx    string
+	nginxMod string
+	maxconn  int // connection limit that fits the file descriptor limit
+	log      *slog.Logger
+}
+
+// freePort returns a loopback address that was free a moment ago.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func (s *setup) start(ctx context.Context, mode string) (*relay, error) {
+	switch mode {
+	case ModeDirect:
+		return &relay{mode: mode, entry: s.origin, log: &syncBuffer{}}, nil
+	case ModeMosto1:
+		return s.startMosto(ctx, mode, 1)
+	case ModeMosto3:
+		return s.startMosto(ctx, mode, 3)
+	case ModeHAProxy:
+		return s.startHAProxy(ctx)
+	case ModeNginx:
+		return s.startNginx(ctx)
+	}
+	return nil, fmt.Errorf("unknown mode %q (want one of %s)", mode, strings.Join(AllModes, ", "))
+}
+
+// launch starts one process with its output captured and waits until every
+// address in ready accepts connections.
+func (s *setup) launch(ctx context.Context, r *relay, ready []string, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Stdout = r.log
+	cmd.Stderr = r.log
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	w := make(chan error, 1)
+	go func() { w <- cmd.Wait() }()
+	r.procs = append(r.procs, cmd)
+	r.waits = append(r.waits, w)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, addr := range ready {
+		for {
+			if err := r.exited(); err != nil {
+				return err
+			}
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: %s not listening after 10s; output:\n%s", r.mode, addr, tail(r.log.String(), 2000))
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// mostoConf is the subset of relay.Config (internal/relay, docs/proxy.md)
+// the benchmark writes. It is JSON, which is YAML.
+type mostoConf struct {
+	ID           string            `json:"id"`
+	Hop          map[string]string `json:"hop,omitempty"`
+	Members      map[string]string `json:"members,omitempty"`
+	Keys         map[string]any    `json:"keys,omitempty"`
+	Table        string            `json:"table,omitempty"`
+	Egress       map[string]string `json:"egress,omitempty"`
+	Destinations map[string]any    `json:"destinations"`
+	Services     []map[string]any  `json:"services,omitempty"`
+	Limits       map[string]int    `json:"limits"`
+	Timeouts     map[string]string `json:"timeouts"`
+	Metrics      map[string]string `json:"metrics,omitempty"`
+}
+
+func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, error) {
+	if s.mosto == "" {
+		return nil, errors.New("no mosto binary")
+	}
+	r := &relay{mode: mode, log: &syncBuffer{}}
+	ids := []string{"A", "B", "C"}[:n]
+	hops := map[string]string{}
+	for _, id := range ids {
+		a, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		hops[id] = a
+	}
+	entry, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	table := ""
+	if n > 1 {
+		table = filepath.Join(s.dir, mode+"-table.json")
+		tf := map[string]any{
+			"locations": ids,
+			"chains": []map[string]any{{
+				"from": ids[0], "to": ids[n-1], "size": 0, "rounds": 1, "path": ids,
+				"cost_ms": 0, "sum_ms": 0, "max_ms": 0,
+			}},
+		}
+		if err := writeJSON(table, tf); err != nil {
+			return nil, err
+		}
+	}
+	originHost, _, _ := net.SplitHostPort(s.origin)
+	// Start the chain from its end so every next hop is up first.
+	for i := n - 1; i >= 0; i-- {
+		id := ids[i]
+		c := mostoConf{
+			ID:           id,
+			Destinations: map[string]any{"allow": []string{originHost + "/32"}},
+			Limits:       map[string]int{"max_conns": 200000, "max_conns_per_source": 200000, "hop_max_conns_per_source": 200000},
+			Timeouts:     map[string]string{"idle": "10m"},
+		}
+		ready := []string{}
+		if n > 1 {
+			c.Hop = map[string]string{"listen": hops[id]}
+			c.Members = hops
+			c.Keys = map[string]any{"current": map[string]any{"id": 1, "secret_hex": hex.EncodeToString(secret)}}
+			c.Egress = map[string]string{"default": ids[n-1]}
+			ready = append(ready, hops[id])
+		}
+		if i == 0 {
+			c.Table = table
+			c.Services = []map[string]any{{"name": "bench", "listen": entry, "origin": s.origin}}
+			ready = append(ready, entry)
+		}
+		path := filepath.Join(s.dir, fmt.Sprintf("%s-%s.yaml", mode, id))
+		if err := writeJSON(path, c); err != nil {
+			return nil, err
+		}
+		if err := s.launch(ctx, r, ready, s.mosto, "proxy", "--config", path); err != nil {
+			r.stop(time.Second)
+			return nil, err
+		}
+	}
+	r.entry = entry
+	return r, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+func (s *setup) startHAProxy(ctx context.Context) (*relay, error) {
+	if s.haproxy == "" {
+		return nil, errors.New("haproxy not installed")
+	}
+	entry, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf(`global
+    maxconn %d
+    log stderr format raw local0 err
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 10m
+    timeout server 10m
+    option splice-request
+    option splice-response
+frontend bench
+    bind %s
+    default_backend origin
+backend origin
+    server origin %s
+`, s.maxconn, entry, s.origin)
+	path := filepath.Join(s.dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	r := &relay{mode: ModeHAProxy, entry: entry, log: &syncBuffer{}}
+	if err := s.launch(ctx, r, []string{entry}, s.haproxy, "-db", "-f", path); err != nil {
+		r.stop(time.Second)
+		return nil, err
+	}
+	return r, nil
+}
+
+func (s *setup) startNginx(ctx context.Context) (*relay, error) {
+	if s.nginx == "" {
+		return nil, errors.New("nginx not installed")
+	}
+	entry, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(s.dir, "nginx")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	load := ""
+	if s.nginxMod != "" {
+		load = fmt.Sprintf("load_module %s;\n", s.nginxMod)
+	}
+	conf := fmt.Sprintf(`%sdaemon off;
+worker_processes auto;
+worker_rlimit_nofile %d;
+pid %s/nginx.pid;
+error_log %s/error.log warn;
+events { worker_connections %d; }
+stream {
+    server {
+        listen %s;
+        proxy_pass %s;
+        proxy_timeout 10m;
+        proxy_half_close on;
+    }
+}
+`, load, 2*s.maxconn+100, dir, dir, s.maxconn, entry, s.origin)
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	r := &relay{mode: ModeNginx, entry: entry, log: &syncBuffer{}}
+	if err := s.launch(ctx, r, []string{entry}, s.nginx, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", path); err != nil {
+		r.stop(time.Second)
+		return nil, err
+	}
+	return r, nil
+}
