@@ -3,6 +3,8 @@ package topo
 import (
 	"fmt"
 	"math"
+	"strings"
+	"unicode"
 )
 
 // Matrix is a square matrix of round-trip times in milliseconds between named
@@ -75,4 +77,39 @@ func (m *Matrix) Subset(names []string) (*Matrix, error) {
 		}
 	}
 	return out, nil
+}
+
+// Find returns the position of the location called name, matching exactly
+// first and then ignoring case, spaces and punctuation ("san francisco"
+// finds "SanFrancisco"); -1 if there is no match or the loose match is
+// ambiguous.
+func (m *Matrix) Find(name string) int {
+	if i := m.Index(name); i >= 0 {
+		return i
+	}
+	key := looseName(name)
+	if key == "" {
+		return -1
+	}
+	found := -1
+	for i, n := range m.Names {
+		if looseName(n) == key {
+			if found >= 0 {
+				return -1
+			}
+			found = i
+		}
+	}
+	return found
+}
+
+// looseName lowercases s and keeps only its letters and digits.
+func looseName(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

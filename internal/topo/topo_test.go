@@ -535,3 +535,21 @@ func TestEvalGraphs(t *testing.T) {
 		t.Errorf("ZooGraphs(7, 12) = %d graphs; want a proper subset of %d", len(small), len(zoo))
 	}
 }
+
+func TestFind(t *testing.T) {
+	m := &Matrix{Names: []string{"SanFrancisco", "San Jose, CA", "sanjose,ca", "London"}}
+	tests := []struct {
+		name string
+		want int
+	}{
+		{"SanFrancisco", 0}, {"San Francisco", 0}, {"san-francisco", 0}, {"LONDON", 3},
+		{"sanjose,ca", 2},   // exact match wins
+		{"San Jose CA", -1}, // ambiguous loose match
+		{"Paris", -1}, {"", -1}, {"  ", -1},
+	}
+	for _, tt := range tests {
+		if got := m.Find(tt.name); got != tt.want {
+			t.Errorf("Find(%q) = %d; want %d", tt.name, got, tt.want)
+		}
+	}
+}
