@@ -1,0 +1,127 @@
+package proxybench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
+)
+
+func TestParseStat(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		ppid    int
+		cpu     time.Duration
+		rss     int64
+		wantErr bool
+	}{
+		{"plain", "42 (haproxy) S 1 42 42 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 2 0 100 1000 300 18446744073709551615", 1, 2 * time.Second, 300, false},
+		{"spaces and parens in name", "7 (a (b) c) R 3 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 10 9 0", 3, 30 * time.Millisecond, 9, false},
+		{"truncated", "7 (x) R 3 7", 0, 0, 0, true},
+		{"garbage", "nonsense", 0, 0, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := parseStat([]byte(tt.in))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("parseStat err = %v; want error %v", err, tt.wantErr)
+			}
+			if err == nil && (st.ppid != tt.ppid || st.cpu != tt.cpu || st.rssPages != tt.rss) {
+				t.Errorf("parseStat = %+v; want ppid %d cpu %v rss %d", st, tt.ppid, tt.cpu, tt.rss)
+			}
+		})
+	}
+	// Our own process: non-zero RSS, parent is our parent.
+	st, err := readStat(os.Getpid())
+	if err != nil || st.rssPages == 0 || st.ppid != os.Getppid() {
+		t.Errorf("readStat(self) = %+v, %v", st, err)
+	}
+}
+
+func TestSinkLoads(t *testing.T) {
+	sk, err := newSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sk.close()
+	ctx := context.Background()
+	buf := make([]byte, 64<<10)
+	if _, err := transfer(ctx, sk.addr(), 3<<20+17, buf); err != nil {
+		t.Errorf("transfer: %v", err)
+	}
+	ok, failed, sample := connRate(ctx, sk.addr(), 4, 10, 200*time.Millisecond)
+	if ok == 0 || failed != 0 {
+		t.Errorf("connRate = %d ok, %d failed (%v); want some ok, none failed", ok, failed, sample)
+	}
+	conns, err := openIdle(ctx, sk.addr(), 50, sk, 5*time.Second)
+	if err != nil || len(conns) != 50 {
+		t.Errorf("openIdle = %d conns, %v", len(conns), err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// A relay that drops bytes is caught: the sink's count must match.
+	if _, err := transfer(ctx, "127.0.0.1:1", 10, buf); err == nil {
+		t.Error("transfer to a closed port succeeded")
+	}
+}
+
+func TestWriteMarkdownRatios(t *testing.T) {
+	rep := &Report{
+		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10},
+		Results: []*Result{
+			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, IdleRSS: 10e6, PerConn: 4000},
+			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, IdleRSS: 5e6, PerConn: 8000},
+			{Mode: ModeNginx, Err: "nginx not installed"},
+		},
+	}
+	var b bytes.Buffer
+	rep.WriteMarkdown(&b)
+	out := b.String()
+	for _, want := range []string{
+		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x | 0.500 | 0.50x |",
+		"| mosto1 | 500 | 0.50x | 0 | 0.400 | 2.00x |",
+		"| mosto1 | 5.0 | 0.50x | 8.0 | 2.00x |",
+		"- nginx: nginx not installed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRunExternalRelays runs a tiny benchmark through HAProxy and nginx
+// (the mosto modes need the built binary; `mosto bench proxy` covers them).
+func TestRunExternalRelays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts relay processes")
+	}
+	testenv.RequireCommand(t, "haproxy")
+	testenv.RequireCommand(t, "nginx")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, Config{
+		Modes: []string{ModeDirect, ModeHAProxy, ModeNginx}, Bytes: 20e6, Runs: 1,
+		ConnDuration: 200 * time.Millisecond, ConnParallel: 2, IdleConns: 20, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range rep.Results {
+		if res.Err != "" {
+			t.Errorf("%s: %s", res.Mode, res.Err)
+			continue
+		}
+		if len(res.Gbps) != 1 || res.Gbps[0] <= 0 || len(res.ConnPerS) != 1 || res.ConnPerS[0] <= 0 {
+			t.Errorf("%s: %+v; want one throughput and one conn/s figure", res.Mode, res)
+		}
+		if res.Mode != ModeDirect && (res.IdleRSS <= 0 || res.IdleFlows != 20) {
+			t.Errorf("%s: idle RSS %d, idle flows %d", res.Mode, res.IdleRSS, res.IdleFlows)
+		}
+	}
+}
