@@ -343,8 +343,8 @@ func TestJoinTLSPinsCA(t *testing.T) {
 			if tt.wantOK && (err != nil || code != 200) {
 				t.Fatalf("join call: %d %v; want 200", code, err)
 			}
-			if !tt.wantOK && err == nil {
-				t.Fatalf("join call succeeded (%d) with a wrong pin", code)
+			if !tt.wantOK && !errors.Is(err, ErrPin) {
+				t.Fatalf("join call with a wrong pin: %d, %v; want ErrPin", code, err)
 			}
 		})
 	}

@@ -86,9 +86,13 @@ func JoinTLSConfig(caHash string) *tls.Config {
 	}
 }
 
+// ErrPin is wrapped by the errors of a join call whose server does not
+// prove it holds the CA the token pins.
+var ErrPin = errors.New("pki: controller does not match the token's CA pin")
+
 func verifyPinned(cs tls.ConnectionState, caHash string) error {
 	if len(cs.PeerCertificates) == 0 {
-		return errors.New("pki: server sent no certificate")
+		return fmt.Errorf("%w: no server certificate", ErrPin)
 	}
 	var ca *x509.Certificate
 	for _, c := range cs.PeerCertificates[1:] {
@@ -98,7 +102,7 @@ func verifyPinned(cs tls.ConnectionState, caHash string) error {
 		}
 	}
 	if ca == nil {
-		return fmt.Errorf("pki: server chain has no CA matching the token's pin %s", caHash)
+		return fmt.Errorf("%w: server chain has no CA with hash %s", ErrPin, caHash)
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
@@ -108,7 +112,7 @@ func verifyPinned(cs tls.ConnectionState, caHash string) error {
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	})
 	if err != nil {
-		return fmt.Errorf("pki: server certificate not valid under the pinned CA: %w", err)
+		return fmt.Errorf("%w: server certificate not valid under the pinned CA: %w", ErrPin, err)
 	}
 	return nil
 }
@@ -121,7 +125,7 @@ func CheckCAPin(caPEM []byte, caHash string) error {
 		return fmt.Errorf("pki: CA certificate: %w", err)
 	}
 	if subtle.ConstantTimeCompare([]byte(CertHash(c)), []byte(caHash)) != 1 {
-		return fmt.Errorf("pki: CA %s does not match the token's pin %s", CertHash(c), caHash)
+		return fmt.Errorf("%w: CA %s is not %s", ErrPin, CertHash(c), caHash)
 	}
 	return nil
 }
