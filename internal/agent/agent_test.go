@@ -117,7 +117,7 @@ func (f *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64) (
 }
 
 func (f *fakeBackend) Matrix(ctx context.Context) (api.Matrix, error) { return api.Matrix{}, nil }
-func (f *fakeBackend) Health(ctx context.Context) api.Health        { return api.Health{Status: "ok"} }
+func (f *fakeBackend) Health(ctx context.Context) api.Health          { return api.Health{Status: "ok"} }
 
 func (f *fakeBackend) reportedPeers(fep string) []string {
 	f.mu.Lock()
