@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mosto-net/mosto/internal/planeval"
 	"github.com/mosto-net/mosto/internal/topo"
@@ -20,8 +21,9 @@ func runPlanEval(ctx context.Context, env *Env, args []string) error {
 	maxGraphs := fs.Int("max-graphs", 0, "evaluate at most this many graphs (Rocketfuel first, then Topology Zoo); 0 = all")
 	minNodes := fs.Int("min-nodes", 7, "smallest graph (locations) to evaluate")
 	maxNodes := fs.Int("max-nodes", 115, "largest graph (locations) to evaluate")
+	set := fs.String("set", "all", "graph set: all, rocketfuel (the paper's source) or zoo")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: mosto plan eval [--out DIR] [--max-graphs N] [--min-nodes N] [--max-nodes N]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: mosto plan eval [--out DIR] [--max-graphs N] [--min-nodes N] [--max-nodes N] [--set all|rocketfuel|zoo]\n\n"+
 			"Compares mosto's chains with shortest-path and minimax chains for 1, 5 and 10 slow-start rounds\n"+
 			"on the embedded Rocketfuel maps (city and router level) and geolocated Topology Zoo graphs,\n"+
 			"and writes DIR/fig2.svg and DIR/results.md.\n\nflags:\n")
@@ -40,9 +42,20 @@ func runPlanEval(ctx context.Context, env *Env, args []string) error {
 	if *minNodes < 2 || *maxNodes < *minNodes {
 		return usageErrorf("--min-nodes %d --max-nodes %d: want 2 <= min <= max", *minNodes, *maxNodes)
 	}
-	graphs, err := topo.EvalGraphs(*minNodes, *maxNodes)
+	prefix := map[string]string{"all": "", "rocketfuel": "Rocketfuel ", "zoo": "Zoo "}
+	want, ok := prefix[*set]
+	if !ok {
+		return usageErrorf("--set %q: want all, rocketfuel or zoo", *set)
+	}
+	all, err := topo.EvalGraphs(*minNodes, *maxNodes)
 	if err != nil {
 		return fmt.Errorf("plan eval: %w", err)
+	}
+	var graphs []topo.Graph
+	for _, g := range all {
+		if strings.HasPrefix(g.Name, want) {
+			graphs = append(graphs, g)
+		}
 	}
 	if *maxGraphs > 0 && len(graphs) > *maxGraphs {
 		graphs = graphs[:*maxGraphs]

@@ -23,7 +23,21 @@ func TestRunPlanEval(t *testing.T) {
 			t.Errorf("%s: %v, %d bytes", f, err, len(b))
 		}
 	}
-	if s := stdout.String(); !strings.Contains(s, "3 graphs") || !strings.Contains(s, "minimax") || !strings.Contains(s, "wrote ") {
+	if s := stdout.String(); !strings.Contains(s, "3 graphs") || !strings.Contains(s, "wrote ") {
+		t.Errorf("stdout = %q", s)
+	}
+	stdout.Reset()
+	if err := runPlanEval(context.Background(), env, []string{"--out", out, "--set", "zoo", "--max-nodes", "9"}); err != nil {
+		t.Fatalf("runPlanEval --set zoo: %v", err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(md), "Rocketfuel") || !strings.Contains(string(md), "| Zoo Getnet |") {
+		t.Errorf("--set zoo --max-nodes 9: results.md lists the wrong graphs:\n%s", md)
+	}
+	if s := stdout.String(); !strings.Contains(s, "graphs") || !strings.Contains(s, "minimax") || !strings.Contains(s, "wrote ") {
 		t.Errorf("stdout = %q", s)
 	}
 }
@@ -35,6 +49,7 @@ func TestRunPlanEvalUsage(t *testing.T) {
 		{"--min-nodes", "1"},
 		{"--min-nodes", "20", "--max-nodes", "10"},
 		{"--bogus"},
+		{"--set", "planetlab"},
 	} {
 		var buf bytes.Buffer
 		err := runPlanEval(context.Background(), &Env{Stdout: &buf, Stderr: &buf}, args)
