@@ -10,12 +10,14 @@ import (
 // back to back.
 //
 // Why: queueing and scheduling noise only ever adds delay, so within a
-// burst the minimum is the best view of the path; a whole round can still
-// be bad (a congested minute, a paused VM), and the median over rounds
-// ignores up to (N-1)/2 such rounds in either direction. A minimum over the
-// window would be as robust to spikes but would hide a route change that
-// lengthens the path for N rounds; a mean would follow every spike. With
-// N=5 a sustained change shows after 3 rounds.
+// burst the minimum is the best view of the path (the WonderProxy matrix
+// mosto plans with is a minimum RTT too); a whole round can still be bad (a
+// congested second, a paused VM), and the median over rounds ignores up to
+// (N-1)/2 such rounds in either direction. A minimum over the window would
+// be as robust to spikes but would hide a route change that lengthens the
+// path for N rounds; a mean would follow every spike. With N=3 a sustained
+// change needs two rounds; the Prober runs the second one as a quick
+// confirmation round (ConfirmAfter) instead of waiting a full interval.
 type Window struct {
 	n       int
 	samples []time.Duration // ring, oldest first once full

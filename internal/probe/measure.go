@@ -15,7 +15,10 @@ import (
 // round trip per call. The zero value is ready to use.
 type UDPEcho struct {
 	Timeout time.Duration // per round trip; 0 means 2s
-	seq     atomic.Uint64
+	// Dial, if set, opens the UDP socket (e.g. inside a network namespace);
+	// nil means a net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	seq  atomic.Uint64
 }
 
 // Measure sends one request to addr and returns the time to its reply.
@@ -26,8 +29,12 @@ func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "udp", addr)
+	dial := u.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	c, err := dial(ctx, "udp", addr)
 	if err != nil {
 		return 0, fmt.Errorf("probe %s: %w", addr, err)
 	}

@@ -145,7 +145,17 @@ func TestTracker(t *testing.T) {
 type scripted struct {
 	mu    sync.Mutex
 	rtt   map[string]time.Duration
+	next  map[string][]time.Duration // consumed first, one per call
 	calls int
+}
+
+func (s *scripted) push(addr string, ds ...time.Duration) {
+	s.mu.Lock()
+	if s.next == nil {
+		s.next = map[string][]time.Duration{}
+	}
+	s.next[addr] = append(s.next[addr], ds...)
+	s.mu.Unlock()
 }
 
 func (s *scripted) set(addr string, d time.Duration) {
@@ -157,6 +167,10 @@ func (s *scripted) set(addr string, d time.Duration) {
 func (s *scripted) Measure(ctx context.Context, addr string) (time.Duration, error) {
 	s.mu.Lock()
 	d, ok := s.rtt[addr]
+	if q := s.next[addr]; len(q) > 0 {
+		d, ok = q[0], true
+		s.next[addr] = q[1:]
+	}
 	s.calls++
 	s.mu.Unlock()
 	if !ok {
@@ -349,4 +363,64 @@ func TestUDPEchoTimeout(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("timeout took %v", el)
 	}
+}
+
+// TestProberConfirmation checks that a one-round spike costs a confirmation
+// round but no report, and that a sustained change is reported within one
+// interval plus the confirmation delay.
+func TestProberConfirmation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &scripted{rtt: map[string]time.Duration{"a:1": 50 * ms}}
+		p := NewProber(Config{Measurer: m, Interval: 10 * time.Second, Jitter: -1, Probes: 1, Refresh: -1}, nil)
+		var mu sync.Mutex
+		var reports []Sample
+		var at []time.Time
+		report := func(ctx context.Context, s []Sample) error {
+			mu.Lock()
+			defer mu.Unlock()
+			reports = append(reports, s...)
+			for range s {
+				at = append(at, time.Now())
+			}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		p.SetTargets([]Target{{"a", "a:1"}})
+		start := time.Now()
+		go p.Run(ctx, report)
+		time.Sleep(25 * time.Second) // rounds at 0, 10, 20 s
+		synctest.Wait()
+
+		m.push("a:1", 400*ms) // the round at 30 s sees a spike
+		m.mu.Lock()
+		calls := m.calls
+		m.mu.Unlock()
+		time.Sleep(10 * time.Second) // round at 30 s + confirmation at 31 s
+		synctest.Wait()
+		m.mu.Lock()
+		if got := m.calls - calls; got != 2 {
+			t.Errorf("%d probes around the spike; want 2 (the round and its confirmation)", got)
+		}
+		m.mu.Unlock()
+		mu.Lock()
+		if len(reports) != 1 {
+			t.Fatalf("reports %v; want only the first (the spike must not be reported)", reports)
+		}
+		mu.Unlock()
+
+		changed := time.Now() // 35 s; the next round is at 41 s
+		m.set("a:1", 90*ms)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(reports) != 2 || reports[1].RTT != 90*ms {
+			t.Fatalf("reports %v; want the change to 90ms reported", reports)
+		}
+		if d := at[1].Sub(changed); d > 10*time.Second+time.Second+time.Second {
+			t.Errorf("change reported %v after it happened; want <= interval + confirmation (+ probe time)", d)
+		}
+		t.Logf("change reported %v after it happened (start %v)", at[1].Sub(changed), changed.Sub(start))
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -31,7 +32,11 @@ type Config struct {
 	Interval    time.Duration // between rounds; 0 means 10s
 	Jitter      float64       // each wait is Interval*(1±Jitter); 0 means 0.2, <0 none
 	Probes      int           // probes per peer per round (the round sample is their minimum); 0 means 3
-	Window      int           // round samples per estimator; 0 means 5
+	Window      int           // round samples per estimator; 0 means 3
+	// ConfirmAfter is the delay of a confirmation round, which re-measures
+	// only the peers whose latest sample moved beyond the threshold
+	// (Tracker.Suspects); 0 means 1s, <0 disables confirmation rounds.
+	ConfirmAfter time.Duration
 	Threshold   Threshold     // 0 means 10% or 2 ms, whichever is larger
 	Refresh     time.Duration // full report period; 0 means 10m, <0 never
 	Concurrency int           // peers measured at once; 0 means 32
@@ -71,7 +76,10 @@ func NewProber(cfg Config, log *slog.Logger) *Prober {
 		cfg.Probes = 3
 	}
 	if cfg.Window <= 0 {
-		cfg.Window = 5
+		cfg.Window = 3
+	}
+	if cfg.ConfirmAfter == 0 {
+		cfg.ConfirmAfter = time.Second
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = 10 * time.Minute
@@ -139,8 +147,35 @@ func (p *Prober) Run(ctx context.Context, report ReportFunc) error {
 		}
 		p.Round(ctx)
 		p.Flush(ctx, report)
+		if p.cfg.ConfirmAfter > 0 {
+			if !p.confirm(ctx, report) {
+				return nil
+			}
+		}
 		timer.Reset(p.nextWait())
 	}
+}
+
+// confirm runs one confirmation round for the suspect peers, if any, after
+// ConfirmAfter. It returns false when ctx ended.
+func (p *Prober) confirm(ctx context.Context, report ReportFunc) bool {
+	p.mu.Lock()
+	suspects := p.tracker.Suspects()
+	p.mu.Unlock()
+	if len(suspects) == 0 {
+		return true
+	}
+	t := time.NewTimer(p.cfg.ConfirmAfter)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	p.log.Debug("confirmation round", "peers", suspects)
+	p.round(ctx, suspects)
+	p.Flush(ctx, report)
+	return true
 }
 
 func (p *Prober) nextWait() time.Duration {
@@ -169,9 +204,17 @@ func (p *Prober) Flush(ctx context.Context, report ReportFunc) error {
 
 // Round measures every target once (Probes back-to-back probes each, at
 // most Concurrency peers at a time) and feeds the estimators.
-func (p *Prober) Round(ctx context.Context) {
+func (p *Prober) Round(ctx context.Context) { p.round(ctx, nil) }
+
+// round measures the targets named in only (all when only is nil).
+func (p *Prober) round(ctx context.Context, only []string) {
 	p.mu.Lock()
-	targets := append([]Target(nil), p.targets...)
+	var targets []Target
+	for _, t := range p.targets {
+		if only == nil || slices.Contains(only, t.ID) {
+			targets = append(targets, t)
+		}
+	}
 	p.mu.Unlock()
 	type result struct {
 		id  string

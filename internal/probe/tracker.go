@@ -32,6 +32,7 @@ type Tracker struct {
 
 type peerState struct {
 	w        *Window
+	last     time.Duration // latest round sample
 	at       time.Time
 	reported time.Duration
 	has      bool // reported at least once
@@ -54,7 +55,26 @@ func (t *Tracker) Observe(peer string, rtt time.Duration, at time.Time) {
 		return
 	}
 	ps.w.Add(rtt)
-	ps.at = at
+	ps.last, ps.at = rtt, at
+}
+
+// Suspects returns the peers whose latest round sample moved beyond the
+// threshold from the reported value while their estimate has not (yet):
+// a confirmation round for them either confirms the change (and the window's
+// majority moves) or shows the sample was an outlier.
+func (t *Tracker) Suspects() []string {
+	var out []string
+	for peer, ps := range t.peers {
+		est, ok := ps.w.Estimate()
+		if !ok || !ps.has {
+			continue
+		}
+		if t.threshold.Changed(ps.reported, ps.last) && !t.threshold.Changed(ps.reported, est) {
+			out = append(out, peer)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Retain forgets every peer not in keep.
