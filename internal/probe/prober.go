@@ -28,18 +28,18 @@ type ReportFunc func(ctx context.Context, samples []Sample) error
 
 // Config configures a Prober. Zero values take the defaults.
 type Config struct {
-	Measurer    Measurer      // nil: &UDPEcho{}
-	Interval    time.Duration // between rounds; 0 means 10s
-	Jitter      float64       // each wait is Interval*(1±Jitter); 0 means 0.2, <0 none
-	Probes      int           // probes per peer per round (the round sample is their minimum); 0 means 3
-	Window      int           // round samples per estimator; 0 means 3
+	Measurer Measurer      // nil: &UDPEcho{}
+	Interval time.Duration // between rounds; 0 means 10s
+	Jitter   float64       // each wait is Interval*(1±Jitter); 0 means 0.2, <0 none
+	Probes   int           // probes per peer per round (the round sample is their minimum); 0 means 3
+	Window   int           // round samples per estimator; 0 means 3
 	// ConfirmAfter is the delay of a confirmation round, which re-measures
 	// only the peers whose latest sample moved beyond the threshold
 	// (Tracker.Suspects); 0 means 1s, <0 disables confirmation rounds.
 	ConfirmAfter time.Duration
-	Threshold   Threshold     // 0 means 10% or 2 ms, whichever is larger
-	Refresh     time.Duration // full report period; 0 means 10m, <0 never
-	Concurrency int           // peers measured at once; 0 means 32
+	Threshold    Threshold     // 0 means 10% or 2 ms, whichever is larger
+	Refresh      time.Duration // full report period; 0 means 10m, <0 never
+	Concurrency  int           // peers measured at once; 0 means 32
 }
 
 // Prober measures its targets every Interval and reports significant
