@@ -1,0 +1,16 @@
+// Package etcdstore keeps the controller's state in etcd so that several
+// controllers can share it: one of them, elected with
+// go.etcd.io/etcd/client/v3/concurrency, computes tables; all of them serve
+// the API and learn about changes through etcd watches.
+//
+// Key layout under the prefix (default "/mosto/"):
+//
+//	fep/<id>          FEP JSON
+//	rtt/<from>/<to>   RTT JSON (newest sample of the pair)
+//	version           written by NextVersion; the etcd revision of that write is the version
+//	tv/<lop>          table version of a LoP, 20 decimal digits (compared as strings)
+//	table/<lop>       8-byte big-endian version + table data
+//	keys              HMAC keys JSON
+//	token/<id>        join token JSON
+//	election/         leader election
+package etcdstore
