@@ -1,11 +1,202 @@
 package cli
 
 import (
+	"bytes"
 	"context"
-	"errors"
+	"encoding/csv"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/scenario"
+	"github.com/mosto-net/mosto/internal/transfer"
 )
 
-// runBenchTransfer is a placeholder until its owner lands it; it fails loudly.
+// runBenchTransfer measures direct, mosto (single proxy and computed chain)
+// and the nginx CDN front-end (warm and cold) in one emulated world, for
+// several object sizes, interleaved, and writes markdown and SVG results.
 func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
-	return errors.New("benchtransfer: not implemented yet")
+	fs := newFlagSet(env, "bench transfer")
+	world := fs.String("world", "", "world spec (YAML, see docs/emu.md); \"demo\" for the built-in demo world")
+	runs := fs.Int("runs", 10, "fetches per size and mode")
+	sizesFlag := fs.String("sizes", "10KB,50KB,100KB,200KB,500KB,1MB,5MB,15MB", "object sizes (1 KB = 1000 B)")
+	modesFlag := fs.String("modes", "direct,mosto-single,mosto-chain,cdn-warm,cdn-cold", "modes to measure")
+	out := fs.String("out", "", "results folder (default results/transfer-YYYYMMDD-HHMMSS)")
+	client := fs.String("client", "client", "client host")
+	originHost := fs.String("origin", "origin", "origin host")
+	feps := fs.String("feps", "", "FEP hosts, comma-separated (default: every other host)")
+	inp := fs.String("inp", "", "ingress FEP (default: nearest the client)")
+	egp := fs.String("egp", "", "egress FEP (default: nearest the origin)")
+	single := fs.String("single", "", "FEP of the single-proxy mode (default: Washington if present, else the FEP minimizing its longer leg)")
+	table := fs.String("table", "", "chain table file (mosto plan table --json) instead of computing one from the world's RTTs")
+	cdnIdle := fs.Duration("cdn-idle", 2*time.Second, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this")
+	fs.Usage = func() {
+		fmt.Fprintln(env.Stderr, "usage: mosto bench transfer --world W.yaml [--runs N] [--sizes LIST] [--out DIR] [flags]\n\nNeeds root. See docs/bench.md.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected arguments %q", pos)
+	}
+	if *world == "" {
+		return usageErrorf("--world is required (a world spec file, or \"demo\")")
+	}
+	if *runs < 1 {
+		return usageErrorf("--runs must be at least 1")
+	}
+	if *cdnIdle < time.Millisecond {
+		return usageErrorf("--cdn-idle must be at least 1ms")
+	}
+	sizes, err := transfer.ParseSizes(*sizesFlag)
+	if err != nil {
+		return usageErrorf("--sizes: %v", err)
+	}
+	var modes []scenario.Mode
+	useCDN := false
+	for _, m := range strings.Split(*modesFlag, ",") {
+		m = strings.TrimSpace(m)
+		ok := false
+		for _, k := range scenario.Modes {
+			if string(k) == m {
+				modes, ok = append(modes, k), true
+				useCDN = useCDN || k == scenario.CDNWarm || k == scenario.CDNCold
+			}
+		}
+		if !ok {
+			return usageErrorf("--modes: unknown mode %q (want %v)", m, scenario.Modes)
+		}
+	}
+	var specData []byte
+	if *world == "demo" {
+		specData = scenario.DemoYAML()
+	} else if specData, err = os.ReadFile(*world); err != nil {
+		return fmt.Errorf("read world: %w", err)
+	}
+	spec, err := emu.ParseSpec(specData)
+	if err != nil {
+		return err
+	}
+	roles := scenario.Roles{Client: *client, Origin: *originHost, InP: *inp, EgP: *egp, Single: *single}
+	if *feps != "" {
+		roles.FEPs = strings.Split(*feps, ",")
+	}
+	if roles.Single == "" {
+		for _, h := range spec.Hosts {
+			if h.Name == "Washington" {
+				roles.Single = h.Name
+			}
+		}
+	}
+	var tf *pathcomp.TableFile
+	if *table != "" {
+		f, err := os.Open(*table)
+		if err != nil {
+			return fmt.Errorf("chain table: %w", err)
+		}
+		tf, err = pathcomp.ReadTableFile(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if err := demoPrivileges(); err != nil {
+		return err
+	}
+	if useCDN {
+		if _, err := exec.LookPath("nginx"); err != nil {
+			return fmt.Errorf("the cdn modes need nginx (apt-get install nginx), or leave them out with --modes")
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the mosto binary for the proxies: %w", err)
+	}
+	dir := *out
+	if dir == "" {
+		dir = filepath.Join("results", "transfer-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("results folder: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "world.yaml"), specData, 0o644); err != nil {
+		return err
+	}
+
+	w, err := emu.Up(ctx, spec, env.Log)
+	if err != nil {
+		return fmt.Errorf("bring up world: %w", err)
+	}
+	defer w.Close()
+	sc, err := scenario.Start(ctx, w, scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf}, env.Log)
+	if err != nil {
+		return err
+	}
+	defer sc.Close()
+	r := sc.Roles()
+	fmt.Fprintf(env.Stderr, "bench transfer: world %q, client %s, origin %s, ingress %s, egress %s, single %s; %d sizes x %d modes x %d runs\n",
+		spec.Name, r.Client, r.Origin, r.InP, r.EgP, r.Single, len(sizes), len(modes), *runs)
+	for _, m := range modes {
+		if m == scenario.CDNCold {
+			continue
+		}
+		if _, err := sc.Fetch(ctx, m, sizes[0], 0); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	var rows [][]string
+	start := time.Now()
+	total := len(sizes) * len(modes) * *runs
+	res, err := sc.Measure(ctx, scenario.Plan{Modes: modes, Sizes: sizes, Runs: *runs, Progress: func(run int, s scenario.Sample) {
+		rows = append(rows, []string{strconv.Itoa(run), transfer.FormatSize(s.Size), strconv.FormatInt(s.Size, 10), string(s.Mode),
+			fmt.Sprintf("%.3f", float64(s.Result.Connect)/1e6), fmt.Sprintf("%.3f", float64(s.Result.FirstByte)/1e6),
+			fmt.Sprintf("%.3f", float64(s.Result.Total)/1e6), strconv.FormatBool(s.NewOriginConn)})
+		if len(rows)%20 == 0 || len(rows) == total {
+			fmt.Fprintf(env.Stderr, "  %d/%d fetches, %v\n", len(rows), total, time.Since(start).Round(time.Second))
+		}
+	}})
+	if werr := writeSamples(filepath.Join(dir, "samples.csv"), rows); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return err
+	}
+	var md bytes.Buffer
+	fmt.Fprintf(&md, "# mosto bench transfer\n\nWorld `%s`; client %s, origin %s; ingress FEP %s, egress FEP %s, single proxy %s; nginx upstream idle timeout %v.\n\nCommand: `mosto bench transfer %s`\n\n",
+		spec.Name, r.Client, r.Origin, r.InP, r.EgP, r.Single, *cdnIdle, strings.Join(args, " "))
+	if err := res.WriteMarkdown(&md); err != nil {
+		return err
+	}
+	var svg bytes.Buffer
+	if err := res.WriteSVG(&svg, "Time to last byte, "+spec.Name+" ("+r.Client+" - "+r.Origin+")"); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), md.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "time-vs-size.svg"), svg.Bytes(), 0o644); err != nil {
+		return err
+	}
+	env.Stdout.Write(md.Bytes())
+	fmt.Fprintf(env.Stdout, "\nresults in %s (results.md, time-vs-size.svg, samples.csv, world.yaml)\n", dir)
+	return nil
+}
+
+func writeSamples(path string, rows [][]string) error {
+	var b bytes.Buffer
+	cw := csv.NewWriter(&b)
+	cw.Write([]string{"run", "size", "bytes", "mode", "connect_ms", "first_byte_ms", "total_ms", "new_origin_conn"})
+	cw.WriteAll(rows)
+	if err := cw.Error(); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }

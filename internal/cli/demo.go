@@ -3,9 +3,156 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/scenario"
+	"github.com/mosto-net/mosto/internal/stats"
+	"github.com/mosto-net/mosto/internal/transfer"
 )
 
-// runDemo is a placeholder until the demo subcommand lands; it fails loudly.
+// runDemo brings up the demo world (client near Dublin, origin in San
+// Francisco, eight FEPs between), starts a proxy per FEP with a chain table
+// computed from the world's RTTs, fetches 10-500 KB objects directly, through
+// mosto and through an nginx front-end, prints the medians and tears down.
 func runDemo(ctx context.Context, env *Env, args []string) error {
-	return errors.New("demo: not implemented yet")
+	fs := newFlagSet(env, "demo")
+	runs := fs.Int("runs", 5, "fetches per size and mode")
+	sizesFlag := fs.String("sizes", "10KB,50KB,100KB,200KB,500KB", "object sizes (comma-separated, 1 KB = 1000 B)")
+	noCDN := fs.Bool("no-cdn", false, "skip the nginx CDN front-end")
+	fs.Usage = func() {
+		fmt.Fprintln(env.Stderr, "usage: mosto demo [--runs N] [--sizes LIST] [--no-cdn]\n\nNeeds root (network namespaces, TUN devices, sysctls). Takes about a minute.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected arguments %q", pos)
+	}
+	if *runs < 1 {
+		return usageErrorf("--runs must be at least 1")
+	}
+	sizes, err := transfer.ParseSizes(*sizesFlag)
+	if err != nil {
+		return usageErrorf("--sizes: %v", err)
+	}
+	if err := demoPrivileges(); err != nil {
+		return err
+	}
+	spec, err := scenario.DemoSpec()
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the mosto binary for the proxies: %w", err)
+	}
+	useCDN := !*noCDN
+	if _, err := exec.LookPath("nginx"); err != nil && useCDN {
+		fmt.Fprintln(env.Stdout, "nginx not installed: skipping the CDN front-end (apt-get install nginx)")
+		useCDN = false
+	}
+	start := time.Now()
+	fmt.Fprintln(env.Stdout, "mosto demo: client near Dublin, origin in San Francisco, 8 FEPs between them (WonderProxy RTTs, 2020-07-19)")
+	w, err := emu.Up(ctx, spec, env.Log)
+	if err != nil {
+		return fmt.Errorf("bring up the demo world: %w", err)
+	}
+	defer w.Close()
+	sc, err := scenario.Start(ctx, w, scenario.Config{Roles: scenario.Roles{Single: "Washington"}, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: 5 * time.Second}, env.Log)
+	if err != nil {
+		return err
+	}
+	defer sc.Close()
+	roles := sc.Roles()
+	rtt, _ := sc.OriginRTT()
+	fmt.Fprintf(env.Stdout, "world up in %v: %d hosts; client-origin RTT %.1f ms; ingress FEP %s, egress FEP %s, single proxy %s\n",
+		time.Since(start).Round(100*time.Millisecond), len(w.Hosts()), float64(rtt)/1e6, roles.InP, roles.EgP, roles.Single)
+	fmt.Fprintln(env.Stdout, "controller: not started — the chain table was computed by pathcomp from the world's RTTs and given to every proxy as a file")
+
+	modes := []scenario.Mode{scenario.Direct, scenario.Single, scenario.Chain}
+	if useCDN {
+		modes = append(modes, scenario.CDNWarm)
+	}
+	// One untimed fetch per mode: opens nginx's upstream connection.
+	for _, m := range modes {
+		if _, err := sc.Fetch(ctx, m, sizes[0], 0); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	fmt.Fprintf(env.Stdout, "fetching %d sizes x %d modes x %d runs (every body hash-checked)...\n", len(sizes), len(modes), *runs)
+	res, err := sc.Measure(ctx, scenario.Plan{Modes: modes, Sizes: sizes, Runs: *runs})
+	if err != nil {
+		return err
+	}
+	printDemo(env, res, modes)
+	fmt.Fprintf(env.Stdout, "\ndone in %v; tearing down\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+func printDemo(env *Env, res *scenario.Results, modes []scenario.Mode) {
+	tw := tabwriter.NewWriter(env.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
+	hdr := "size\t"
+	for _, m := range modes {
+		hdr += string(m) + " ms\t"
+	}
+	hdr += "chain vs direct\t"
+	if res.MS[scenario.CDNWarm] != nil {
+		hdr += "chain vs cdn\t"
+	}
+	fmt.Fprintln(env.Stdout)
+	fmt.Fprintln(tw, hdr+" chain used")
+	for _, size := range res.Sizes {
+		line := transfer.FormatSize(size) + "\t"
+		for _, m := range modes {
+			line += fmt.Sprintf("%.0f\t", res.Median(m, size))
+		}
+		ch := res.Median(scenario.Chain, size)
+		line += fmt.Sprintf("%.2fx\t", res.Median(scenario.Direct, size)/ch)
+		if res.MS[scenario.CDNWarm] != nil {
+			line += fmt.Sprintf("%.2fx\t", res.Median(scenario.CDNWarm, size)/ch)
+		}
+		used := res.Chains[size]
+		note := ""
+		if len(used) == 0 {
+			note = " (not observed)"
+			used = res.Planned[size]
+		} else if strings.Join(used, ">") != strings.Join(res.Planned[size], ">") {
+			note = " (computed: " + strings.Join(res.Planned[size], ">") + ")"
+		}
+		line += " " + strings.Join(used, ">") + note
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	fmt.Fprintln(env.Stdout, "\nmedian times; speedup = median(other) / median(mosto-chain), > 1 means mosto is faster")
+	var all []float64
+	for _, size := range res.Sizes {
+		all = append(all, res.Median(scenario.Direct, size)/res.Median(scenario.Chain, size))
+	}
+	fmt.Fprintf(env.Stdout, "mosto chain vs direct: median speedup %.2fx over all sizes\n", stats.Median(all))
+}
+
+// demoPrivileges explains what the demo needs when it cannot run.
+func demoPrivileges() error {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (it creates network namespaces and TUN devices and sets sysctls)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		missing = append(missing, "iproute2's ip command")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		missing = append(missing, "/dev/net/tun")
+	}
+	if len(missing) > 0 {
+		return errors.New("the demo needs " + strings.Join(missing, ", ") + "; run it as root on Linux, e.g. sudo mosto demo")
+	}
+	return nil
 }

@@ -1,0 +1,265 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/report"
+	"github.com/mosto-net/mosto/internal/stats"
+	"github.com/mosto-net/mosto/internal/transfer"
+)
+
+// Plan says what to measure.
+type Plan struct {
+	Modes []Mode
+	Sizes []int64
+	Runs  int
+	// Progress, if set, is called after every fetch.
+	Progress func(run int, smp Sample)
+}
+
+// Results holds time-to-last-byte samples in milliseconds.
+type Results struct {
+	Modes   []Mode
+	Sizes   []int64
+	Runs    int
+	MS      map[Mode]map[int64][]float64
+	Chains  map[int64][]string // chain the InP's flow took, per size (from metrics)
+	Planned map[int64][]string // chain the table holds, per size
+	// NotCold counts cdn-cold fetches during which nginx reused an upstream
+	// connection, and NotWarm cdn-warm fetches that opened a new one.
+	NotCold, NotWarm int
+	RTT              time.Duration // configured client-origin RTT
+	RateBps          float64       // bottleneck rate of the direct path, bytes/s; 0: none
+}
+
+// Measure runs the plan: for every run, for every size, every mode once, in
+// an order that rotates with the run so no mode always goes first (cdn-cold
+// always precedes cdn-warm, which then finds the connection it opened).
+func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
+	if p.Runs < 1 {
+		return nil, fmt.Errorf("scenario: runs %d < 1", p.Runs)
+	}
+	r := &Results{Modes: p.Modes, Sizes: p.Sizes, Runs: p.Runs, MS: make(map[Mode]map[int64][]float64),
+		Chains: make(map[int64][]string), Planned: make(map[int64][]string)}
+	r.RTT, r.RateBps = s.OriginRTT()
+	for _, m := range p.Modes {
+		r.MS[m] = make(map[int64][]float64)
+	}
+	for _, size := range p.Sizes {
+		if c, ok := s.ComputedChain(size); ok {
+			r.Planned[size] = c
+		}
+	}
+	var others []Mode
+	hasCold, hasWarm := false, false
+	for _, m := range p.Modes {
+		switch m {
+		case CDNCold:
+			hasCold = true
+		case CDNWarm:
+			hasWarm = true
+		default:
+			others = append(others, m)
+		}
+	}
+	for run := 0; run < p.Runs; run++ {
+		for _, size := range p.Sizes {
+			var order []Mode
+			if hasCold {
+				order = append(order, CDNCold)
+			}
+			if hasWarm {
+				order = append(order, CDNWarm)
+			}
+			for k := range others {
+				order = append(order, others[(k+run)%len(others)])
+			}
+			for _, m := range order {
+				var before Hops
+				trace := run == 0 && m == Chain
+				if trace {
+					before, _ = s.Hops(ctx)
+				}
+				smp, err := s.Fetch(ctx, m, size, uint64(run*1000+len(r.MS[m][size])))
+				if err != nil {
+					return r, err
+				}
+				if trace && before != nil {
+					if after, err := s.Hops(ctx); err == nil {
+						if c, ok := UsedChain(before, after, s.roles.InP); ok {
+							r.Chains[size] = c
+						}
+					}
+				}
+				switch {
+				case m == CDNCold && !smp.NewOriginConn:
+					r.NotCold++
+				case m == CDNWarm && smp.NewOriginConn:
+					r.NotWarm++
+				}
+				r.MS[m][size] = append(r.MS[m][size], float64(smp.Result.Total)/1e6)
+				if p.Progress != nil {
+					p.Progress(run, smp)
+				}
+			}
+		}
+	}
+	return r, nil
+}
+
+// Limit returns the physical limit for size in ms: one client-origin RTT plus
+// size over the bottleneck rate.
+func (r *Results) Limit(size int64) float64 {
+	ms := float64(r.RTT) / 1e6
+	if r.RateBps > 0 {
+		ms += float64(size) / r.RateBps * 1e3
+	}
+	return ms
+}
+
+// Median returns the median time of mode at size, NaN if not measured.
+func (r *Results) Median(m Mode, size int64) float64 { return stats.Median(r.MS[m][size]) }
+
+func ms(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+// WriteMarkdown writes the summary table, the comparison tables (A12 and
+// Mann-Whitney p against direct and against the warm CDN) and the ratio to
+// the physical limit.
+func (r *Results) WriteMarkdown(w io.Writer) error {
+	fmt.Fprintf(w, "Time to last byte in ms, %d runs per cell; client-origin RTT %.1f ms", r.Runs, float64(r.RTT)/1e6)
+	if r.RateBps > 0 {
+		fmt.Fprintf(w, ", bottleneck %.0f Mbit/s", r.RateBps*8/1e6)
+	}
+	fmt.Fprint(w, ".\n\n")
+	t := &report.Table{Header: []string{"size", "mode", "n", "mean", "sd", "median", "p5", "p95"},
+		Align: []report.Align{report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	for _, size := range r.Sizes {
+		for _, m := range r.Modes {
+			sm, err := stats.Summarize(r.MS[m][size])
+			if err != nil {
+				continue
+			}
+			t.AddRow(transfer.FormatSize(size), string(m), strconv.Itoa(sm.N), ms(sm.Mean), ms(sm.SD), ms(sm.Median), ms(sm.P5), ms(sm.P95))
+		}
+	}
+	if err := t.WriteMarkdown(w); err != nil {
+		return err
+	}
+	for _, base := range []Mode{Direct, CDNWarm} {
+		if !r.has(base) {
+			continue
+		}
+		fmt.Fprintf(w, "\nAgainst %s: speedup = median(%s) / median(mode); A12 = P(mode slower than %s), < 0.5 means the mode is faster; p: two-sided Mann-Whitney U.\n\n", base, base, base)
+		c := &report.Table{Header: []string{"size", "mode", "speedup", "A12", "p"},
+			Align: []report.Align{report.Left, report.Left, report.Right, report.Right, report.Right}}
+		for _, size := range r.Sizes {
+			b := r.MS[base][size]
+			for _, m := range r.Modes {
+				x := r.MS[m][size]
+				if m == base || len(x) == 0 || len(b) == 0 {
+					continue
+				}
+				mw, err := stats.MannWhitneyU(x, b)
+				if err != nil {
+					return err
+				}
+				c.AddRow(transfer.FormatSize(size), string(m),
+					strconv.FormatFloat(stats.Median(b)/stats.Median(x), 'f', 2, 64)+"x",
+					strconv.FormatFloat(stats.A12(x, b), 'f', 2, 64), strconv.FormatFloat(mw.P, 'g', 3, 64))
+			}
+		}
+		if err := c.WriteMarkdown(w); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(w, "\nPhysical limit = one client-origin RTT + size / bottleneck rate; ratio = median / limit (1.00 is the limit).\n\n")
+	hdr := []string{"size", "limit ms"}
+	for _, m := range r.Modes {
+		hdr = append(hdr, string(m))
+	}
+	lt := &report.Table{Header: hdr}
+	for i := 1; i < len(hdr); i++ {
+		lt.Align = append(lt.Align, report.Right)
+	}
+	lt.Align = append([]report.Align{report.Left}, lt.Align...)
+	for _, size := range r.Sizes {
+		row := []string{transfer.FormatSize(size), ms(r.Limit(size))}
+		for _, m := range r.Modes {
+			row = append(row, strconv.FormatFloat(r.Median(m, size)/r.Limit(size), 'f', 2, 64))
+		}
+		lt.AddRow(row...)
+	}
+	if err := lt.WriteMarkdown(w); err != nil {
+		return err
+	}
+	if len(r.Planned) > 0 {
+		fmt.Fprint(w, "\nChains (computed by pathcomp from the world's RTTs; used = what the proxies' metrics show for the first mosto-chain fetch):\n\n")
+		ct := &report.Table{Header: []string{"size", "computed", "used"}}
+		for _, size := range r.Sizes {
+			ct.AddRow(transfer.FormatSize(size), chainString(r.Planned[size]), chainString(r.Chains[size]))
+		}
+		if err := ct.WriteMarkdown(w); err != nil {
+			return err
+		}
+	}
+	if r.NotCold > 0 || r.NotWarm > 0 {
+		fmt.Fprintf(w, "\nWarning: %d cdn-cold fetches found a warm upstream connection and %d cdn-warm fetches opened a new one.\n", r.NotCold, r.NotWarm)
+	}
+	return nil
+}
+
+func chainString(c []string) string {
+	if len(c) == 0 {
+		return "-"
+	}
+	s := c[0]
+	for _, x := range c[1:] {
+		s += " > " + x
+	}
+	return s
+}
+
+func (r *Results) has(m Mode) bool {
+	for _, x := range r.Modes {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteSVG plots median time against size per mode (log x) with p5-p95
+// whiskers, and the physical limit.
+func (r *Results) WriteSVG(w io.Writer, title string) error {
+	p := &report.Plot{Title: title, XLabel: "object size", YLabel: "time to last byte (ms)", LogX: true,
+		XTick: func(v float64) string { return transfer.FormatSize(int64(math.Round(v))) }}
+	for _, m := range r.Modes {
+		s := report.Series{Name: string(m)}
+		for _, size := range r.Sizes {
+			x := r.MS[m][size]
+			if len(x) == 0 {
+				continue
+			}
+			s.Points = append(s.Points, report.Point{X: float64(size), Y: stats.Median(x), Lo: stats.Percentile(x, 5), Hi: stats.Percentile(x, 95)})
+		}
+		if len(s.Points) > 0 {
+			p.Series = append(p.Series, s)
+		}
+	}
+	lim := report.Series{Name: "physical limit"}
+	for _, size := range r.Sizes {
+		lim.Points = append(lim.Points, report.Point{X: float64(size), Y: r.Limit(size)})
+	}
+	p.Series = append(p.Series, lim)
+	return p.WriteSVG(w)
+}
