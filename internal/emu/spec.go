@@ -265,7 +265,7 @@ func (s *Spec) resolve() (*plan, error) {
 			if m == nil {
 				return nil, fmt.Errorf("emu: host %q: location %q needs a dataset or rtt_csv", h.Name, h.Location)
 			}
-			locIdx[i] = m.Index(h.Location)
+			locIdx[i] = findLocation(m, h.Location)
 			if locIdx[i] < 0 {
 				return nil, fmt.Errorf("emu: host %q: unknown location %q%s", h.Name, h.Location, suggest(m.Names, h.Location))
 			}

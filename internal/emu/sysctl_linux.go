@@ -39,6 +39,9 @@ func applyTCP(t TCP) error {
 		{"net/ipv4/tcp_rmem", fmt.Sprintf("4096 131072 %d", rmem)},
 		{"net/ipv4/tcp_wmem", fmt.Sprintf("4096 16384 %d", wmem)},
 		{"net/ipv4/ping_group_range", "0 2147483647"},
+		// Every connection starts from the configured slow start, not from
+		// metrics cached by earlier connections to the same host.
+		{"net/ipv4/tcp_no_metrics_save", "1"},
 	}
 	if t.Congestion != "" {
 		sets = append(sets, [2]string{"net/ipv4/tcp_congestion_control", t.Congestion})

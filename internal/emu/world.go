@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -29,7 +30,7 @@ type World struct {
 	offload bool
 	base    time.Time
 	bufs    *bufPools
-	cal     timerCal
+	sched   *scheduler
 	done    chan struct{}
 	wg      sync.WaitGroup
 
@@ -49,6 +50,9 @@ type World struct {
 	closeErr  error
 
 	unknownDst atomic.Uint64
+
+	cmdMu sync.Mutex
+	cmds  []*exec.Cmd
 }
 
 type host struct {
@@ -160,6 +164,16 @@ func (w *World) up(ctx context.Context, spec *Spec, stateRoot string) error {
 	if len(all) > 0 {
 		return errors.Join(all...)
 	}
+	sched, err := newScheduler(w)
+	if err != nil {
+		return err
+	}
+	w.sched = sched
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		sched.run(w.done)
+	}()
 	for i := range w.hosts {
 		w.wg.Add(1)
 		go w.readLoop(i)
@@ -271,14 +285,6 @@ func (w *World) pipe(i, j int) *pipe {
 	return p
 }
 
-func (w *World) goPipe(p *pipe) {
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		p.run()
-	}()
-}
-
 func (w *World) now() int64 { return int64(time.Since(w.base)) }
 
 // Close stops forwarding, kills every process left in the world's
@@ -288,20 +294,20 @@ func (w *World) Close() error {
 	w.closeOnce.Do(func() {
 		start := time.Now()
 		close(w.done)
+		if w.sched != nil {
+			w.sched.kick()
+		}
 		for _, h := range w.hosts {
 			if h.tun != nil {
 				h.tun.Close()
 			}
 		}
 		w.wg.Wait()
-		for i := range w.pipes {
-			for j := range w.pipes[i] {
-				if p := w.pipes[i][j].Load(); p != nil {
-					p.drain()
-				}
-			}
+		if w.sched != nil {
+			w.sched.close()
 		}
 		var errs []error
+		w.killCommands()
 		inodes := make(map[uint64]bool)
 		for _, h := range w.hosts {
 			if ino, err := nsInode(nsPath(h.netns)); err == nil {
@@ -377,7 +383,26 @@ func (w *World) Command(ctx context.Context, host string, name string, args ...s
 	if ns == "" {
 		ns = "mosto-unknown-host-" + host // makes Start/Run fail with a clear message
 	}
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	w.cmdMu.Lock()
+	w.cmds = append(w.cmds, cmd)
+	w.cmdMu.Unlock()
+	return cmd
+}
+
+// killCommands kills the process groups of commands made by Command that
+// were started. A command that is still entering its namespace is not found
+// by the namespace scan, so this runs first.
+func (w *World) killCommands() {
+	w.cmdMu.Lock()
+	defer w.cmdMu.Unlock()
+	for _, c := range w.cmds {
+		if c.Process != nil && c.Process.Pid > 0 {
+			syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	w.cmds = nil
 }
 
 // Do runs fn on a locked OS thread inside the host's namespace. Sockets fn

@@ -1,0 +1,328 @@
+package emu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
+)
+
+func mustSpec(t testing.TB, y string) *Spec {
+	t.Helper()
+	s, err := ParseSpec([]byte(y))
+	if err != nil {
+		t.Fatalf("ParseSpec: %v", err)
+	}
+	return s
+}
+
+// tolerance is the RTT fidelity bound of issue 3: 0.5 ms + 2%.
+func tolerance(want time.Duration) time.Duration {
+	return 500*time.Microsecond + want/50
+}
+
+func TestRTTFidelity(t *testing.T) {
+	w := Start(t, mustSpec(t, `
+hosts: [{name: a}, {name: b}, {name: c}, {name: d}]
+links:
+  - {a: a, b: b, delay_ms: 0.5}
+  - {a: a, b: c, delay_ms: 20}
+  - {a: a, b: d, delay_ms: 75}
+  - {a: b, b: c, delay_ms: 1}
+  - {a: b, b: d, delay_ms: 1}
+  - {a: c, b: d, delay_ms: 1}
+`))
+	ctx := context.Background()
+	for _, tt := range []struct {
+		to   string
+		want time.Duration
+	}{
+		{"b", 1 * time.Millisecond},
+		{"c", 40 * time.Millisecond},
+		{"d", 150 * time.Millisecond},
+	} {
+		t.Run("icmp-"+tt.to, func(t *testing.T) {
+			s, err := w.Ping(ctx, "a", tt.to, 10, 10*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Min(); got < tt.want-tolerance(tt.want) || got > tt.want+tolerance(tt.want) {
+				t.Errorf("ping a->%s min RTT = %v (samples %v); want %v +- %v", tt.to, got, s, tt.want, tolerance(tt.want))
+			}
+		})
+		t.Run("tcp-"+tt.to, func(t *testing.T) {
+			s, err := w.ConnectRTT(ctx, "a", tt.to, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Min(); got < tt.want-tolerance(tt.want) || got > tt.want+tolerance(tt.want) {
+				t.Errorf("connect a->%s min = %v (samples %v); want %v +- %v", tt.to, got, s, tt.want, tolerance(tt.want))
+			}
+		})
+	}
+}
+
+func TestSetLink(t *testing.T) {
+	w := Start(t, mustSpec(t, "hosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 5}]"))
+	ctx := context.Background()
+	for _, want := range []time.Duration{10 * time.Millisecond, 60 * time.Millisecond, 2 * time.Millisecond} {
+		if err := w.SetLink("a", "b", Link{DelayMS: float64(want) / 2e6}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := w.Ping(ctx, "a", "b", 6, 5*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Min(); got < want-tolerance(want) || got > want+tolerance(want) {
+			t.Errorf("after SetLink(%v RTT): ping min = %v (samples %v)", want, got, s)
+		}
+	}
+	if err := w.SetLink("a", "zz", Link{}); err == nil {
+		t.Error("SetLink to an unknown host succeeded")
+	}
+	if err := w.SetLink("a", "b", Link{LossPct: 200}); err == nil {
+		t.Error("SetLink with 200% loss succeeded")
+	}
+}
+
+func TestLossUDP(t *testing.T) {
+	w := Start(t, mustSpec(t, "hosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 1, loss_pct: 20}]"))
+	const n = 4000
+	got, _, err := w.UDPLoss(context.Background(), "a", "b", n, 200, 100*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := n - got
+	// 20% of 4000 = 800, +-10% relative (3.2 standard deviations).
+	if lost < 720 || lost > 880 {
+		t.Errorf("20%% loss dropped %d of %d datagrams; want 720..880 (emulator: %+v)", lost, n, w.Stats("a", "b"))
+	}
+}
+
+func TestLossTCPWithOffload(t *testing.T) {
+	w := Start(t, mustSpec(t, "hosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 1, loss_pct: 3}]"))
+	if !w.offload {
+		t.Fatal("offload is off; want on by default")
+	}
+	if _, err := w.Fetch(context.Background(), "b", "a", 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats("a", "b")
+	total := st.Packets + st.LossDrops
+	// The data direction must have been segmented to MTU-sized packets.
+	if total < 2800 {
+		t.Fatalf("a->b carried %d packets for 4 MiB; want >= 2800 (per-segment loss)", total)
+	}
+	rate := float64(st.LossDrops) / float64(total) * 100
+	// sd of the rate is about 0.3 points here; 2..4% still catches a
+	// per-super-packet or doubled loss.
+	if rate < 2 || rate > 4 {
+		t.Errorf("3%% loss dropped %.2f%% of %d segments; want 2..4%%", rate, total)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	w := Start(t, mustSpec(t, "tcp: {congestion: cubic}\nhosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 2, rate_mbit: 20}]"))
+	const size = 3 << 20
+	r, err := w.Fetch(context.Background(), "b", "a", size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Payload rate at 20 Mbit/s is 20*1448/1500 (IP+TCP headers with
+	// timestamps).
+	want := 20 * 1448.0 / 1500
+	got := r.SteadyMbit
+	if got < want*0.9 || got > want*1.05 {
+		t.Errorf("goodput through a 20 Mbit/s link = %.2f Mbit/s; want %.2f -10%%/+5%% (a->b %+v, b->a %+v)", got, want, w.Stats("a", "b"), w.Stats("b", "a"))
+	}
+}
+
+func TestNoReorderWithoutJitter(t *testing.T) {
+	w := Start(t, mustSpec(t, `
+hosts: [{name: a}, {name: b}, {name: c}]
+links:
+  - {a: a, b: b, delay_ms: 3}
+  - {a: a, b: c, delay_ms: 3, jitter_ms: 2}
+  - {a: b, b: c, delay_ms: 3, jitter_ms: 2, reorder: true}
+`))
+	ctx := context.Background()
+	for _, tt := range []struct {
+		from, to string
+		reorder  bool
+	}{
+		{"a", "b", false},
+		{"a", "c", false},
+		{"b", "c", true},
+	} {
+		got, re, err := w.UDPLoss(ctx, tt.from, tt.to, 2000, 100, 10*time.Microsecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got < 1900 {
+			t.Errorf("%s->%s: %d of 2000 datagrams arrived on a lossless link", tt.from, tt.to, got)
+		}
+		if (re > 0) != tt.reorder {
+			t.Errorf("%s->%s: %d reordered; want reordering = %v", tt.from, tt.to, re, tt.reorder)
+		}
+	}
+}
+
+func TestOffloadThroughput(t *testing.T) {
+	w := Start(t, mustSpec(t, "hosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 2}]"))
+	if _, err := w.Fetch(context.Background(), "b", "a", 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats("a", "b")
+	if st.Packets == 0 || st.Bytes/st.Packets < 3000 {
+		t.Errorf("a->b: %d bytes in %d packets; want GSO super-packets (> 3000 bytes on average)", st.Bytes, st.Packets)
+	}
+}
+
+func TestCommandAndLeaks(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	spec := mustSpec(t, "hosts: [{name: a}, {name: b}, {name: c}]\nlinks: [{a: a, b: b, delay_ms: 1}, {a: a, b: c, delay_ms: 1}, {a: b, b: c, delay_ms: 1}]")
+	w, err := Up(context.Background(), spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	out, err := w.Command(context.Background(), "b", "ip", "-4", "-o", "addr", "show").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip addr in b: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), w.Addr("b").String()+"/32") {
+		t.Errorf("b's addresses %q lack %v", out, w.Addr("b"))
+	}
+	sleeper := w.Command(context.Background(), "c", "sleep", "300")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sleeper.Wait() }()
+	nss := []string{w.NetNS("a"), w.NetNS("b"), w.NetNS("c")}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Error("process started in the world survived Close")
+		sleeper.Process.Kill()
+	}
+	for _, ns := range nss {
+		if _, err := os.Stat(nsPath(ns)); err == nil {
+			t.Errorf("namespace %s survived Close", ns)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(DefaultStateDir, w.RunID())); err == nil {
+		t.Error("state directory survived Close")
+	}
+}
+
+// TestLeaksAfterPanic runs a test that panics with a world up, in a child
+// process, and checks that the world's namespaces and processes are gone.
+func TestLeaksAfterPanic(t *testing.T) {
+	if os.Getenv("EMU_PANIC_HELPER") != "" {
+		w := Start(t, mustSpec(t, "hosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 1}]"))
+		c := w.Command(context.Background(), "a", "sleep", "300")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("WORLD %s %s %d\n", w.NetNS("a"), w.NetNS("b"), c.Process.Pid)
+		panic("deliberate panic with a world up")
+	}
+	testenv.RequirePrivileged(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLeaksAfterPanic$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "EMU_PANIC_HELPER=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("helper did not fail: %s", out)
+	}
+	var nsA, nsB string
+	var pid int
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "WORLD ") {
+			fmt.Sscanf(line, "WORLD %s %s %d", &nsA, &nsB, &pid)
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("helper printed no world: %s", out)
+	}
+	for _, ns := range []string{nsA, nsB} {
+		if _, err := os.Stat(nsPath(ns)); err == nil {
+			t.Errorf("namespace %s survived a panicking test", ns)
+			deleteNetns(ns)
+		}
+	}
+	// The killed process may linger briefly as a zombie until init reaps it.
+	deadline := time.Now().Add(3 * time.Second)
+	for processRunning(pid) {
+		if time.Now().After(deadline) {
+			t.Errorf("process %d started in the world survived a panicking test", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestScale30(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	var b strings.Builder
+	b.WriteString("dataset: default\nhosts:\n")
+	for i := range 30 {
+		fmt.Fprintf(&b, "  - {name: h%d, location: %s}\n", i, defaultCity(i))
+	}
+	spec := mustSpec(t, b.String())
+	start := time.Now()
+	w, err := Up(context.Background(), spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := time.Since(start)
+	t.Cleanup(func() { w.Close() })
+	s, err := w.Ping(context.Background(), "h0", "h29", 2, time.Millisecond)
+	if err != nil {
+		t.Fatalf("ping h0->h29: %v", err)
+	}
+	if want := w.RTT("h0", "h29"); s.Min() < want-tolerance(want) || s.Min() > want+tolerance(want)+5*time.Millisecond {
+		t.Errorf("h0->h29 RTT %v; want about %v", s.Min(), want)
+	}
+	start = time.Now()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Since(start)
+	t.Logf("30 hosts: up %v, down %v", up, down)
+	// Generous bounds: the target is 5 s on an idle machine (see docs/emu.md).
+	if up > 20*time.Second || down > 20*time.Second {
+		t.Errorf("30 hosts: up %v, down %v; want well under 20 s", up, down)
+	}
+}
+
+func defaultCity(i int) string {
+	return []string{
+		"Dublin", "London", "Amsterdam", "Frankfurt", "Paris", "Madrid", "Stockholm", "Moscow",
+		"NewYork", "Washington", "Chicago", "Atlanta", "Miami", "Dallas", "Denver", "Seattle", "SanFrancisco", "LosAngeles",
+		"TelAviv", "Dubai", "NewDelhi", "Singapore", "HongKong", "Tokyo", "Sydney", "Auckland",
+		"SaoPaulo", "Santiago", "Johannesburg", "Nairobi",
+	}[i%30]
+}
+
+// processRunning reports whether pid exists and is not a zombie.
+func processRunning(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] != 'Z' && s[i+2] != 'X'
+}
