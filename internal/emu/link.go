@@ -184,4 +184,3 @@ func (p *pipe) deliver(b []byte) {
 	p.inFlight.Add(-int64(len(b)))
 	p.w.bufs.put(b)
 }
-
