@@ -44,12 +44,13 @@ func quantise(rtt [][]float64) [][]int64 {
 }
 
 // baselines computes, for source s, the shortest-path chain (smallest sum,
-// then fewest hops, then smallest max) and the minimax chain (smallest max,
-// then smallest sum, then fewest hops) to every destination. sp and mm must
-// have len(q) entries; scratch buffers are reused through b.
-func (b *baseliner) baselines(q [][]int64, s int, sp, mm []route) {
+// then fewest hops, then smallest max), the minimax chain (smallest max,
+// then smallest sum, then fewest hops) and the fewest-hops minimax chain
+// (smallest max, then fewest hops, then smallest sum) to every destination.
+// sp, mm and mh must have len(q) entries; scratch buffers are reused through b.
+func (b *baseliner) baselines(q [][]int64, s int, sp, mm, mh []route) {
 	n := len(q)
-	b.dijkstra(q, s, math.MaxInt64, sp)
+	b.dijkstra(q, s, math.MaxInt64, less, sp)
 	// Bottleneck value of every destination (Prim from s).
 	bott := b.bott[:n]
 	done := b.done[:n]
@@ -77,9 +78,9 @@ func (b *baseliner) baselines(q [][]int64, s int, sp, mm []route) {
 		}
 	}
 	for k := range mm {
-		mm[k] = route{}
+		mm[k], mh[k] = route{}, route{}
 	}
-	mm[s] = route{ok: true}
+	mm[s], mh[s] = route{ok: true}, route{ok: true}
 	// One restricted Dijkstra per distinct bottleneck value.
 	levels := b.levels[:0]
 	for v, c := range bott {
@@ -92,10 +93,16 @@ func (b *baseliner) baselines(q [][]int64, s int, sp, mm []route) {
 	b.levels = levels
 	tmp := b.tmp[:n]
 	for _, lim := range levels {
-		b.dijkstra(q, s, lim, tmp)
+		b.dijkstra(q, s, lim, less, tmp)
 		for v, c := range bott {
 			if v != s && c == lim {
 				mm[v] = tmp[v]
+			}
+		}
+		b.dijkstra(q, s, lim, lessHops, tmp)
+		for v, c := range bott {
+			if v != s && c == lim {
+				mh[v] = tmp[v]
 			}
 		}
 	}
@@ -113,9 +120,11 @@ func newBaseliner(n int) *baseliner {
 	return &baseliner{bott: make([]int64, n), done: make([]bool, n), tmp: make([]route, n)}
 }
 
-// dijkstra fills out with the smallest (sum, hops, max) chains from s over
-// links of at most lim microseconds (dense O(n^2) Dijkstra).
-func (b *baseliner) dijkstra(q [][]int64, s int, lim int64, out []route) {
+// dijkstra fills out with the smallest chains from s in the order less over
+// links of at most lim microseconds (dense O(n^2) Dijkstra). less must be
+// monotone under extension: both orders below are, as every extension adds
+// one hop and a non-negative RTT.
+func (b *baseliner) dijkstra(q [][]int64, s int, lim int64, less func(a, b route) bool, out []route) {
 	n := len(q)
 	done := b.done[:n]
 	for k := range out {
@@ -222,4 +231,15 @@ func treeRoutes(q [][]int64, adj [][]int, s int, out []route, stack []int) []int
 		}
 	}
 	return stack
+}
+
+// lessHops orders routes by hops, then sum, then max.
+func lessHops(a, b route) bool {
+	if a.hops != b.hops {
+		return a.hops < b.hops
+	}
+	if a.sum != b.sum {
+		return a.sum < b.sum
+	}
+	return a.max < b.max
 }

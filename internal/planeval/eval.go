@@ -28,8 +28,11 @@ type Series struct {
 	// VsMSTMinimax is the same against the classic minimax route: the path
 	// in a minimum spanning tree, which ignores the sum of RTTs.
 	VsMSTMinimax []float64
+	// VsHopsMinimax is the same against the minimax chain with the fewest
+	// hops (then the smallest sum): the minimax route using fewest proxies.
+	VsHopsMinimax []float64
 	// Mean number of proxies (intermediate locations) per chain.
-	ProxiesOurs, ProxiesMinimax, ProxiesMSTMinimax, ProxiesShortest float64
+	ProxiesOurs, ProxiesMinimax, ProxiesMSTMinimax, ProxiesHopsMinimax, ProxiesShortest float64
 	// Worse counts pairs where the planner's chain cost more than a
 	// baseline by more than 1 µs: always 0 for a correct planner.
 	Worse int
@@ -68,7 +71,7 @@ func Run(ctx context.Context, graphs []topo.Graph, rounds []int) (*Result, error
 	}
 	start := time.Now()
 	res := &Result{Series: make([]Series, len(rounds))}
-	sums := make([][4]float64, len(rounds))
+	sums := make([][5]float64, len(rounds))
 	for k, r := range rounds {
 		res.Series[k].Rounds = r
 	}
@@ -87,12 +90,12 @@ func Run(ctx context.Context, graphs []topo.Graph, rounds []int) (*Result, error
 		info := GraphInfo{Name: g.Name, Locations: n, Links: f.Links()}
 		q := quantise(rtt)
 		bl := newBaseliner(n)
-		sp, mm, tr := make([]route, n), make([]route, n), make([]route, n)
+		sp, mm, mh, tr := make([]route, n), make([]route, n), make([]route, n), make([]route, n)
 		tree := mst(q)
 		var stack []int
 		var path []int
 		for i := 0; i < n; i++ {
-			bl.baselines(q, i, sp, mm)
+			bl.baselines(q, i, sp, mm, mh)
 			stack = treeRoutes(q, tree, i, tr, stack)
 			for j := 0; j < n; j++ {
 				if i == j || !sp[j].ok || !mm[j].ok {
@@ -107,13 +110,15 @@ func Run(ctx context.Context, graphs []topo.Graph, rounds []int) (*Result, error
 					path = ours.Path
 					co, cs, cm := model.Cost(ours, r), sp[j].costMs(r), mm[j].costMs(r)
 					s := &res.Series[k]
-					if co > cs+1e-3 || co > cm+1e-3 || co > tr[j].costMs(r)+1e-3 {
+					if co > cs+1e-3 || co > cm+1e-3 || co > tr[j].costMs(r)+1e-3 || co > mh[j].costMs(r)+1e-3 {
 						s.Worse++
 					}
 					s.VsShortest = append(s.VsShortest, improvement(cs, co))
 					s.VsMinimax = append(s.VsMinimax, improvement(cm, co))
 					s.VsMSTMinimax = append(s.VsMSTMinimax, improvement(tr[j].costMs(r), co))
 					sums[k][3] += float64(tr[j].proxies())
+					s.VsHopsMinimax = append(s.VsHopsMinimax, improvement(mh[j].costMs(r), co))
+					sums[k][4] += float64(mh[j].proxies())
 					sums[k][0] += float64(ours.Proxies())
 					sums[k][1] += float64(mm[j].proxies())
 					sums[k][2] += float64(sp[j].proxies())
@@ -132,9 +137,11 @@ func Run(ctx context.Context, graphs []topo.Graph, rounds []int) (*Result, error
 		slices.Sort(s.VsShortest)
 		slices.Sort(s.VsMinimax)
 		slices.Sort(s.VsMSTMinimax)
+		slices.Sort(s.VsHopsMinimax)
 		p := float64(res.Pairs)
 		s.ProxiesOurs, s.ProxiesMinimax, s.ProxiesShortest = sums[k][0]/p, sums[k][1]/p, sums[k][2]/p
 		s.ProxiesMSTMinimax = sums[k][3] / p
+		s.ProxiesHopsMinimax = sums[k][4] / p
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil

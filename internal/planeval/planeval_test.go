@@ -46,10 +46,10 @@ func TestBaselinesMatchPathcomp(t *testing.T) {
 		rtt := randomMatrix(rng, n, rng.Float64()*0.6)
 		q := quantise(rtt)
 		bl := newBaseliner(n)
-		sp, mm, tr := make([]route, n), make([]route, n), make([]route, n)
+		sp, mm, mh, tr := make([]route, n), make([]route, n), make([]route, n), make([]route, n)
 		tree := mst(q)
 		for i := 0; i < n; i++ {
-			bl.baselines(q, i, sp, mm)
+			bl.baselines(q, i, sp, mm, mh)
 			treeRoutes(q, tree, i, tr, nil)
 			for j := 0; j < n; j++ {
 				if i == j {
@@ -71,6 +71,10 @@ func TestBaselinesMatchPathcomp(t *testing.T) {
 				wm, _ := pathcomp.Minimax(rtt, i, j)
 				if ms(mm[j].max) != wm.Max || ms(mm[j].sum) != wm.Sum || mm[j].proxies() != wm.Proxies() {
 					t.Errorf("iter %d: %d->%d minimax (max %v sum %v proxies %d); pathcomp (%v %v %d)", iter, i, j, ms(mm[j].max), ms(mm[j].sum), mm[j].proxies(), wm.Max, wm.Sum, wm.Proxies())
+				}
+				// Fewest-hops minimax: same max, no more hops, no smaller sum.
+				if !mh[j].ok || mh[j].max != mm[j].max || mh[j].hops > mm[j].hops || mh[j].sum < mm[j].sum {
+					t.Errorf("iter %d: %d->%d fewest-hops minimax %+v; minimax %+v", iter, i, j, mh[j], mm[j])
 				}
 				// The tree path is a minimax path too, but may be longer.
 				if !tr[j].ok || tr[j].max != mm[j].max || tr[j].sum < mm[j].sum {
@@ -136,8 +140,8 @@ func checkResult(t *testing.T, res *Result) {
 				t.Errorf("1 round: %v proxies; shortest path uses %v", s.ProxiesOurs, s.ProxiesShortest)
 			}
 		}
-		if s.ProxiesMSTMinimax < s.ProxiesMinimax-1e-12 {
-			t.Errorf("rounds %d: MST minimax %v proxies < minimax %v", s.Rounds, s.ProxiesMSTMinimax, s.ProxiesMinimax)
+		if s.ProxiesHopsMinimax > s.ProxiesMinimax+1e-12 || s.ProxiesHopsMinimax > s.ProxiesMSTMinimax+1e-12 {
+			t.Errorf("rounds %d: fewest-hops minimax %v proxies > minimax %v or MST %v", s.Rounds, s.ProxiesHopsMinimax, s.ProxiesMinimax, s.ProxiesMSTMinimax)
 		}
 	}
 }
