@@ -193,6 +193,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
+	// Memory per idle connection, before the connection-rate test fills the
+	// ephemeral port space with TIME_WAIT sockets.
+	if cfg.IdleConns > 0 {
+		for _, res := range rep.Results {
+			r := relays[res.Mode]
+			if r == nil || res.Err != "" || len(r.procs) == 0 || res.Mode == ModeMosto3 {
+				continue
+			}
+			_, rss0 := r.usage()
+			conns, err := openIdle(ctx, r.entry, cfg.IdleConns, sk, 30*time.Second)
+			if err == nil {
+				time.Sleep(500 * time.Millisecond)
+				_, rss1 := r.usage()
+				res.IdleFlows = len(conns)
+				res.PerConn = float64(rss1-rss0) / float64(len(conns))
+				cfg.Log.Info("idle flows", "mode", res.Mode, "flows", len(conns), "bytes_per_flow", int(res.PerConn))
+			} else {
+				cfg.Log.Warn("idle flows failed", "mode", res.Mode, "err", err)
+				res.Err = fmt.Sprintf("idle flows: %v; relay output: %s", err, tail(r.log.String(), 600))
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
 	// Connections per second, modes interleaved within each run.
 	for run := 0; run < cfg.Runs; run++ {
 		for _, res := range rep.Results {
@@ -218,31 +244,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	// Memory per idle connection.
-	if cfg.IdleConns > 0 {
-		for _, res := range rep.Results {
-			r := relays[res.Mode]
-			if r == nil || res.Err != "" || len(r.procs) == 0 || res.Mode == ModeMosto3 {
-				continue
-			}
-			_, rss0 := r.usage()
-			conns, err := openIdle(ctx, r.entry, cfg.IdleConns, sk, 30*time.Second)
-			if err == nil {
-				time.Sleep(500 * time.Millisecond)
-				_, rss1 := r.usage()
-				res.IdleFlows = len(conns)
-				res.PerConn = float64(rss1-rss0) / float64(len(conns))
-				cfg.Log.Info("idle flows", "mode", res.Mode, "flows", len(conns), "bytes_per_flow", int(res.PerConn))
-			} else {
-				cfg.Log.Warn("idle flows failed", "mode", res.Mode, "err", err)
-				res.Err = fmt.Sprintf("idle flows: %v", err)
-			}
-			for _, c := range conns {
-				c.Close()
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	}
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, nil
 }
