@@ -89,3 +89,40 @@ func TestDemoSpec(t *testing.T) {
 		t.Errorf("demo hosts = %v; want client, origin and 8 FEPs", names)
 	}
 }
+
+func TestResultsReport(t *testing.T) {
+	r := &Results{
+		Modes: []Mode{Direct, Chain, CDNWarm}, Sizes: []int64{10_000}, Runs: 3,
+		MS: map[Mode]map[int64][]float64{
+			Direct:  {10_000: {300, 310, 320}},
+			Chain:   {10_000: {150, 160, 155}},
+			CDNWarm: {10_000: {200, 205, 210}},
+		},
+		Planned: map[int64][]string{10_000: {"A", "B"}},
+		Chains:  map[int64][]string{10_000: {"A", "B"}},
+		RTT:     150 * time.Millisecond, RateBps: 1e6,
+	}
+	if got := r.Limit(10_000); got != 160 {
+		t.Errorf("Limit = %v; want 150 ms + 10 ms", got)
+	}
+	var b strings.Builder
+	if err := r.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"| 10KB | mosto-chain |   3 | 155.0 |  5.0 |  155.0 | 150.5 | 159.5 |", // summary row
+		"| 10KB | mosto-chain |   2.00x | 0.00 | 0.1 |",                        // vs direct: 310/155, all faster, exact p = 2/20
+		"| 10KB | direct      |   0.66x | 1.00 | 0.1 |",                        // vs cdn-warm: 205/310
+		"A > B",
+		"bottleneck 8 Mbit/s",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	var svg strings.Builder
+	if err := r.WriteSVG(&svg, "t"); err != nil || strings.Count(svg.String(), "<g ") != 4 {
+		t.Errorf("WriteSVG: %v; %d series (want 3 modes + limit)", err, strings.Count(svg.String(), "<g "))
+	}
+}

@@ -1,0 +1,117 @@
+package scenario_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/cli"
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/scenario"
+	"github.com/mosto-net/mosto/internal/testenv"
+)
+
+// childEnv makes the test binary act as the mosto binary, so the proxies run
+// as `mosto proxy` processes inside the world's namespaces.
+const childEnv = "MOSTO_SCENARIO_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// TestDemoWorld brings up the demo world with a proxy per FEP, an origin and
+// nginx, fetches through every mode (each body hash-checked by the client),
+// and checks that the flows took the chain the table holds.
+func TestDemoWorld(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	nginx := testenv.RequireCommand(t, "nginx")
+	spec, err := scenario.DemoSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := emu.Start(t, spec)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	sizes := []int64{20_000, 300_000}
+	sc, err := scenario.Start(ctx, w, scenario.Config{
+		Roles: scenario.Roles{Single: "Washington"},
+		Sizes: sizes, Mosto: []string{exe}, Env: []string{childEnv + "=1"},
+		CDN: true, CDNIdle: 300 * time.Millisecond, Nginx: nginx, Dir: t.TempDir(),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sc.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	r := sc.Roles()
+	if r.InP != "Dublin" || r.EgP != "SanFrancisco" || r.Single != "Washington" {
+		t.Errorf("roles = %+v; want InP Dublin, EgP SanFrancisco, single Washington", r)
+	}
+	for i, size := range sizes {
+		want, ok := sc.ComputedChain(size)
+		if !ok || len(want) < 3 || want[0] != "Dublin" || want[len(want)-1] != "SanFrancisco" {
+			t.Fatalf("computed chain for %d = %v, %v; want Dublin > ... > SanFrancisco with a proxy between", size, want, ok)
+		}
+		before, err := sc.Hops(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sc.Fetch(ctx, scenario.Chain, size, uint64(i)); err != nil {
+			t.Fatalf("fetch through the chain: %v", err)
+		}
+		after, err := sc.Hops(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := scenario.UsedChain(before, after, r.InP); !ok || !slices.Equal(got, want) {
+			t.Errorf("size %d: flow took %v (complete %v); the table says %v", size, got, ok, want)
+		}
+		for _, m := range []scenario.Mode{scenario.Direct, scenario.Single} {
+			if _, err := sc.Fetch(ctx, m, size, uint64(i)); err != nil {
+				t.Errorf("fetch %s: %v", m, err)
+			}
+		}
+		cold, err := sc.Fetch(ctx, scenario.CDNCold, size, 7)
+		if err != nil {
+			t.Fatalf("fetch cdn-cold: %v", err)
+		}
+		warm, err := sc.Fetch(ctx, scenario.CDNWarm, size, 8)
+		if err != nil {
+			t.Fatalf("fetch cdn-warm: %v", err)
+		}
+		if !cold.NewOriginConn || warm.NewOriginConn {
+			t.Errorf("cdn-cold opened an origin connection: %v (want true); cdn-warm: %v (want false)", cold.NewOriginConn, warm.NewOriginConn)
+		}
+	}
+	// The measuring loop and its report.
+	res, err := sc.Measure(ctx, scenario.Plan{Modes: []scenario.Mode{scenario.Direct, scenario.Chain}, Sizes: sizes[:1], Runs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := res.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.MS[scenario.Chain][sizes[0]]); n != 2 || !strings.Contains(md.String(), "Dublin > ") {
+		t.Errorf("Measure: %d chain samples, report:\n%s", n, md.String())
+	}
+}
