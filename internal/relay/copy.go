@@ -7,14 +7,12 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
-
-// spliceChunk bounds one io.CopyN call when an idle timeout is set, so the
-// deadlines are renewed while data flows. Each call still splices.
-const spliceChunk = 4 << 20
 
 var errIdle = errors.New("relay: idle timeout")
 
@@ -72,26 +70,41 @@ func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 	return nil
 }
 
+// copyData moves src's bytes to dst until EOF. It waits for data without
+// holding a splice pipe (an idle flow costs its two sockets, no pipe fds),
+// then splices exactly the queued bytes with io.CopyN between the two
+// *net.TCPConn. With an idle timeout, deadlines are renewed on progress
+// and the flow ends when neither direction moved for the timeout.
 func (p *pipe) copyData(dst, src *net.TCPConn, bytes prometheus.Counter) error {
-	if p.idle <= 0 {
-		n, err := io.Copy(dst, src)
-		bytes.Add(float64(n))
+	rc, err := src.SyscallConn()
+	if err != nil {
 		return err
 	}
 	for {
-		deadline := time.Now().Add(p.idle)
-		src.SetReadDeadline(deadline)
-		dst.SetWriteDeadline(deadline)
-		n, err := io.CopyN(dst, src, spliceChunk)
+		if p.idle > 0 {
+			deadline := time.Now().Add(p.idle)
+			src.SetReadDeadline(deadline)
+			dst.SetWriteDeadline(deadline)
+		}
+		avail, err := waitReadable(rc)
+		var n int64
+		if err == nil {
+			if avail == 0 {
+				return nil // EOF
+			}
+			n, err = io.CopyN(dst, src, int64(avail))
+		}
 		if n > 0 {
 			bytes.Add(float64(n))
-			p.last.Store(time.Now().UnixNano())
+			if p.idle > 0 {
+				p.last.Store(time.Now().UnixNano())
+			}
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
 			return nil
-		case errors.Is(err, os.ErrDeadlineExceeded) && !p.aborted.Load():
+		case p.idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && !p.aborted.Load():
 			if n > 0 || time.Since(time.Unix(0, p.last.Load())) < p.idle {
 				continue
 			}
@@ -100,6 +113,40 @@ func (p *pipe) copyData(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 			return err
 		}
 	}
+}
+
+// waitReadable blocks (in the runtime poller, honouring the read deadline)
+// until the socket has queued bytes or reached EOF, and returns the number
+// of queued bytes, 0 meaning EOF.
+func waitReadable(rc syscall.RawConn) (int, error) {
+	var avail int
+	var serr error
+	err := rc.Read(func(fd uintptr) bool {
+		n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+		if err != nil {
+			serr = err
+			return true
+		}
+		if n > 0 {
+			avail = n
+			return true
+		}
+		var b [1]byte
+		m, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			return false // nothing yet: wait for readability
+		case err != nil:
+			serr = os.NewSyscallError("recvfrom", err)
+		default:
+			avail = m // 0: EOF; >0: data arrived after the ioctl
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	return avail, serr
 }
 
 // abort resets both connections (SO_LINGER 0 + close sends RST), which also

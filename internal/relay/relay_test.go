@@ -1,0 +1,553 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestChainEcho(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), nil)
+	msg := make([]byte, 1<<20)
+	rand.Read(msg)
+	got := roundTrip(t, w.a.ServiceAddr(0).String(), msg)
+	if !bytes.Equal(got, msg) {
+		t.Fatalf("echo through a-b-c: got %d bytes, want %d identical", len(got), len(msg))
+	}
+	waitFor(t, 5*time.Second, "flow accounting", func() bool {
+		return flows(w.a.Server, roleInP, outcomeOK) == 1 && flows(w.b.Server, roleTrP, outcomeOK) == 1 &&
+			flows(w.c.Server, roleEgP, outcomeOK) == 1
+	})
+	for _, s := range w.all() {
+		if n := testutilSum(s, "mosto_relay_bytes_total"); n != 2<<20 {
+			t.Errorf("%s bytes_total = %v; want %d", s.self, n, 2<<20)
+		}
+	}
+}
+
+func testutilSum(s *running, name string) float64 {
+	mfs, _ := s.m.reg.Gather()
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func TestDirectWhenNoChain(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), nil)
+	w.a.SetChains(nil)
+	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("hello")); string(got) != "hello" {
+		t.Fatalf("direct echo = %q", got)
+	}
+	if n := testutilDirect(w.a, "no_chain"); n != 1 {
+		t.Errorf("direct{no_chain} = %v; want 1", n)
+	}
+	if n := flows(w.b.Server, roleTrP, outcomeOK); n != 0 {
+		t.Errorf("b carried %v flows; want 0", n)
+	}
+}
+
+func testutilDirect(s *running, reason string) float64 {
+	mfs, _ := s.m.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "mosto_relay_direct_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// TestHalfClose checks that an EOF in one direction is passed on while the
+// other direction keeps flowing, for each direction.
+func TestHalfClose(t *testing.T) {
+	leakCheck(t)
+	// The origin speaks first, half-closes, then reads the client's reply.
+	serverFirst := func(c *net.TCPConn) {
+		c.Write([]byte("greeting"))
+		c.CloseWrite()
+		b, _ := io.ReadAll(c)
+		if string(b) != "reply after your EOF" {
+			c.SetLinger(0)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, addr string)
+		h    func(c *net.TCPConn)
+	}{
+		{"client-closes-first", func(t *testing.T, addr string) {
+			got := roundTrip(t, addr, []byte("ping"))
+			if string(got) != "ping" {
+				t.Errorf("got %q; want ping", got)
+			}
+		}, echo},
+		{"origin-closes-first", func(t *testing.T, addr string) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.ReadAll(c) // ends at the origin's half-close
+			if err != nil || string(got) != "greeting" {
+				t.Fatalf("read = %q, %v; want greeting, EOF", got, err)
+			}
+			// Our direction is still open: the origin must get this.
+			if _, err := c.Write([]byte("reply after your EOF")); err != nil {
+				t.Fatalf("write after EOF: %v", err)
+			}
+			c.(*net.TCPConn).CloseWrite()
+			if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+				t.Fatalf("final read = %v; want EOF (origin got the reply and closed cleanly)", err)
+			}
+		}, serverFirst},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newOrigin(t, tc.h)
+			w := newWorld(t, o.addr(), nil)
+			tc.run(t, w.a.ServiceAddr(0).String())
+		})
+	}
+}
+
+// TestResetPropagates checks that an origin's reset reaches the client as a
+// reset promptly.
+func TestResetPropagates(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, func(c *net.TCPConn) {
+		c.Read(make([]byte, 10))
+		c.SetLinger(0)
+	})
+	w := newWorld(t, o.addr(), nil)
+	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte("x"))
+	start := time.Now()
+	_, err = io.ReadAll(c)
+	if !isReset(err) {
+		t.Fatalf("client read = %v; want connection reset", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("reset took %v", d)
+	}
+	waitFor(t, 5*time.Second, "reset outcome", func() bool { return flows(w.b.Server, roleTrP, outcomeReset) == 1 })
+}
+
+// TestConcurrentFlows pushes 10,000 flows with random payloads through the
+// 3-proxy chain, as many at once as the fd limit allows (all of them where
+// RLIMIT_NOFILE can be raised to about 100,000), in waves whose flows are
+// all held open together; it checks every byte by SHA-256 in both
+// directions, then that no fd or goroutine is left.
+func TestConcurrentFlows(t *testing.T) {
+	n := 10000
+	if testing.Short() {
+		n = 1000
+	}
+	// Each flow holds 8 sockets in this process (client, origin, two per
+	// proxy) plus splice pipes while bytes move.
+	const fdsPerFlow = 10
+	limit := raiseNoFile(t, uint64(fdsPerFlow*n+1024))
+	leakCheck(t)
+	conc := min(n, (int(limit)-countFDs(t)-512)/fdsPerFlow)
+	if conc < 100 {
+		t.Skipf("RLIMIT_NOFILE %d allows only %d concurrent flows", limit, conc)
+	}
+	t.Logf("%d flows, %d at once (RLIMIT_NOFILE %d)", n, conc, limit)
+
+	waves := (n + conc - 1) / conc
+	barriers := make([]chan struct{}, waves)
+	arrived := make([]atomic.Int64, waves)
+	for i := range barriers {
+		barriers[i] = make(chan struct{})
+	}
+	waveSize := func(w int) int64 { return int64(min(conc, n-w*conc)) }
+	var (
+		mu       sync.Mutex
+		upSeen   = make(map[uint64][32]byte) // origin's hash of what it received
+		downSent = make(map[uint64][32]byte) // origin's hash of what it sent
+	)
+	o := newOrigin(t, func(c *net.TCPConn) {
+		h := sha256.New()
+		var idb [8]byte
+		if _, err := io.ReadFull(c, idb[:]); err != nil {
+			return
+		}
+		h.Write(idb[:])
+		if _, err := io.Copy(h, c); err != nil {
+			return
+		}
+		id := binary.BigEndian.Uint64(idb[:])
+		w := int(id) / conc
+		if w >= waves {
+			return
+		}
+		if arrived[w].Add(1) == waveSize(w) {
+			close(barriers[w])
+		}
+		// Hold the flow open until its whole wave is in flight at once.
+		select {
+		case <-barriers[w]:
+		case <-time.After(60 * time.Second):
+		}
+		resp := make([]byte, 512+mrand.IntN(4096))
+		rand.Read(resp)
+		mu.Lock()
+		upSeen[id] = [32]byte(h.Sum(nil))
+		downSent[id] = sha256.Sum256(resp)
+		mu.Unlock()
+		c.Write(resp)
+	})
+	// Generous handshake timeouts: the machine may be shared and -race slow.
+	w := newWorld(t, o.addr(), func(c *Config) {
+		c.Timeouts.Header = Duration(30 * time.Second)
+		c.Timeouts.Connect = Duration(30 * time.Second)
+	})
+	addr := w.a.ServiceAddr(0).String()
+
+	var (
+		failures atomic.Int64
+		firstErr atomic.Value
+		dialSem  = make(chan struct{}, 256)
+		upSent   = make([][32]byte, n)
+		downSeen = make([][32]byte, n)
+	)
+	fail := func(err error) {
+		failures.Add(1)
+		firstErr.CompareAndSwap(nil, err)
+	}
+	flow := func(i int) {
+		dialSem <- struct{}{}
+		c, err := net.DialTimeout("tcp", addr, 30*time.Second)
+		<-dialSem
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(90 * time.Second))
+		msg := make([]byte, 8+mrand.IntN(4096))
+		rand.Read(msg)
+		binary.BigEndian.PutUint64(msg, uint64(i))
+		upSent[i] = sha256.Sum256(msg)
+		if _, err := c.Write(msg); err != nil {
+			fail(err)
+			return
+		}
+		c.(*net.TCPConn).CloseWrite()
+		h := sha256.New()
+		if _, err := io.Copy(h, c); err != nil {
+			fail(err)
+			return
+		}
+		downSeen[i] = [32]byte(h.Sum(nil))
+	}
+	for wv := range waves {
+		var wg sync.WaitGroup
+		for i := wv * conc; i < wv*conc+int(waveSize(wv)); i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				flow(i)
+			}()
+		}
+		wg.Wait()
+		if f := failures.Load(); f > 0 {
+			t.Fatalf("wave %d: %d flows failed; first: %v", wv, f, firstErr.Load())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	bad := 0
+	for i := range n {
+		if upSeen[uint64(i)] != upSent[i] || downSent[uint64(i)] != downSeen[i] {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d flows corrupted", bad, n)
+	}
+	waitFor(t, 30*time.Second, "all flows accounted", func() bool {
+		return flows(w.a.Server, roleInP, outcomeOK) == float64(n) &&
+			flows(w.b.Server, roleTrP, outcomeOK) == float64(n) &&
+			flows(w.c.Server, roleEgP, outcomeOK) == float64(n)
+	})
+	for _, s := range w.all() {
+		s.stop(t)
+	}
+	o.close()
+}
+
+// raiseNoFile raises the soft fd limit towards want (the hard limit caps
+// it without CAP_SYS_RESOURCE) and returns the limit in force.
+func raiseNoFile(t *testing.T, want uint64) uint64 {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	old := lim
+	if lim.Cur >= want {
+		return lim.Cur
+	}
+	lim.Cur = want
+	if lim.Max < want {
+		lim.Max = want
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		lim.Cur = old.Max
+		lim.Max = old.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return old.Cur
+		}
+	}
+	t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+	return lim.Cur
+}
+
+func TestMetricsAndHealth(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) { c.Metrics.Listen = "127.0.0.1:0" })
+	roundTrip(t, w.a.ServiceAddr(0).String(), []byte("x"))
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + w.a.MetricsAddr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz = %d %q", code, body)
+	}
+	waitFor(t, 5*time.Second, "flow counted", func() bool { return flows(w.a.Server, roleInP, outcomeOK) == 1 })
+	_, body := get("/metrics")
+	for _, want := range []string{
+		`mosto_relay_flows_total{outcome="ok",role="inp"} 1`,
+		`mosto_relay_bytes_total{direction="up",role="inp"} 1`,
+		`mosto_relay_connect_seconds_count{peer="b"} 1`,
+		`mosto_relay_active_flows{role="inp"} 0`,
+		"process_resident_memory_bytes",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestIdleTimeout checks that a flow without data is closed after the idle
+// timeout, while a slow but steady flow is not.
+func TestIdleTimeout(t *testing.T) {
+	leakCheck(t)
+	const idle = 300 * time.Millisecond
+	o := newOrigin(t, func(c *net.TCPConn) {
+		b := make([]byte, 1)
+		for {
+			if _, err := c.Read(b); err != nil {
+				return
+			}
+			c.Write(b)
+		}
+	})
+	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Idle = Duration(idle) })
+	addr := w.a.ServiceAddr(0).String()
+
+	steady, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer steady.Close()
+	quiet, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	quiet.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	quietDone := make(chan error, 1)
+	go func() {
+		_, err := quiet.Read(make([]byte, 1))
+		quietDone <- err
+	}()
+	// One byte every idle/3 for 3*idle keeps the steady flow alive.
+	b := make([]byte, 1)
+	for i := 0; i < 9; i++ {
+		steady.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := steady.Write([]byte{byte(i)}); err != nil {
+			t.Fatalf("steady write %d: %v", i, err)
+		}
+		if _, err := io.ReadFull(steady, b); err != nil || b[0] != byte(i) {
+			t.Fatalf("steady read %d = %v, %v", i, b, err)
+		}
+		time.Sleep(idle / 3)
+	}
+	select {
+	case err := <-quietDone:
+		if err == nil {
+			t.Fatal("quiet flow read data")
+		}
+		if d := time.Since(start); d > 10*idle {
+			t.Errorf("quiet flow closed after %v; idle timeout %v", d, idle)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("quiet flow not closed")
+	}
+	waitFor(t, 5*time.Second, "idle outcome", func() bool {
+		return flows(w.a.Server, roleInP, outcomeIdle) >= 1
+	})
+	steady.Close()
+}
+
+// TestDrain checks shutdown: listeners close at once, a flow in progress
+// may finish within the drain timeout, and one that does not is reset.
+func TestDrain(t *testing.T) {
+	leakCheck(t)
+	release := make(chan struct{})
+	o := newOrigin(t, func(c *net.TCPConn) {
+		b := make([]byte, 5)
+		io.ReadFull(c, b)
+		if string(b) != "quick" {
+			io.Copy(io.Discard, c) // never answers
+			return
+		}
+		<-release
+		c.Write(b)
+	})
+	ca := baseConfig("a")
+	ca.Hop.Listen = ""
+	ca.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
+	ca.Timeouts.Drain = Duration(time.Second)
+	a := start(t, ca)
+	addr := a.ServiceAddr(0).String()
+	dial := func(msg string) net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write([]byte(msg))
+		return c
+	}
+	quick, slow := dial("quick"), dial("slow!")
+	quick.(*net.TCPConn).CloseWrite()
+	defer quick.Close()
+	defer slow.Close()
+	waitFor(t, 5*time.Second, "two active flows", func() bool { return a.limits.total() == 2 })
+	stopped := make(chan error, 1)
+	begin := time.Now()
+	go func() { stopped <- a.stop(t) }()
+	waitFor(t, 5*time.Second, "listener closed", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	close(release)
+	if got, err := io.ReadAll(quick); string(got) != "quick" || err != nil {
+		t.Errorf("draining flow = %q, %v; want quick, nil", got, err)
+	}
+	_, err := io.ReadAll(slow) // the origin waits for more than the drain timeout
+	if !isReset(err) {
+		t.Errorf("flow past the drain timeout: %v; want reset", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	if d := time.Since(begin); d < time.Second || d > 5*time.Second {
+		t.Errorf("drain took %v; want about the 1 s drain timeout", d)
+	}
+	if n := flows(a.Server, roleInP, outcomeAborted); n != 1 {
+		t.Errorf("aborted flows = %v; want 1", n)
+	}
+}
+
+func TestProxyProtocolToOrigin(t *testing.T) {
+	leakCheck(t)
+	got := make(chan []byte, 1)
+	o := newOrigin(t, func(c *net.TCPConn) {
+		b := make([]byte, 16+12+2)
+		io.ReadFull(c, b)
+		got <- b
+	})
+	w := newWorld(t, o.addr(), func(c *Config) { c.ProxyProtocol = []string{"127.0.0.1"} })
+	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("hi"))
+	var b []byte
+	select {
+	case b = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("origin got nothing")
+	}
+	client := c.LocalAddr().(*net.TCPAddr)
+	if !bytes.HasPrefix(b, []byte("\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0c")) {
+		t.Fatalf("origin got %q; want a PROXY v2 TCP4 header", b)
+	}
+	if src := net.IP(b[16:20]); !src.Equal(client.IP) || int(binary.BigEndian.Uint16(b[24:26])) != client.Port {
+		t.Errorf("PROXY source %v:%d; want %v", src, binary.BigEndian.Uint16(b[24:26]), client)
+	}
+	if string(b[28:]) != "hi" {
+		t.Errorf("payload after header = %q; want hi", b[28:])
+	}
+}
+
+func TestPolicyRefusesPrivateTarget(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	// The EgP allows only 127.0.0.2: the origin on 127.0.0.1 is private
+	// and not named, so the flow must be refused and counted there.
+	w := newWorld(t, o.addr(), func(c *Config) {
+		if c.ID == "c" {
+			c.Destinations.Allow = []string{"127.0.0.2", "*"}
+		}
+	})
+	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte("x"))
+	if _, err := io.ReadAll(c); err == nil {
+		// An EOF is acceptable only with no data; ReadAll's nil error means EOF.
+		t.Log("client saw EOF")
+	}
+	waitFor(t, 5*time.Second, "policy refusal", func() bool { return refusals(w.c.Server, refusePolicy) == 1 })
+}
