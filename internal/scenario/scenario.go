@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -72,6 +73,16 @@ type Config struct {
 	// Table, when set, is the chain table the proxies use instead of the
 	// one computed from the world's RTTs.
 	Table *pathcomp.TableFile
+	// Tune holds the inter-proxy TCP levers, applied to the FEP hosts only.
+	Tune Tune
+}
+
+// Tune is the TCP tuning of the FEPs (the proxies' hosts): levers a mosto
+// operator controls without touching clients or origins.
+type Tune struct {
+	InitCwnd   int    // route initcwnd in segments (and initrwnd); 0: kernel default
+	RmemInit   int    // tcp_rmem default (initial receive buffer) in bytes; 0: unchanged
+	Congestion string // TCP_CONGESTION of every hop and origin socket; "": default
 }
 
 // Scenario is a running experiment in a world.
@@ -151,6 +162,9 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 
 	// Chain table and proxies.
 	if err := s.buildTable(); err != nil {
+		return nil, err
+	}
+	if err := s.tune(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.startProxies(ctx); err != nil {
@@ -259,6 +273,7 @@ type proxyConfig struct {
 	Service []map[string]any  `yaml:"services,omitempty"`
 	Timeout map[string]string `yaml:"timeouts"`
 	Metrics map[string]string `yaml:"metrics"`
+	Socket  map[string]string `yaml:"socket,omitempty"`
 }
 
 func (s *Scenario) startProxies(ctx context.Context) error {
@@ -279,6 +294,9 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			Dest:    map[string]any{"allow": []string{origin}},
 			Timeout: map[string]string{"drain": "1s", "connect": "10s"},
 			Metrics: map[string]string{"listen": s.addr(f, metricsPort)},
+		}
+		if cc := s.cfg.Tune.Congestion; cc != "" {
+			pc.Socket = map[string]string{"congestion": cc}
 		}
 		// The InP sends flows for the origin to the EgP through a chain; the
 		// single proxy (and every other FEP) connects to the origin itself.
@@ -499,4 +517,44 @@ func (l *countingListener) Accept() (net.Conn, error) {
 		l.n.Add(1)
 	}
 	return c, err
+}
+
+// tune applies Config.Tune in every FEP namespace.
+func (s *Scenario) tune(ctx context.Context) error {
+	t := s.cfg.Tune
+	if t.InitCwnd < 0 || t.InitCwnd > 1000 || t.RmemInit < 0 {
+		return fmt.Errorf("scenario: bad tuning %+v", t)
+	}
+	for _, f := range s.roles.FEPs {
+		if t.InitCwnd > 0 {
+			out, err := s.w.Command(ctx, f, "ip", "route", "show", emu.Prefix.String()).Output()
+			if err != nil {
+				return fmt.Errorf("scenario: routes of %s: %w", f, err)
+			}
+			fields := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
+			var args []string
+			for i := 0; i < len(fields); i++ {
+				if fields[i] == "initcwnd" || fields[i] == "initrwnd" {
+					i++
+					continue
+				}
+				args = append(args, fields[i])
+			}
+			if len(args) == 0 {
+				return fmt.Errorf("scenario: %s has no route to %v", f, emu.Prefix)
+			}
+			n := strconv.Itoa(t.InitCwnd)
+			args = append(append([]string{"route", "change"}, args...), "initcwnd", n, "initrwnd", n)
+			if out, err := s.w.Command(ctx, f, "ip", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("scenario: set initcwnd on %s: %v: %s", f, err, out)
+			}
+		}
+		if t.RmemInit > 0 {
+			v := fmt.Sprintf("net.ipv4.tcp_rmem=4096 %d %d", t.RmemInit, max(t.RmemInit, emu.DefaultBufMax))
+			if out, err := s.w.Command(ctx, f, "sysctl", "-w", v).CombinedOutput(); err != nil {
+				return fmt.Errorf("scenario: %s on %s: %v: %s", v, f, err, out)
+			}
+		}
+	}
+	return nil
 }
