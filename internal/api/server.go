@@ -31,8 +31,8 @@ const AdminIdentity = "admin"
 // by every watcher of the same version so that 1000 watchers cost one encoding.
 type EncodedTable struct {
 	Version uint64
-	JSON    []byte
-	Gzip    func() []byte // nil: not available; must be cheap after its first call
+	JSON    func() []byte // the api.Table as JSON; cheap after its first call
+	Gzip    func() []byte // the same gzip-compressed; nil: not available
 }
 
 // Backend answers the API requests; the controller implements it. Errors
@@ -421,10 +421,16 @@ func (s *server) table(w http.ResponseWriter, r *http.Request) {
 	h.Set(VersionHeader, strconv.FormatUint(t.Version, 10))
 	h.Set("Content-Type", "application/json")
 	h.Set("Vary", "Accept-Encoding")
-	body := t.JSON
+	var body []byte
 	if t.Gzip != nil && acceptsGzip(r) {
 		body = t.Gzip()
 		h.Set("Content-Encoding", "gzip")
+	} else {
+		body = t.JSON()
+	}
+	if len(body) == 0 {
+		s.fail(w, r, fmt.Errorf("table %s version %d: empty encoding", lop, t.Version))
+		return
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)

@@ -1,0 +1,394 @@
+package controller
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/store"
+)
+
+// Matrix is the symmetric RTT matrix the controller plans with: the mean of
+// the two directions where both were measured, the one measured otherwise,
+// +Inf where neither was. Names are the FEP ids, sorted.
+type Matrix struct {
+	Names []string
+	RTT   [][]float64
+	index map[string]int
+}
+
+// BuildMatrix makes the planning matrix of feps (sorted by id) from rtts;
+// samples naming an unknown FEP are ignored.
+func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
+	n := len(feps)
+	m := &Matrix{Names: make([]string, n), RTT: make([][]float64, n), index: make(map[string]int, n)}
+	for i, f := range feps {
+		m.Names[i] = f.ID
+		m.index[f.ID] = i
+	}
+	sum := make([][]float64, n)
+	cnt := make([][]uint8, n)
+	for i := range sum {
+		sum[i] = make([]float64, n)
+		cnt[i] = make([]uint8, n)
+	}
+	for _, r := range rtts {
+		i, ok1 := m.index[r.From]
+		j, ok2 := m.index[r.To]
+		if !ok1 || !ok2 || i == j {
+			continue
+		}
+		sum[i][j] += r.MS
+		cnt[i][j]++
+		sum[j][i] += r.MS
+		cnt[j][i]++
+	}
+	for i := range m.RTT {
+		row := make([]float64, n)
+		for j := range row {
+			switch {
+			case i == j:
+				row[j] = 0
+			case cnt[i][j] == 0:
+				row[j] = math.Inf(1)
+			default:
+				row[j] = sum[i][j] / float64(cnt[i][j])
+			}
+		}
+		m.RTT[i] = row
+	}
+	return m
+}
+
+// Significant reports whether next differs from prev enough to recompute at
+// once: another set of FEPs, a pair measured or no longer measured, or an
+// RTT that moved by more than rel of its old value and more than abs ms.
+func Significant(prev, next *Matrix, rel, abs float64) bool {
+	if prev == nil || !slices.Equal(prev.Names, next.Names) {
+		return true
+	}
+	for i, row := range next.RTT {
+		for j, v := range row {
+			o := prev.RTT[i][j]
+			if math.IsInf(o, 1) != math.IsInf(v, 1) {
+				return true
+			}
+			if !math.IsInf(v, 1) && SignificantChange(o, v, rel, abs) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// SignificantChange reports whether an RTT moving from old to next ms
+// changed by more than rel*old and more than abs.
+func SignificantChange(old, next, rel, abs float64) bool {
+	d := math.Abs(next - old)
+	return d > rel*old && d > abs
+}
+
+// assignLoPs returns, for every FEP index, the index of its LoP.
+func assignLoPs(topo Topology, feps []api.FEP, m *Matrix) []int {
+	n := len(feps)
+	out := make([]int, n)
+	if len(topo.LoPs) == 0 {
+		for i := range out {
+			out[i] = i
+		}
+		for inp, lop := range topo.InP {
+			i, ok1 := m.index[inp]
+			l, ok2 := m.index[lop]
+			if ok1 && ok2 {
+				out[i] = l
+			}
+		}
+		return out
+	}
+	var lops []int
+	isLoP := make([]bool, n)
+	for _, id := range topo.LoPs {
+		if l, ok := m.index[id]; ok {
+			lops = append(lops, l)
+			isLoP[l] = true
+		}
+	}
+	lopFEPs := make([]api.FEP, len(lops))
+	for k, l := range lops {
+		lopFEPs[k] = feps[l]
+	}
+	for i, f := range feps {
+		switch {
+		case isLoP[i]:
+			out[i] = i
+		case topo.InP[f.ID] != "" && isLoP[indexOr(m, topo.InP[f.ID])]:
+			out[i] = m.index[topo.InP[f.ID]]
+		case len(lops) == 0:
+			out[i] = i // no configured LoP is registered: serve itself
+		default:
+			k := Closest(f.Lat, f.Lon, lopFEPs, func(k int) (float64, bool) {
+				v := m.RTT[i][lops[k]]
+				return v, !math.IsInf(v, 1)
+			})
+			out[i] = lops[k]
+		}
+	}
+	return out
+}
+
+func indexOr(m *Matrix, id string) int {
+	if i, ok := m.index[id]; ok {
+		return i
+	}
+	return 0
+}
+
+// plan is everything a computation needs, immutable while tables are built.
+type plan struct {
+	feps    []api.FEP
+	m       *Matrix
+	fronts  *pathcomp.Fronts
+	model   pathcomp.Model
+	classes []sizeClass
+	lopOf   []int
+	keys    api.Keys
+	egress  []api.Egress
+}
+
+type sizeClass struct {
+	size   int64
+	rounds int
+}
+
+func sizeClasses(model pathcomp.Model, sizes []int64) []sizeClass {
+	var out []sizeClass
+	seen := map[int]bool{}
+	for _, s := range sizes {
+		r := model.Rounds(s)
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, sizeClass{s, r})
+		}
+	}
+	slices.SortFunc(out, func(a, b sizeClass) int { return a.rounds - b.rounds })
+	return out
+}
+
+func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, error) {
+	fronts, err := pathcomp.Precompute(m.RTT, pathcomp.Options{Model: cfg.Model})
+	if err != nil {
+		return nil, fmt.Errorf("precompute chains: %w", err)
+	}
+	p := &plan{
+		feps:    feps,
+		m:       m,
+		fronts:  fronts,
+		model:   cfg.Model,
+		classes: sizeClasses(cfg.Model, cfg.Sizes),
+		lopOf:   assignLoPs(cfg.Topology, feps, m),
+		keys:    api.Keys{Current: hex.EncodeToString(keys.Current)},
+	}
+	if len(keys.Previous) > 0 {
+		p.keys.Previous = hex.EncodeToString(keys.Previous)
+	}
+	for _, d := range cfg.Topology.Egress {
+		if k := Closest(d.Lat, d.Lon, feps, nil); k >= 0 {
+			p.egress = append(p.egress, api.Egress{Prefix: d.Prefix, FEP: feps[k].ID})
+		}
+	}
+	return p, nil
+}
+
+// chains returns the entries from InP i to every EgP. For each pair it keeps
+// one entry per run of size classes with the same path (the largest class
+// of the run), which Index.Lookup resolves to the same path. A direct
+// connection that was never measured is estimated from the coordinates
+// (EstimateRTTms) and chosen when cheaper than every measured chain.
+func (p *plan) chains(i int, dst []pathcomp.ChainEntry, buf []int) ([]pathcomp.ChainEntry, []int) {
+	names := p.m.Names
+	fi := p.feps[i]
+	for j := range p.feps {
+		if j == i {
+			continue
+		}
+		start := len(dst)
+		direct := p.m.RTT[i][j]
+		estimated := math.IsInf(direct, 1)
+		if estimated {
+			fj := p.feps[j]
+			direct = EstimateRTTms(fi.Lat, fi.Lon, fj.Lat, fj.Lon)
+		}
+		var last []string
+		for k := len(p.classes) - 1; k >= 0; k-- {
+			cl := p.classes[k]
+			c, ok := p.fronts.BestAppend(buf, i, j, cl.rounds)
+			if ok {
+				buf = c.Path
+			}
+			dc := pathcomp.Chain{Sum: direct, Max: direct}
+			if !ok || estimated && p.model.Cost(dc, cl.rounds) <= p.model.Cost(c, cl.rounds) {
+				c = dc
+				c.Path = append(buf[:0], i, j)
+				buf = c.Path
+			}
+			if last != nil && len(last) == len(c.Path) && samePath(last, c.Path, names) {
+				continue
+			}
+			path := make([]string, len(c.Path))
+			for k, x := range c.Path {
+				path[k] = names[x]
+			}
+			last = path
+			dst = append(dst, pathcomp.ChainEntry{
+				From: names[i], To: names[j], Size: cl.size, Rounds: cl.rounds, Path: path,
+				CostMS: round3(p.model.Cost(c, cl.rounds)), SumMS: round3(c.Sum), MaxMS: round3(c.Max),
+			})
+		}
+		slices.Reverse(dst[start:])
+	}
+	return dst, buf
+}
+
+func samePath(a []string, b []int, names []string) bool {
+	for k := range a {
+		if a[k] != names[b[k]] {
+			return false
+		}
+	}
+	return true
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// lopContent is the version-independent part of one LoP's table, encoded.
+type lopContent struct {
+	lop  string
+	body []byte // `"keys":...,"members":...,"egress":...,"table":...`
+	hash [32]byte
+}
+
+// content builds the encoded content of LoP l's table.
+func (p *plan) content(l int, inps []int) (lopContent, error) {
+	var entries []pathcomp.ChainEntry
+	var buf []int
+	for _, i := range inps {
+		entries, buf = p.chains(i, entries, buf)
+	}
+	used := map[string]bool{p.m.Names[l]: true}
+	for _, i := range inps {
+		used[p.m.Names[i]] = true
+	}
+	for _, e := range entries {
+		for _, id := range e.Path {
+			used[id] = true
+		}
+	}
+	for _, e := range p.egress {
+		used[e.FEP] = true
+	}
+	members := make(map[string]string, len(used))
+	locs := make([]string, 0, len(used))
+	for id := range used {
+		locs = append(locs, id)
+		members[id] = p.feps[p.m.index[id]].HopAddr
+	}
+	slices.Sort(locs)
+	if entries == nil {
+		entries = []pathcomp.ChainEntry{}
+	}
+	var b bytes.Buffer
+	enc := func(key string, v any) error {
+		j, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode table %s %s: %w", p.m.Names[l], key, err)
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"` + key + `":`)
+		b.Write(j)
+		return nil
+	}
+	if err := enc("keys", p.keys); err != nil {
+		return lopContent{}, err
+	}
+	if err := enc("members", members); err != nil {
+		return lopContent{}, err
+	}
+	if len(p.egress) > 0 {
+		if err := enc("egress", p.egress); err != nil {
+			return lopContent{}, err
+		}
+	}
+	if err := enc("table", pathcomp.TableFile{Locations: locs, Chains: entries}); err != nil {
+		return lopContent{}, err
+	}
+	return lopContent{lop: p.m.Names[l], body: b.Bytes(), hash: sha256.Sum256(b.Bytes())}, nil
+}
+
+// assemble returns the full JSON of an api.Table from its content.
+func assemble(c lopContent, version uint64, computed time.Time) []byte {
+	var b bytes.Buffer
+	b.Grow(len(c.body) + 128)
+	b.WriteString(`{"lop":`)
+	q, _ := json.Marshal(c.lop)
+	b.Write(q)
+	b.WriteString(`,"version":`)
+	b.WriteString(strconv.FormatUint(version, 10))
+	b.WriteString(`,"computed":`)
+	t, _ := computed.UTC().MarshalJSON()
+	b.Write(t)
+	b.WriteByte(',')
+	b.Write(c.body)
+	b.WriteString("}\n")
+	return b.Bytes()
+}
+
+// contents builds the content of every FEP's table in parallel (a FEP that
+// serves no InP gets keys and members only) and returns those whose hash
+// differs from prev.
+func (p *plan) contents(prev map[string][32]byte) ([]lopContent, error) {
+	inps := make([][]int, len(p.feps))
+	for i, l := range p.lopOf {
+		inps[l] = append(inps[l], i)
+	}
+	out := make([]lopContent, len(p.feps))
+	errs := make([]error, len(p.feps))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range next {
+				out[l], errs[l] = p.content(l, inps[l])
+			}
+		}()
+	}
+	for l := range p.feps {
+		next <- l
+	}
+	close(next)
+	wg.Wait()
+	changed := out[:0]
+	for l, c := range out {
+		if errs[l] != nil {
+			return nil, errs[l]
+		}
+		if h, ok := prev[c.lop]; ok && h == c.hash {
+			continue
+		}
+		changed = append(changed, c)
+	}
+	return changed, nil
+}

@@ -1,0 +1,157 @@
+package controller
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gopkg.in/yaml.v3"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/pathcomp"
+)
+
+// DefaultSizes are the transfer sizes (bytes) tables carry a chain for:
+// 14 KB (one initial window), 50 KB, 100 KB, 450 KB, 1 MB, 5 MB and 15 MB.
+// Sizes in the same slow-start rounds class share one entry (with the
+// default model 50 KB and 100 KB both need 3 rounds).
+var DefaultSizes = []int64{14_000, 50_000, 100_000, 450_000, 1_000_000, 5_000_000, 15_000_000}
+
+// Config configures a Controller.
+type Config struct {
+	Store Store
+	// Period between two computations when nothing changes; default 5 min.
+	Period time.Duration
+	// Debounce is how long a change waits for more before a computation;
+	// default 1 s.
+	Debounce time.Duration
+	Sizes    []int64        // default DefaultSizes
+	Model    pathcomp.Model // slow-start model
+	Topology Topology       // InP -> LoP mapping and egress destinations
+	Targets  TargetPolicy
+	// Threshold for a significant RTT change: more than Rel of the old value
+	// and more than AbsMS; defaults 0.10 and 2 ms.
+	Rel   float64
+	AbsMS float64
+	// KeyRotation is the age after which the leader rotates the hop HMAC
+	// key; default 24 h; negative disables rotation.
+	KeyRotation time.Duration
+	Log         *slog.Logger
+	Metrics     prometheus.Registerer // nil: metrics are not registered
+	Now         func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Store == nil {
+		return c, errors.New("controller: no store")
+	}
+	if c.Period <= 0 {
+		c.Period = 5 * time.Minute
+	}
+	if c.Debounce <= 0 {
+		c.Debounce = time.Second
+	}
+	if len(c.Sizes) == 0 {
+		c.Sizes = DefaultSizes
+	}
+	for _, s := range c.Sizes {
+		if s <= 0 {
+			return c, fmt.Errorf("controller: size %d: want > 0", s)
+		}
+	}
+	if c.Rel <= 0 {
+		c.Rel = 0.10
+	}
+	if c.AbsMS <= 0 {
+		c.AbsMS = 2
+	}
+	if c.KeyRotation == 0 {
+		c.KeyRotation = 24 * time.Hour
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.Targets = c.Targets.withDefaults()
+	return c, nil
+}
+
+// Topology is the static part of the overlay's configuration (the
+// --lop-map file): which FEPs act as LoPs and which InP forwards to which
+// LoP, and the destination prefixes whose egress FEP goes into tables.
+//
+// Every FEP is its own LoP unless LoPs is set; then each FEP not in LoPs
+// forwards to the closest LoP (measured RTT, else distance) unless InP names
+// its LoP explicitly.
+type Topology struct {
+	LoPs   []string          `yaml:"lops" json:"lops,omitempty"`
+	InP    map[string]string `yaml:"inp" json:"inp,omitempty"`
+	Egress []Destination     `yaml:"egress" json:"egress,omitempty"`
+}
+
+// Destination is a destination prefix and where it is.
+type Destination struct {
+	Prefix string  `yaml:"prefix" json:"prefix"`
+	Lat    float64 `yaml:"lat" json:"lat"`
+	Lon    float64 `yaml:"lon" json:"lon"`
+}
+
+// ParseTopology reads a Topology from YAML (or JSON) and checks it.
+func ParseTopology(r io.Reader) (Topology, error) {
+	var t Topology
+	b, err := io.ReadAll(io.LimitReader(r, 16<<20))
+	if err != nil {
+		return t, fmt.Errorf("read topology: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&t); err != nil && !errors.Is(err, io.EOF) {
+		return Topology{}, fmt.Errorf("decode topology: %w", err)
+	}
+	if err := t.Validate(); err != nil {
+		return Topology{}, err
+	}
+	return t, nil
+}
+
+// Validate checks ids, prefixes and coordinates.
+func (t Topology) Validate() error {
+	seen := map[string]bool{}
+	for _, l := range t.LoPs {
+		if err := api.ValidateID(l); err != nil {
+			return fmt.Errorf("topology lops: %w", err)
+		}
+		if seen[l] {
+			return fmt.Errorf("topology lops: %q listed twice", l)
+		}
+		seen[l] = true
+	}
+	for inp, lop := range t.InP {
+		if err := api.ValidateID(inp); err != nil {
+			return fmt.Errorf("topology inp: %w", err)
+		}
+		if err := api.ValidateID(lop); err != nil {
+			return fmt.Errorf("topology inp %s: lop: %w", inp, err)
+		}
+		if len(t.LoPs) > 0 && !seen[lop] {
+			return fmt.Errorf("topology inp %s: %q is not in lops", inp, lop)
+		}
+	}
+	for i, d := range t.Egress {
+		if _, err := netip.ParsePrefix(d.Prefix); err != nil {
+			return fmt.Errorf("topology egress %d: %w", i, err)
+		}
+		if math.IsNaN(d.Lat) || d.Lat < -90 || d.Lat > 90 || math.IsNaN(d.Lon) || d.Lon < -180 || d.Lon > 180 {
+			return fmt.Errorf("topology egress %s: coordinates %v,%v out of range", d.Prefix, d.Lat, d.Lon)
+		}
+	}
+	return nil
+}

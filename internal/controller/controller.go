@@ -1,0 +1,532 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/store"
+)
+
+// Controller computes and serves chain tables. Create it with New, run it
+// with Run; its api.Backend methods may be called before and while Run runs.
+type Controller struct {
+	cfg   Config
+	st    Store
+	log   *slog.Logger
+	m     *metrics
+	cache *tableCache
+
+	leader atomic.Bool
+
+	mu      sync.Mutex // guards the fields below
+	feps    []api.FEP  // sorted by id
+	targets [][]api.Target
+	seen    map[[2]string]float64 // newest RTT this controller stored, for ReportResult.Changed
+
+	// Owned by the leader goroutine.
+	hashes     map[string][32]byte
+	lastMatrix *Matrix
+	keys       store.Keys
+
+	computed chan uint64 // test hook: versions written, non-blocking
+}
+
+var _ api.Backend = (*Controller)(nil)
+
+// New checks cfg and returns a Controller.
+func New(cfg Config) (*Controller, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Topology.Validate(); err != nil {
+		return nil, err
+	}
+	return &Controller{
+		cfg:   cfg,
+		st:    cfg.Store,
+		log:   cfg.Log,
+		m:     newMetrics(cfg.Metrics),
+		cache: newTableCache(),
+		seen:  make(map[[2]string]float64),
+	}, nil
+}
+
+// Run loads the state, follows the store's changes into the cache and, while
+// elected, computes tables. It returns when ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	changes := c.st.Watch(ctx)
+	if err := c.reloadFEPs(ctx); err != nil {
+		return err
+	}
+	if err := c.reloadTables(ctx); err != nil {
+		return err
+	}
+	dirty := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		c.follow(ctx, changes, dirty)
+	}()
+	go func() {
+		defer wg.Done()
+		c.leadLoop(ctx, dirty)
+	}()
+	wg.Wait()
+	return nil
+}
+
+// IsLeader reports whether this controller currently computes tables.
+func (c *Controller) IsLeader() bool { return c.leader.Load() }
+
+// Version returns the highest table version this controller serves.
+func (c *Controller) Version() uint64 { return c.cache.maxVersion() }
+
+func (c *Controller) reloadFEPs(ctx context.Context) error {
+	feps, err := c.st.FEPs(ctx)
+	if err != nil {
+		return fmt.Errorf("load feps: %w", err)
+	}
+	c.mu.Lock()
+	c.feps = feps
+	c.targets = nil
+	c.mu.Unlock()
+	c.m.feps.Set(float64(len(feps)))
+	return nil
+}
+
+func (c *Controller) reloadTables(ctx context.Context) error {
+	ts, err := c.st.Tables(ctx, c.cache.maxVersion())
+	if err != nil {
+		return fmt.Errorf("load tables: %w", err)
+	}
+	c.cache.put(ts)
+	c.m.version.Set(float64(c.cache.maxVersion()))
+	return nil
+}
+
+// follow applies the store's change notifications: FEPs and tables are
+// reloaded into memory, and FEP or RTT changes mark the leader's state dirty.
+// A resync runs every period in case a notification was lost.
+func (c *Controller) follow(ctx context.Context, changes <-chan store.Change, dirty chan<- struct{}) {
+	resync := time.NewTicker(c.cfg.Period)
+	defer resync.Stop()
+	for {
+		var ch store.Change
+		select {
+		case <-ctx.Done():
+			return
+		case <-resync.C:
+			ch = store.ChangeFEPs | store.ChangeTables
+		case got, ok := <-changes:
+			if !ok {
+				return
+			}
+			ch = got
+		}
+		if ch&store.ChangeFEPs != 0 {
+			if err := c.reloadFEPs(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("reload feps", "err", err)
+			}
+		}
+		if ch&store.ChangeTables != 0 {
+			if err := c.reloadTables(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("reload tables", "err", err)
+			}
+		}
+		if ch&(store.ChangeFEPs|store.ChangeRTTs) != 0 {
+			select {
+			case dirty <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (c *Controller) leadLoop(ctx context.Context, dirty <-chan struct{}) {
+	for ctx.Err() == nil {
+		lctx, err := c.st.Lead(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("leader election", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		c.log.Info("leading: this controller computes tables")
+		c.leader.Store(true)
+		c.m.leader.Set(1)
+		c.lead(lctx, dirty)
+		c.leader.Store(false)
+		c.m.leader.Set(0)
+		if ctx.Err() == nil {
+			c.log.Warn("leadership lost")
+		}
+	}
+}
+
+// lead computes at once, then on the period, on debounced changes and on
+// key rotation, until lctx ends.
+func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
+	c.hashes = make(map[string][32]byte)
+	c.lastMatrix = nil
+	retry := time.Duration(0)
+	if err := c.ensureKeys(lctx); err != nil {
+		c.log.Error("hop keys", "err", err)
+		retry = c.cfg.Debounce
+	} else if err := c.Compute(lctx, true); err != nil && lctx.Err() == nil {
+		c.log.Error("compute tables", "err", err)
+		retry = c.cfg.Debounce
+	}
+	period := time.NewTicker(c.cfg.Period)
+	defer period.Stop()
+	var debounce <-chan time.Time
+	if retry > 0 {
+		debounce = time.After(retry)
+	}
+	for {
+		var rotate <-chan time.Time
+		if c.cfg.KeyRotation > 0 && len(c.keys.Current) > 0 {
+			rotate = time.After(max(time.Millisecond, c.keys.Rotated.Add(c.cfg.KeyRotation).Sub(c.cfg.Now())))
+		}
+		force := false
+		select {
+		case <-lctx.Done():
+			return
+		case <-dirty:
+			if debounce == nil {
+				debounce = time.After(c.cfg.Debounce)
+			}
+			continue
+		case <-debounce:
+		case <-period.C:
+			force = true
+		case <-rotate:
+			force = true
+		}
+		debounce = nil
+		err := c.ensureKeys(lctx)
+		if err == nil {
+			err = c.Compute(lctx, force)
+		}
+		if err != nil && lctx.Err() == nil {
+			c.log.Error("compute tables", "err", err)
+			debounce = time.After(max(c.cfg.Debounce, time.Second))
+		}
+	}
+}
+
+// ensureKeys loads the hop HMAC keys, creating them on first use and
+// rotating them (current becomes previous) when older than KeyRotation.
+func (c *Controller) ensureKeys(ctx context.Context) error {
+	k, err := c.st.Keys(ctx)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("load hop keys: %w", err)
+	}
+	now := c.cfg.Now()
+	fresh := len(k.Current) == 0
+	if fresh || c.cfg.KeyRotation > 0 && !now.Before(k.Rotated.Add(c.cfg.KeyRotation)) {
+		secret := make([]byte, 32)
+		rand.Read(secret)
+		k = store.Keys{Current: secret, Previous: k.Current, Rotated: now}
+		if err := c.st.PutKeys(ctx, k); err != nil {
+			return fmt.Errorf("store hop keys: %w", err)
+		}
+		if fresh {
+			c.log.Info("hop key created")
+		} else {
+			c.log.Info("hop key rotated")
+		}
+	}
+	c.keys = k
+	return nil
+}
+
+// Compute runs one computation as the leader: it reads FEPs and RTTs, and
+// unless force is false and the matrix did not change significantly since
+// the last computation, computes chains and writes the tables whose content
+// changed under a new version. Only the leader goroutine calls it (tests
+// may call it on a controller that is not running).
+func (c *Controller) Compute(ctx context.Context, force bool) error {
+	start := time.Now()
+	if c.hashes == nil {
+		c.hashes = make(map[string][32]byte)
+	}
+	if len(c.keys.Current) == 0 {
+		if err := c.ensureKeys(ctx); err != nil {
+			return err
+		}
+	}
+	feps, err := c.st.FEPs(ctx)
+	if err != nil {
+		return fmt.Errorf("load feps: %w", err)
+	}
+	rtts, err := c.st.RTTs(ctx)
+	if err != nil {
+		return fmt.Errorf("load rtts: %w", err)
+	}
+	m := BuildMatrix(feps, rtts)
+	if !force && !Significant(c.lastMatrix, m, c.cfg.Rel, c.cfg.AbsMS) {
+		return nil
+	}
+	if len(feps) == 0 {
+		c.lastMatrix = m
+		return nil
+	}
+	p, err := newPlan(c.cfg, feps, m, c.keys)
+	if err != nil {
+		return err
+	}
+	planned := time.Since(start)
+	changed, err := p.contents(c.hashes)
+	if err != nil {
+		return err
+	}
+	c.lastMatrix = m
+	if len(changed) == 0 {
+		c.log.Debug("computation changed no table", "feps", len(feps))
+		return nil
+	}
+	version, err := c.st.NextVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("next version: %w", err)
+	}
+	now := c.cfg.Now()
+	ts := make([]store.Table, len(changed))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for k, lc := range changed {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ts[k] = store.Table{LoP: lc.lop, Version: version, Data: api.GzipBytes(assemble(lc, version, now))}
+		}()
+	}
+	wg.Wait()
+	written, err := c.st.PutTables(ctx, ts)
+	if err != nil {
+		return fmt.Errorf("store tables: %w", err)
+	}
+	for _, lc := range changed {
+		c.hashes[lc.lop] = lc.hash
+	}
+	c.cache.put(ts)
+	c.m.computations.Inc()
+	c.m.tablesWritten.Add(float64(written))
+	c.m.version.Set(float64(c.cache.maxVersion()))
+	c.m.computeSeconds.Set(time.Since(start).Seconds())
+	c.log.Info("tables computed", "version", version, "feps", len(feps), "links", p.fronts.Links(),
+		"changed", len(changed), "written", written, "plan", planned.Round(time.Millisecond), "total", time.Since(start).Round(time.Millisecond))
+	if c.computed != nil {
+		select {
+		case c.computed <- version:
+		default:
+		}
+	}
+	return nil
+}
+
+// lookupFEP returns the registered FEP id from memory, falling back to the
+// store (a FEP registered through another controller a moment ago).
+func (c *Controller) lookupFEP(ctx context.Context, id string) (api.FEP, bool, error) {
+	c.mu.Lock()
+	i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP)
+	var f api.FEP
+	if ok {
+		f = c.feps[i]
+	}
+	c.mu.Unlock()
+	if ok {
+		return f, true, nil
+	}
+	if err := c.reloadFEPs(ctx); err != nil {
+		return api.FEP{}, false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok = slices.BinarySearchFunc(c.feps, id, cmpFEP)
+	if ok {
+		f = c.feps[i]
+	}
+	return f, ok, nil
+}
+
+func cmpFEP(f api.FEP, id string) int { return cmp.Compare(f.ID, id) }
+
+// RegisterFEP implements api.Backend.
+func (c *Controller) RegisterFEP(ctx context.Context, f api.FEP) error {
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
+	}
+	if err := c.st.PutFEP(ctx, f); err != nil {
+		return fmt.Errorf("store fep %s: %w", f.ID, err)
+	}
+	c.mu.Lock()
+	i, ok := slices.BinarySearchFunc(c.feps, f.ID, cmpFEP)
+	feps := slices.Clone(c.feps)
+	if ok {
+		feps[i] = f
+	} else {
+		feps = slices.Insert(feps, i, f)
+	}
+	c.feps = feps
+	c.targets = nil
+	c.mu.Unlock()
+	c.log.Info("fep registered", "fep", f.ID, "hop_addr", f.HopAddr, "location", f.Location)
+	return nil
+}
+
+// DeleteFEP implements api.Backend.
+func (c *Controller) DeleteFEP(ctx context.Context, id string) error {
+	if err := c.st.DeleteFEP(ctx, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
+		}
+		return fmt.Errorf("delete fep %s: %w", id, err)
+	}
+	c.mu.Lock()
+	if i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP); ok {
+		c.feps = slices.Delete(slices.Clone(c.feps), i, i+1)
+		c.targets = nil
+	}
+	for k := range c.seen {
+		if k[0] == id || k[1] == id {
+			delete(c.seen, k)
+		}
+	}
+	c.mu.Unlock()
+	c.log.Info("fep deleted", "fep", id)
+	return nil
+}
+
+// FEPs implements api.Backend.
+func (c *Controller) FEPs(ctx context.Context) ([]api.FEP, error) {
+	return c.st.FEPs(ctx)
+}
+
+// Targets implements api.Backend.
+func (c *Controller) Targets(ctx context.Context, id string) ([]api.Target, error) {
+	if _, ok, err := c.lookupFEP(ctx, id); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP)
+	if !ok {
+		return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
+	}
+	if c.targets == nil {
+		c.targets = ChooseTargets(c.feps, c.cfg.Targets)
+	}
+	return slices.Clone(c.targets[i]), nil
+}
+
+// Report implements api.Backend: it stores the samples of a registered FEP
+// about registered peers (samples about unknown peers are dropped).
+func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult, error) {
+	if err := r.Validate(c.cfg.Now()); err != nil {
+		return api.ReportResult{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
+	}
+	if _, ok, err := c.lookupFEP(ctx, r.FEP); err != nil {
+		return api.ReportResult{}, err
+	} else if !ok {
+		return api.ReportResult{}, fmt.Errorf("%w: fep %s is not registered", api.ErrForbidden, r.FEP)
+	}
+	rtts := make([]store.RTT, 0, len(r.Samples))
+	var res api.ReportResult
+	c.mu.Lock()
+	for _, s := range r.Samples {
+		if _, ok := slices.BinarySearchFunc(c.feps, s.Peer, cmpFEP); !ok {
+			continue
+		}
+		at := s.At
+		if at.IsZero() {
+			at = c.cfg.Now()
+		}
+		rtts = append(rtts, store.RTT{From: r.FEP, To: s.Peer, MS: s.RTTMS, At: at.UTC()})
+		k := [2]string{r.FEP, s.Peer}
+		if old, ok := c.seen[k]; !ok || SignificantChange(old, s.RTTMS, c.cfg.Rel, c.cfg.AbsMS) {
+			res.Changed++
+		}
+		c.seen[k] = s.RTTMS
+	}
+	c.mu.Unlock()
+	if len(rtts) > 0 {
+		if err := c.st.PutRTTs(ctx, rtts); err != nil {
+			return api.ReportResult{}, fmt.Errorf("store rtts: %w", err)
+		}
+	}
+	res.Accepted = len(rtts)
+	c.m.reports.Inc()
+	c.m.samples.Add(float64(len(rtts)))
+	return res, nil
+}
+
+// WaitTable implements api.Backend.
+func (c *Controller) WaitTable(ctx context.Context, lop string, since uint64) (*api.EncodedTable, error) {
+	t, err := c.cache.wait(ctx, lop, since, func() bool {
+		_, ok, err := c.lookupFEP(ctx, lop)
+		return ok || err != nil
+	})
+	if errors.Is(err, api.ErrNotFound) {
+		return nil, fmt.Errorf("lop %s: no such fep: %w", lop, api.ErrNotFound)
+	}
+	return t, err
+}
+
+// Matrix implements api.Backend: the RTTs as measured, per direction.
+func (c *Controller) Matrix(ctx context.Context) (api.Matrix, error) {
+	feps, err := c.st.FEPs(ctx)
+	if err != nil {
+		return api.Matrix{}, err
+	}
+	rtts, err := c.st.RTTs(ctx)
+	if err != nil {
+		return api.Matrix{}, err
+	}
+	out := api.Matrix{Names: make([]string, len(feps)), RTTMS: make([][]*float64, len(feps))}
+	idx := make(map[string]int, len(feps))
+	for i, f := range feps {
+		out.Names[i] = f.ID
+		idx[f.ID] = i
+		out.RTTMS[i] = make([]*float64, len(feps))
+		zero := 0.0
+		out.RTTMS[i][i] = &zero
+	}
+	for _, r := range rtts {
+		i, ok1 := idx[r.From]
+		j, ok2 := idx[r.To]
+		if ok1 && ok2 && i != j {
+			v := r.MS
+			out.RTTMS[i][j] = &v
+		}
+	}
+	return out, nil
+}
+
+// Health implements api.Backend.
+func (c *Controller) Health(ctx context.Context) api.Health {
+	c.mu.Lock()
+	n := len(c.feps)
+	c.mu.Unlock()
+	return api.Health{Status: "ok", Leader: c.IsLeader(), Version: c.cache.maxVersion(), FEPs: n}
+}
