@@ -1,7 +1,6 @@
 package pathcomp
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -32,11 +31,6 @@ func pairIndex(n, lo, hi int) int {
 	return lo*(2*n-lo-1)/2 + hi - lo - 1
 }
 
-type link struct {
-	a, b int
-	rtt  int64
-}
-
 // Precompute computes the Pareto fronts of all pairs of locations of the
 // symmetric RTT matrix rtt (milliseconds; +Inf: no direct link; the diagonal
 // is ignored) with the dynamic program of Appendix A of the MOSTO paper.
@@ -45,24 +39,28 @@ func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
 		return nil, err
 	}
 	n := len(rtt)
-	var links []link
+	// Sort the links by RTT (then by pair, for determinism) as packed
+	// uint64s: rtt (at most 34 bits) << 24 | pair index (at most 23 bits).
+	var packed []uint64
 	for i := 0; i < n; i++ {
 		for j := i + 1; j < n; j++ {
 			if v := rtt[i][j]; !math.IsInf(v, 1) {
-				links = append(links, link{a: i, b: j, rtt: micros(v)})
+				packed = append(packed, uint64(micros(v))<<24|uint64(pairIndex(n, i, j)))
 			}
 		}
 	}
-	slices.SortStableFunc(links, func(x, y link) int { return cmp.Compare(x.rtt, y.rtt) })
+	slices.Sort(packed)
+	pairLo, pairHi := pairTable(n)
 	f := &Fronts{
 		n:       n,
 		model:   opt.Model,
-		linkA:   make([]uint16, len(links)),
-		linkB:   make([]uint16, len(links)),
-		linkRTT: make([]int64, len(links)),
+		linkA:   make([]uint16, len(packed)),
+		linkB:   make([]uint16, len(packed)),
+		linkRTT: make([]int64, len(packed)),
 	}
-	for h, l := range links {
-		f.linkA[h], f.linkB[h], f.linkRTT[h] = uint16(l.a), uint16(l.b), l.rtt
+	for h, v := range packed {
+		p := v & (1<<24 - 1)
+		f.linkA[h], f.linkB[h], f.linkRTT[h] = pairLo[p], pairHi[p], int64(v>>24)
 	}
 	var lg eventLog
 	if opt.Plain {
@@ -74,11 +72,29 @@ func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
 	return f, nil
 }
 
-// eventLog records, in order, every improvement of a pair's best (sum, hops).
+// pairTable returns the two locations of every triangular pair index.
+func pairTable(n int) (lo, hi []uint16) {
+	lo = make([]uint16, n*(n-1)/2)
+	hi = make([]uint16, n*(n-1)/2)
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			p := pairIndex(n, i, j)
+			lo[p], hi[p] = uint16(i), uint16(j)
+		}
+	}
+	return lo, hi
+}
+
+// eventLog records, in order, every improvement of a pair's best (sum, hops):
+// the new key, and the pair index << 32 | the link index << 1 | orientation.
 type eventLog struct {
-	pair []uint32
-	key  []int64
-	link []uint32
+	key []int64
+	pl  []uint64
+}
+
+func newEventLog(n int) eventLog {
+	c := 4 * n * (n - 1) / 2 // typical fronts hold a few entries per pair
+	return eventLog{key: make([]int64, 0, c), pl: make([]uint64, 0, c)}
 }
 
 func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
@@ -91,9 +107,8 @@ func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
 	if !iOnA {
 		orient = 1
 	}
-	lg.pair = append(lg.pair, uint32(pairIndex(n, lo, hi)))
 	lg.key = append(lg.key, key)
-	lg.link = append(lg.link, uint32(h)<<1|orient)
+	lg.pl = append(lg.pl, uint64(pairIndex(n, lo, hi))<<32|uint64(h)<<1|uint64(orient))
 }
 
 func newDist(n int) []int64 {
@@ -115,7 +130,7 @@ func newDist(n int) []int64 {
 func (f *Fronts) runPruned() eventLog {
 	n := f.n
 	d := newDist(n)
-	var lg eventLog
+	lg := newEventLog(n)
 	as := make([]int, 0, n)
 	bs := make([]int, 0, n)
 	for h := range f.linkRTT {
@@ -155,7 +170,7 @@ func (f *Fronts) runPruned() eventLog {
 func (f *Fronts) runPlain() eventLog {
 	n := f.n
 	d := newDist(n)
-	var lg eventLog
+	lg := newEventLog(n)
 	sa := make([]int64, n)
 	sb := make([]int64, n)
 	for h := range f.linkRTT {
@@ -188,20 +203,21 @@ func (f *Fronts) runPlain() eventLog {
 func (f *Fronts) compact(lg eventLog) {
 	pairs := f.n * (f.n - 1) / 2
 	f.start = make([]uint32, pairs+1)
-	for _, p := range lg.pair {
-		f.start[p+1]++
+	for _, v := range lg.pl {
+		f.start[v>>32+1]++
 	}
 	for p := 0; p < pairs; p++ {
 		f.start[p+1] += f.start[p]
 	}
 	f.key = make([]int64, len(lg.key))
-	f.link = make([]uint32, len(lg.link))
+	f.link = make([]uint32, len(lg.key))
 	next := slices.Clone(f.start[:pairs])
-	for e, p := range lg.pair {
+	for e, v := range lg.pl {
+		p := v >> 32
 		k := next[p]
 		next[p]++
 		f.key[k] = lg.key[e]
-		f.link[k] = lg.link[e]
+		f.link[k] = uint32(v)
 	}
 }
 
