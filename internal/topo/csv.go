@@ -29,7 +29,9 @@ const asymmetryWarn = 0.10
 // The first record is a header of location names. Two layouts are accepted,
 // told apart by the number of data rows:
 //   - labelled: the header's first cell is a label (it may be empty) and every
-//     row starts with its location's name; rows may come in any order;
+//     row starts with its location's name; rows may come in any order. A row
+//     naming a location that has no column adds that location, measured in
+//     one direction only (with a warning; the Azure matrix has one);
 //   - bare: the header holds only names and row i belongs to the i-th name.
 //
 // Row = source, column = destination. A blank cell, NaN, NA, "-" or Inf means
@@ -103,13 +105,34 @@ func ReadCSV(r io.Reader, name string) (*Matrix, []string, error) {
 		index[n] = len(names)
 		names = append(names, n)
 	}
-	n := len(names)
-	if n == 0 {
+	cols := len(names)
+	if cols == 0 {
 		return nil, nil, fmt.Errorf("%s: no locations", name)
 	}
+	// In the labelled layout a row may name a location without a column
+	// (and then some column has no row): such locations are measured in one
+	// direction only.
+	var rowOnly []string
+	if labelled {
+		for k, rec := range rows {
+			rn := strings.TrimSpace(rec[0])
+			if rn == "" {
+				return nil, nil, fmt.Errorf("%s:%d: column 1: empty row name", name, rowLines[k])
+			}
+			if _, ok := index[rn]; !ok {
+				index[rn] = len(names)
+				names = append(names, rn)
+				rowOnly = append(rowOnly, rn)
+			}
+		}
+	}
+	n := len(names)
 	raw := make([][]float64, n)
 	for i := range raw {
 		raw[i] = make([]float64, n)
+		for j := range raw[i] {
+			raw[i][j] = math.Inf(1)
+		}
 	}
 	seen := make([]bool, n)
 	var warns []string
@@ -121,14 +144,9 @@ func ReadCSV(r io.Reader, name string) (*Matrix, []string, error) {
 		}
 		i := k
 		if labelled {
-			rn := strings.TrimSpace(rec[0])
-			var ok bool
-			i, ok = index[rn]
-			if !ok {
-				return nil, nil, fmt.Errorf("%s:%d: column 1: row name %q is not in the header", name, line, rn)
-			}
+			i = index[strings.TrimSpace(rec[0])]
 			if seen[i] {
-				return nil, nil, fmt.Errorf("%s:%d: column 1: second row for %q", name, line, rn)
+				return nil, nil, fmt.Errorf("%s:%d: column 1: second row for %q", name, line, names[i])
 			}
 		}
 		seen[i] = true
@@ -138,21 +156,28 @@ func ReadCSV(r io.Reader, name string) (*Matrix, []string, error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s:%d: column %d: %w", name, line, c+1, err)
 			}
-			if i == j {
-				if v != 0 && !math.IsInf(v, 1) {
-					diag = append(diag, names[i])
-				}
-				v = 0
+			if i == j && v != 0 && !math.IsInf(v, 1) {
+				diag = append(diag, names[i])
 			}
 			raw[i][j] = v
 		}
+	}
+	if len(rowOnly) > 0 {
+		var colOnly []string
+		for i := 0; i < cols; i++ {
+			if !seen[i] {
+				colOnly = append(colOnly, names[i])
+			}
+		}
+		warns = append(warns, fmt.Sprintf("%s: rows and columns name different locations; measured in one direction only: %s (row, no column), %s (column, no row)",
+			name, listed(rowOnly), listed(colOnly)))
 	}
 	if len(diag) > 0 {
 		warns = append(warns, fmt.Sprintf("%s: ignored %d non-zero diagonal entries (RTT of a location to itself is 0): %s", name, len(diag), listed(diag)))
 	}
 	m := &Matrix{Names: names, RTT: make([][]float64, n)}
 	for i := range m.RTT {
-		m.RTT[i] = make([]float64, n)
+		m.RTT[i] = make([]float64, n) // the diagonal stays 0
 	}
 	var asym []string
 	averaged := 0

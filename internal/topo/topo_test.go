@@ -105,6 +105,14 @@ func TestReadCSV(t *testing.T) {
 			want:  map[[2]string]float64{{"A", "B"}: 2.5},
 		},
 		{
+			// C has a row but no column, B a column but no row.
+			name:     "rows and columns differ",
+			in:       "x,A,B\nA,0,4\nC,6,8\n",
+			names:    []string{"A", "B", "C"},
+			want:     map[[2]string]float64{{"A", "B"}: 4, {"A", "C"}: 6, {"B", "C"}: 8},
+			warnings: []string{"measured in one direction only: C (row, no column), B (column, no row)"},
+		},
+		{
 			name:  "single location",
 			in:    "A\n0\n",
 			names: []string{"A"},
@@ -152,7 +160,7 @@ func TestReadCSVErrors(t *testing.T) {
 		{"huge", "A,B\n0,1e999\n1,0\n", `t.csv:2: column 2: RTT "1e999" is not a number`},
 		{"duplicate name", "x,A,A\nA,0,1\nA,1,0\n", `t.csv:1: column 3: duplicate location "A"`},
 		{"empty name", "x,A,\nA,0,1\nB,1,0\n", "t.csv:1: column 3: empty location name"},
-		{"unknown row", "x,A,B\nA,0,1\nC,1,0\n", `t.csv:3: column 1: row name "C" is not in the header`},
+		{"empty row name", "x,A,B\nA,0,1\n ,1,0\n", "t.csv:3: column 1: empty row name"},
 		{"second row", "x,A,B\nA,0,1\nA,1,0\n", `t.csv:3: column 1: second row for "A"`},
 		{"bad quote", "x,A,B\nA,0,\"1\nB,1,0\n", "t.csv:"},
 		{"no locations", "x\n", "t.csv: no locations"},
