@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // maxGMLDepth bounds the nesting of GML lists.
@@ -88,7 +89,7 @@ func gmlMesh(items []gmlPair, name string) (*Matrix, []string, error) {
 			}
 			n := gmlNode{line: it.line, id: math.NaN(), lat: math.NaN(), lon: math.NaN()}
 			for _, f := range it.val.list {
-				switch f.key {
+				switch strings.ToLower(f.key) {
 				case "id":
 					if f.val.kind != gmlNumber {
 						return nil, nil, fmt.Errorf("%s:%d: node id is not a number", name, f.line)
@@ -96,11 +97,11 @@ func gmlMesh(items []gmlPair, name string) (*Matrix, []string, error) {
 					n.id = f.val.num
 				case "label":
 					n.label = f.val.text()
-				case "Latitude":
+				case "latitude":
 					if f.val.kind == gmlNumber {
 						n.lat = f.val.num
 					}
-				case "Longitude":
+				case "longitude":
 					if f.val.kind == gmlNumber {
 						n.lon = f.val.num
 					}

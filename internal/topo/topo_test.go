@@ -561,3 +561,13 @@ func TestFind(t *testing.T) {
 		}
 	}
 }
+
+func TestReadGMLKeyCase(t *testing.T) {
+	in := "graph [ node [ ID 1 Label \"a\" latitude 10 LONGITUDE 20 ] node [ id 2 label \"b\" Latitude 10 Longitude 21 ] edge [ source 1 target 2 ] ]"
+	m, err := ReadGML(strings.NewReader(in), "k.gml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 2 * math.Round(FibreRTT(GreatCircleKm(10, 20, 10, 21))/2*1000) / 1000
+	checkPairs(t, m, map[[2]string]float64{{"a", "b"}: want})
+}
