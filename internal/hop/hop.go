@@ -446,16 +446,24 @@ func (h *Header) decodeTLV(typ byte, v []byte) error {
 			return malformed("version %d, want %d", v[0], Version)
 		}
 	case TLVRoute:
-		for len(v) > 0 {
-			l := int(v[0])
-			if l == 0 || len(v) < 1+l {
-				return malformed("route entry of %d bytes in %d", l, len(v)-1)
+		// Check the framing first, then cut every id out of one string.
+		n := 0
+		for p := v; len(p) > 0; n++ {
+			l := int(p[0])
+			if l == 0 || len(p) < 1+l {
+				return malformed("route entry of %d bytes in %d", l, len(p)-1)
 			}
-			if len(h.Route) == MaxRoute {
+			if n == MaxRoute {
 				return malformed("more than %d route entries", MaxRoute)
 			}
-			h.Route = append(h.Route, string(v[1:1+l]))
-			v = v[1+l:]
+			p = p[1+l:]
+		}
+		all := string(v)
+		h.Route = make([]string, 0, n)
+		for off := 0; off < len(all); {
+			l := int(all[off])
+			h.Route = append(h.Route, all[off+1:off+1+l])
+			off += 1 + l
 		}
 	case TLVHop:
 		h.Hop = int(v[0])
