@@ -90,11 +90,14 @@ func (r *running) stop(t testing.TB) error {
 	}
 }
 
-func start(t testing.TB, cfg *Config) *running {
+func start(t testing.TB, cfg *Config, opts ...func(*Server)) *running {
 	t.Helper()
 	s, err := New(cfg, testLogger(t))
 	if err != nil {
 		t.Fatalf("New(%s): %v", cfg.ID, err)
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Server: s, cancel: cancel, done: make(chan error, 1)}
@@ -120,7 +123,7 @@ type world struct {
 	a, b, c *running
 }
 
-func newWorld(t testing.TB, origin string, tweak func(*Config)) *world {
+func newWorld(t testing.TB, origin string, tweak func(*Config), opts ...func(*Server)) *world {
 	t.Helper()
 	ca := baseConfig("a", "b", "c")
 	ca.Egress.Default = "c"
@@ -132,7 +135,7 @@ func newWorld(t testing.TB, origin string, tweak func(*Config)) *world {
 			tweak(c)
 		}
 	}
-	w := &world{a: start(t, ca), b: start(t, cb), c: start(t, cc)}
+	w := &world{a: start(t, ca, opts...), b: start(t, cb, opts...), c: start(t, cc, opts...)}
 	members := map[string]string{
 		"a": w.a.HopAddr().String(), "b": w.b.HopAddr().String(), "c": w.c.HopAddr().String(),
 	}

@@ -1,0 +1,334 @@
+package relay
+
+import (
+	"context"
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/hop"
+)
+
+// signed returns a header for route signed under kr.
+func signed(t *testing.T, kr *hop.Keyring, route []string, hopIdx int, target string, at time.Time) []byte {
+	t.Helper()
+	h := &hop.Header{
+		Source: netip.MustParseAddrPort("192.0.2.1:5555"),
+		Dest:   netip.MustParseAddrPort("192.0.2.2:80"),
+		Route:  route, Hop: hopIdx, Target: target, Size: 1000, Time: at,
+	}
+	rand.Read(h.FlowID[:])
+	b, err := h.Marshal(kr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRefusals sends hostile hop headers to the transit and egress
+// proxies: each must be refused with the right counter, the connection
+// closed promptly, and the daemons must keep serving.
+func TestRefusals(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Header = Duration(300 * time.Millisecond) },
+		func(s *Server) { s.res = fakeResolver{"mail.example.com": {netip.MustParseAddr("10.0.0.25")}} })
+	kr := testKeyring(t)
+	other, err := hop.NewKeyring(hop.Key{ID: 1, Secret: []byte("another secret of 32 bytes......")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	abc := []string{"a", "b", "c"}
+	replayed := signed(t, kr, abc, 1, o.addr(), now)
+	altered := bytes.Replace(signed(t, kr, abc, 1, o.addr(), now), []byte("\x01a\x01b\x01c"), []byte("\x01a\x01b\x01x"), 1)
+	if !bytes.Contains(altered, []byte("\x01x")) {
+		t.Fatal("route bytes not found to alter")
+	}
+	valid := signed(t, kr, abc, 1, o.addr(), now)
+	oversized := append(append([]byte{}, valid[:14]...), 0xff, 0xff)
+
+	for _, tc := range []struct {
+		name   string
+		to     *running
+		send   []byte
+		first  []byte // sent and answered before send, on its own connection
+		hold   bool   // keep the connection open after sending (slowloris)
+		reason string
+	}{
+		{"garbage", w.b, []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), nil, false, refuseMalformed},
+		{"wrong-key", w.b, signed(t, other, abc, 1, o.addr(), now), nil, false, refuseAuth},
+		{"altered-route", w.b, altered, nil, false, refuseAuth},
+		{"replayed", w.b, replayed, replayed, false, refuseReplay},
+		{"oversized", w.b, oversized, nil, false, refuseTooLarge},
+		{"truncated", w.b, valid[:40], nil, false, refuseMalformed},
+		{"slowloris", w.b, valid[:10], nil, true, refuseHeaderTimeout},
+		{"expired", w.b, signed(t, kr, abc, 1, o.addr(), now.Add(-time.Hour)), nil, false, refuseExpired},
+		{"not-self", w.b, signed(t, kr, []string{"a", "c"}, 1, o.addr(), now), nil, false, refuseNotSelf},
+		{"to-inp", w.a, signed(t, kr, abc, 0, o.addr(), now), nil, false, refuseNotSelf},
+		{"next-not-member", w.b, signed(t, kr, []string{"a", "b", "x"}, 1, o.addr(), now), nil, false, refuseNotMember},
+		{"open-relay", w.c, signed(t, kr, abc, 2, "10.9.9.9:25", now), nil, false, refusePolicy},
+		{"open-relay-name", w.c, signed(t, kr, abc, 2, "mail.example.com:25", now), nil, false, refusePolicy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := refusals(tc.to.Server, tc.reason)
+			if tc.first != nil {
+				c := dialHop(t, tc.to)
+				c.Write(tc.first)
+				c.Write([]byte("ok"))
+				c.(*net.TCPConn).CloseWrite()
+				if got, _ := io.ReadAll(c); string(got) != "ok" {
+					t.Fatalf("first use of the header: echo %q; want ok", got)
+				}
+				c.Close()
+			}
+			c := dialHop(t, tc.to)
+			defer c.Close()
+			c.Write(tc.send)
+			if !tc.hold {
+				c.(*net.TCPConn).CloseWrite()
+			}
+			start := time.Now()
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, err := c.Read(make([]byte, 64))
+			if n > 0 {
+				t.Fatalf("refused connection answered %d bytes", n)
+			}
+			if err == nil || isTimeoutErr(err) {
+				t.Fatalf("connection not closed: %v", err)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("closed after %v", d)
+			}
+			waitFor(t, 2*time.Second, "refusal "+tc.reason, func() bool {
+				return refusals(tc.to.Server, tc.reason) == before+1
+			})
+		})
+	}
+	// Still serving.
+	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("alive")); string(got) != "alive" {
+		t.Fatalf("after refusals: echo %q", got)
+	}
+}
+
+func dialHop(t *testing.T, s *running) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", s.HopAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func isTimeoutErr(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// TestLimits floods an entry: connections past the per-source and global
+// limits are refused and counted, and the daemon serves again once
+// connections close.
+func TestLimits(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, func(c *net.TCPConn) { io.Copy(c, c) })
+	for _, tc := range []struct {
+		name       string
+		global, ps int
+		reason     string
+	}{
+		{"per-source", 100, 4, refuseLimitSource},
+		{"global", 4, 100, refuseLimitGlobal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := baseConfig("a")
+			cfg.Hop.Listen = ""
+			cfg.Limits = LimitConfig{MaxConns: tc.global, MaxConnsPerSource: tc.ps}
+			cfg.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
+			a := start(t, cfg)
+			addr := a.ServiceAddr(0).String()
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for range 4 {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+			}
+			waitFor(t, 5*time.Second, "4 admitted", func() bool { return a.limits.total() == 4 })
+			for i := range 20 {
+				c, err := net.Dial("tcp", addr)
+				if isReset(err) {
+					continue // refused so fast that connect saw the reset
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				c.Write([]byte("x"))
+				if n, err := c.Read(make([]byte, 1)); n > 0 || err == nil || isTimeoutErr(err) {
+					t.Fatalf("flood connection %d: read %d, %v; want closed", i, n, err)
+				}
+				c.Close()
+			}
+			waitFor(t, 5*time.Second, "20 refusals", func() bool { return refusals(a.Server, tc.reason) == 20 })
+			held[0].Close()
+			held = held[1:]
+			waitFor(t, 5*time.Second, "slot freed", func() bool { return a.limits.total() == 3 })
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, c)
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.Write([]byte("y"))
+			b := make([]byte, 1)
+			if _, err := io.ReadFull(c, b); err != nil || b[0] != 'y' {
+				t.Fatalf("after flood: %q, %v", b, err)
+			}
+		})
+	}
+}
+
+// TestSOCKS5 runs SOCKS5 CONNECT with username/password through the chain,
+// and checks the refusals for a bad password and a disallowed destination.
+func TestSOCKS5(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) {
+		if c.ID == "a" {
+			c.SOCKS5 = &SOCKS5Config{Listen: "127.0.0.1:0", Users: map[string]string{"alice": "secret"}, Allow: []string{"127.0.0.0/8"}}
+		}
+	})
+	oa := o.ln.Addr().(*net.TCPAddr)
+	socks := func(user, pass string, ip net.IP, port int) (net.Conn, byte) {
+		t.Helper()
+		c, err := net.Dial("tcp", w.a.SOCKS5Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte{5, 1, 2})
+		b := make([]byte, 2)
+		if _, err := io.ReadFull(c, b); err != nil || b[1] != 2 {
+			t.Fatalf("method reply %v, %v", b, err)
+		}
+		c.Write(append(append(append([]byte{1, byte(len(user))}, user...), byte(len(pass))), pass...))
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatalf("auth reply: %v", err)
+		}
+		if b[1] != 0 {
+			return c, 0xff
+		}
+		req := append([]byte{5, 1, 0, 1}, ip.To4()...)
+		req = binary.BigEndian.AppendUint16(req, uint16(port))
+		c.Write(req)
+		rep := make([]byte, 10)
+		if _, err := io.ReadFull(c, rep); err != nil {
+			t.Fatalf("connect reply: %v", err)
+		}
+		return c, rep[1]
+	}
+	c, code := socks("alice", "secret", oa.IP, oa.Port)
+	if code != 0 {
+		t.Fatalf("CONNECT reply code %d; want 0", code)
+	}
+	c.Write([]byte("via socks"))
+	c.(*net.TCPConn).CloseWrite()
+	if got, err := io.ReadAll(c); string(got) != "via socks" || err != nil {
+		t.Errorf("echo = %q, %v", got, err)
+	}
+	c.Close()
+	waitFor(t, 5*time.Second, "chained flow", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 1 })
+
+	c, code = socks("alice", "wrong", oa.IP, oa.Port)
+	c.Close()
+	if code != 0xff {
+		t.Errorf("bad password accepted")
+	}
+	c, code = socks("alice", "secret", net.IPv4(10, 1, 1, 1), 80)
+	c.Close()
+	if code != 2 {
+		t.Errorf("disallowed destination: reply %d; want 2 (not allowed)", code)
+	}
+	waitFor(t, 5*time.Second, "entry refusals", func() bool {
+		return refusals(w.a.Server, refuseEntryAuth) == 1 && refusals(w.a.Server, refuseEntryAllow) == 1
+	})
+}
+
+// TestHTTPConnect runs CONNECT with Basic auth and pipelined early data
+// through the chain, and checks 407 and 403.
+func TestHTTPConnect(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) {
+		if c.ID == "a" {
+			c.HTTPConnect = &ConnectConfig{Listen: "127.0.0.1:0", Users: map[string]string{"bob": "pw"}, Allow: []string{"127.0.0.1"}}
+		}
+	})
+	connect := func(target, auth, early string) (net.Conn, string) {
+		t.Helper()
+		c, err := net.Dial("tcp", w.a.HTTPConnectAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
+		if auth != "" {
+			req += "Proxy-Authorization: Basic " + auth + "\r\n"
+		}
+		c.Write([]byte(req + "\r\n" + early))
+		var status []byte
+		b := make([]byte, 1)
+		for !bytes.HasSuffix(status, []byte("\r\n\r\n")) {
+			if _, err := c.Read(b); err != nil {
+				break
+			}
+			status = append(status, b[0])
+		}
+		return c, string(status)
+	}
+	c, status := connect(o.addr(), "Ym9iOnB3", "early bytes|") // bob:pw
+	if status != "HTTP/1.1 200 Connection established\r\n\r\n" {
+		t.Fatalf("status %q", status)
+	}
+	c.Write([]byte("later"))
+	c.(*net.TCPConn).CloseWrite()
+	if got, err := io.ReadAll(c); string(got) != "early bytes|later" || err != nil {
+		t.Errorf("echo = %q, %v", got, err)
+	}
+	c.Close()
+	waitFor(t, 5*time.Second, "chained flow", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 1 })
+
+	for _, tc := range []struct{ target, auth, want, reason string }{
+		{o.addr(), "", "HTTP/1.1 407", refuseEntryAuth},
+		{o.addr(), "Ym9iOnd4", "HTTP/1.1 407", refuseEntryAuth}, // bob:wx
+		{"10.1.1.1:80", "Ym9iOnB3", "HTTP/1.1 403", refuseEntryAllow},
+	} {
+		before := refusals(w.a.Server, tc.reason)
+		c, status := connect(tc.target, tc.auth, "")
+		c.Close()
+		if !bytes.HasPrefix([]byte(status), []byte(tc.want)) {
+			t.Errorf("CONNECT %s auth %q: %q; want %s", tc.target, tc.auth, status, tc.want)
+		}
+		waitFor(t, 5*time.Second, tc.reason, func() bool { return refusals(w.a.Server, tc.reason) == before+1 })
+	}
+}
+
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if ips, ok := f[host]; ok {
+		return ips, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
