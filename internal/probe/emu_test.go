@@ -48,7 +48,7 @@ func TestMatrixInEmulator(t *testing.T) {
 		m := &UDPEcho{Timeout: 2 * time.Second, Dial: func(ctx context.Context, network, a string) (net.Conn, error) {
 			return w.Dial(ctx, h, network, a)
 		}}
-		p := NewProber(Config{Measurer: m, Interval: 2 * time.Second, Jitter: -1, ConfirmAfter: 200 * time.Millisecond}, nil)
+		p := NewProber(Config{Measurer: m, Interval: 2 * time.Second, Jitter: -1, Probes: 5, Concurrency: 3, ConfirmAfter: 200 * time.Millisecond}, nil)
 		var ts []Target
 		for _, o := range hosts {
 			if o != h {
@@ -58,44 +58,73 @@ func TestMatrixInEmulator(t *testing.T) {
 		p.SetTargets(ts)
 		probers[h] = p
 	}
-	start := time.Now()
-	for range 3 {
+	// tolerance: max(5%, 1 ms); the race detector slows the in-process
+	// emulator too, so under -race max(10%, 3 ms).
+	relTol, absTol := 0.05, time.Millisecond
+	if raceEnabled {
+		relTol, absTol = 0.10, 3*time.Millisecond
+	}
+	within := func(got, want time.Duration) bool {
+		return math.Abs(float64(got-want)) <= max(relTol*float64(want), float64(absTol))
+	}
+	round := func() {
 		var rw sync.WaitGroup
 		for _, p := range probers {
 			rw.Go(func() { p.Round(ctx) })
 		}
 		rw.Wait()
 	}
-	t.Logf("3 rounds of 90 pairs x 3 probes in %v", time.Since(start).Round(time.Millisecond))
-
 	var sb strings.Builder
-	worst, sumRel := 0.0, 0.0
+	var worst, sumRel float64
 	n := 0
-	for _, a := range hosts {
-		est := probers[a].Estimates()
-		for _, b := range hosts {
-			if a == b {
-				continue
-			}
-			want := w.RTT(a, b)
-			got, ok := est[b]
-			if !ok {
-				t.Errorf("%s -> %s: no estimate", a, b)
-				continue
-			}
-			diff := math.Abs(float64(got - want))
-			rel := diff / float64(want)
-			worst = max(worst, rel)
-			sumRel += rel
-			n++
-			if diff > max(0.05*float64(want), float64(time.Millisecond)) {
-				t.Errorf("%s -> %s: measured %v, emulated %v (%.1f%%)", a, b, got, want, 100*rel)
-			}
-			if a < b {
-				fmt.Fprintf(&sb, "%s-%s emulated %.1f ms measured %.2f ms (%+.2f%%)\n", a, b,
-					float64(want)/1e6, float64(got)/1e6, 100*float64(got-want)/float64(want))
+	// check compares every estimate with the emulated RTT and returns the
+	// pairs out of tolerance.
+	check := func() (bad []string) {
+		sb.Reset()
+		worst, sumRel, n = 0, 0, 0
+		for _, a := range hosts {
+			est := probers[a].Estimates()
+			for _, b := range hosts {
+				if a == b {
+					continue
+				}
+				want := w.RTT(a, b)
+				got, ok := est[b]
+				if !ok {
+					bad = append(bad, fmt.Sprintf("%s -> %s: no estimate", a, b))
+					continue
+				}
+				rel := math.Abs(float64(got-want)) / float64(want)
+				worst = max(worst, rel)
+				sumRel += rel
+				n++
+				if !within(got, want) {
+					bad = append(bad, fmt.Sprintf("%s -> %s: measured %v, emulated %v (%.1f%%)", a, b, got, want, 100*rel))
+				}
+				if a < b {
+					fmt.Fprintf(&sb, "%s-%s emulated %.1f ms measured %.2f ms (%+.2f%%)\n", a, b,
+						float64(want)/1e6, float64(got)/1e6, 100*float64(got-want)/float64(want))
+				}
 			}
 		}
+		return bad
+	}
+	start := time.Now()
+	for range 3 {
+		round()
+	}
+	roundTime := time.Since(start) / 3 // all ten probers at once: an upper bound for one
+	t.Logf("3 rounds of 90 pairs x 5 probes in %v", (3 * roundTime).Round(time.Millisecond))
+	// On a loaded machine a whole round can be slow for every pair; the
+	// window's median drops such rounds as later ones come in.
+	bad := check()
+	for extra := 0; len(bad) > 0 && extra < 5; extra++ {
+		t.Logf("after %d rounds %d pairs out of tolerance (first: %s); one more round", 3+extra, len(bad), bad[0])
+		round()
+		bad = check()
+	}
+	for _, b := range bad {
+		t.Error(b)
 	}
 	t.Logf("pairs %d, mean |error| %.2f%%, worst %.2f%%\n%s", n, 100*sumRel/float64(n), 100*worst, sb.String())
 
@@ -130,22 +159,27 @@ func TestMatrixInEmulator(t *testing.T) {
 	if err := w.SetLink(a, b, l); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-reported:
+	want := w.RTT(a, b)
+	timeout := time.After(20 * time.Second)
+	for {
+		var got time.Duration
+		select {
+		case got = <-reported:
+		case <-timeout:
+			t.Fatal("change not reported within 20 s")
+		}
+		if !within(got, want) {
+			t.Logf("report of %v while waiting for %v (noise)", got, want)
+			continue
+		}
 		el := time.Since(changed)
 		t.Logf("%s-%s: +40 ms RTT reported as %v after %v (interval 2s, confirmation 200ms)", a, b, got, el.Round(time.Millisecond))
-		if want := w.RTT(a, b); math.Abs(float64(got-want)) > max(0.05*float64(want), float64(time.Millisecond)) {
-			t.Errorf("reported %v; want about %v", got, want)
-		}
-		// A round probes every peer 3 times; the slowest peer bounds it.
-		var slowest time.Duration
-		for _, o := range hosts[1:] {
-			slowest = max(slowest, w.RTT(a, o))
-		}
-		if el > 2*time.Second+200*time.Millisecond+2*3*(slowest+20*time.Millisecond)+time.Second {
+		// The change lands during a wait or a round: it shows in the next
+		// round (within an interval plus a round) and is confirmed a
+		// confirmation delay plus a round later.
+		if el > 2*time.Second+200*time.Millisecond+2*roundTime+time.Second {
 			t.Errorf("change took %v to be reported; want within one interval + confirmation", el)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("change not reported within 20 s")
+		return
 	}
 }
