@@ -316,8 +316,13 @@ func num(v float64, format string) string {
 // HAProxy (median over runs for throughput).
 func (r *Report) WriteMarkdown(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "Loopback, %d x %.1f GB single-flow runs per mode (interleaved), %d parallel clients x %v for conn/s (%d-byte payload), %d idle flows.\n\n",
-		c.Runs, float64(c.Bytes)/1e9, c.ConnParallel, c.ConnDuration, c.ConnPayload, c.IdleConns)
+	idle := fmt.Sprintf("%d idle flows", c.IdleConns)
+	if c.IdleConns < 0 {
+		idle = "no idle-flow test"
+	}
+	fmt.Fprintf(w, "Loopback. Throughput: %d runs of %.1f GB per mode, one flow, modes interleaved. "+
+		"Conn/s: %d runs of %v per mode, %d parallel clients, %d-byte payload each way, interleaved. Memory: %s.\n\n",
+		c.Runs, float64(c.Bytes)/1e9, c.Runs, c.ConnDuration, c.ConnParallel, c.ConnPayload, idle)
 	h := r.find(ModeHAProxy)
 	if h == nil {
 		h = &Result{}
