@@ -321,7 +321,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		idle = "no idle-flow test"
 	}
 	fmt.Fprintf(w, "Loopback. Throughput: %d runs of %.1f GB per mode, one flow, modes interleaved. "+
-		"Conn/s: %d runs of %v per mode, %d parallel clients, %d-byte payload each way, interleaved. Memory: %s.\n\n",
+		"Conn/s: %d runs of %v per mode, %d parallel clients, %d-byte request and 8-byte reply per connection, interleaved. Memory: %s.\n\n",
 		c.Runs, float64(c.Bytes)/1e9, c.Runs, c.ConnDuration, c.ConnParallel, c.ConnPayload, idle)
 	h := r.find(ModeHAProxy)
 	if h == nil {
