@@ -43,7 +43,7 @@ func BuildTable(names []string, f *Fronts, sizes []int64) *TableFile {
 					Size:   cl.size,
 					Rounds: cl.rounds,
 					Path:   path,
-					CostMS: f.model.Cost(c, cl.rounds),
+					CostMS: exactCost(c, cl.rounds),
 					SumMS:  c.Sum,
 					MaxMS:  c.Max,
 				})
@@ -51,4 +51,10 @@ func BuildTable(names []string, f *Fronts, sizes []int64) *TableFile {
 		}
 	}
 	return tf
+}
+
+// exactCost is Model.Cost computed on the whole microseconds the fronts hold,
+// so that it prints without floating-point noise.
+func exactCost(c Chain, rounds int) float64 {
+	return float64(micros(c.Sum)+int64(2*(rounds-1))*micros(c.Max)) / 2000
 }
