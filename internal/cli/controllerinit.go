@@ -59,10 +59,14 @@ func runControllerInit(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 	}
+	if err := ca.IssueAdmin(*data, time.Time{}); err != nil {
+		return err
+	}
 	fmt.Fprintf(env.Stdout, "CA:           %s\n", filepath.Join(pki.Dir(*data), "ca.crt"))
 	fmt.Fprintf(env.Stdout, "CA pin:       %s\n", ca.Hash())
 	fmt.Fprintf(env.Stdout, "server cert:  %s (hosts %s)\n", filepath.Join(pki.Dir(*data), "server.crt"), strings.Join(opt.Hosts, ","))
 	fmt.Fprintf(env.Stdout, "overlay keys: %s\n", keysPath)
+	fmt.Fprintf(env.Stdout, "admin cert:   %s (key %s)\n", filepath.Join(pki.Dir(*data), pki.AdminCertFile), filepath.Join(pki.Dir(*data), pki.AdminKeyFile))
 	fmt.Fprintf(env.Stdout, "next: mosto token create --data %s\n", *data)
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,9 @@ func TestControllerInitAndTokenCreate(t *testing.T) {
 	ca, err := pki.LoadCA(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(pki.Dir(dir), pki.AdminCertFile)); err != nil {
+		t.Errorf("no admin certificate: %v", err)
 	}
 	if !strings.Contains(out.String(), ca.Hash()) {
 		t.Errorf("init output does not show the CA pin:\n%s", out)

@@ -13,7 +13,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
 )
 
 // ErrCSR marks a certificate signing request that cannot be signed (bad
@@ -100,6 +103,14 @@ func fepURI(id string) *url.URL {
 // for FEPValidity (capped by the CA's own expiry), has the FEP id as common
 // name and as URI SAN mosto://fep/<id>, and may only authenticate clients.
 func (ca *CA) SignCSR(csrPEM []byte, fepID string, now time.Time) ([]byte, error) {
+	if fepID == api.AdminIdentity {
+		return nil, fmt.Errorf("%w: FEP id %q is reserved for the operator's certificate", ErrCSR, fepID)
+	}
+	return ca.signClient(csrPEM, fepID, now)
+}
+
+// signClient signs a client certificate for id (a FEP id or the admin).
+func (ca *CA) signClient(csrPEM []byte, fepID string, now time.Time) ([]byte, error) {
 	if err := ValidFEPID(fepID); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCSR, err)
 	}
@@ -200,4 +211,39 @@ func parseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
 		return nil, fmt.Errorf("%w: key type %T not accepted (use ECDSA P-256 or Ed25519)", ErrCSR, csr.PublicKey)
 	}
 	return csr, nil
+}
+
+// Files of the operator's client certificate under DATA/pki.
+const (
+	AdminCertFile = "admin.crt"
+	AdminKeyFile  = "admin.key"
+)
+
+// IssueAdmin writes a client certificate for the operator (common name
+// api.AdminIdentity, allowed by the API to act for any FEP) into DATA/pki,
+// for curl or scripts: curl --cacert ca.crt --cert admin.crt --key admin.key.
+func (ca *CA) IssueAdmin(dataDir string, now time.Time) error {
+	key, keyPEM, err := GenerateKey()
+	if err != nil {
+		return err
+	}
+	csr, err := NewCSR(key, api.AdminIdentity)
+	if err != nil {
+		return err
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	cert, err := ca.signClient(csr, api.AdminIdentity, now)
+	if err != nil {
+		return err
+	}
+	dir := Dir(dataDir)
+	if err := writeFileAtomic(filepath.Join(dir, AdminKeyFile), keyPEM, 0o600); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, AdminCertFile), cert, 0o600); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	return nil
 }

@@ -3,11 +3,14 @@ package pki
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,6 +144,7 @@ func TestJoin(t *testing.T) {
 		{"bad CSR", csrForBad, "fra", []byte("garbage"), t0, ErrCSR},
 		{"bad CSR did not consume token", csrForBad, "fra", csr, t0, nil},
 		{"bad FEP id", once, "a/b", csr, t0, ErrCSR},
+		{"reserved admin id", once, "admin", csr, t0, ErrCSR},
 		{"once", once, "fra", csr, t0, nil},
 	}
 	for _, tt := range tests {
@@ -430,5 +434,30 @@ func TestPruneTokens(t *testing.T) {
 	n, err := store.PruneTokens(ctx, t0.Add(3*time.Hour))
 	if err != nil || n != 2 {
 		t.Errorf("PruneTokens = %d, %v; want 2", n, err)
+	}
+}
+
+func TestAdminCert(t *testing.T) {
+	ca, dir := newTestCA(t)
+	if err := ca.IssueAdmin(dir, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(Dir(dir), AdminCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseCertPEM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Subject.CommonName != "admin" {
+		t.Errorf("admin CN %q", c.Subject.CommonName)
+	}
+	if _, err := c.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("admin cert does not verify: %v", err)
+	}
+	csr, _ := newCSR(t, "admin")
+	if _, err := ca.SignCSR(csr, "admin", time.Now()); !errors.Is(err, ErrCSR) {
+		t.Errorf("SignCSR for admin = %v; want ErrCSR", err)
 	}
 }

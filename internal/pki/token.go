@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
 )
 
 // Token errors. Every refusal of a join token wraps ErrToken, so an API
@@ -194,6 +196,9 @@ func (ca *CA) VerifyToken(ctx context.Context, store TokenStore, token, fepID st
 func (ca *CA) Join(ctx context.Context, store TokenStore, token, fepID string, csrPEM []byte, now time.Time) (certPEM, caPEM []byte, err error) {
 	if err := ValidFEPID(fepID); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrCSR, err)
+	}
+	if fepID == api.AdminIdentity {
+		return nil, nil, fmt.Errorf("%w: FEP id %q is reserved for the operator's certificate", ErrCSR, fepID)
 	}
 	// Check the CSR before consuming a single-use token on it.
 	if _, err := parseCSR(csrPEM); err != nil {
