@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,11 @@ type State struct {
 	PID       int         `json:"pid"`
 	StartTime uint64      `json:"start_time"` // of PID, in clock ticks since boot (/proc/PID/stat)
 	Hosts     []StateHost `json:"hosts"`
+	// AllowedCC is the root tcp_allowed_congestion_control the world found
+	// and SetCC what it set it to; gc restores AllowedCC if SetCC is still
+	// in place.
+	AllowedCC string `json:"allowed_cc,omitempty"`
+	SetCC     string `json:"set_cc,omitempty"`
 }
 
 // StateHost is one host of a State.
@@ -34,7 +40,7 @@ type StateHost struct {
 }
 
 func (w *World) state() State {
-	st := State{RunID: w.runID, Name: w.name, PID: os.Getpid(), StartTime: procStartTime(os.Getpid())}
+	st := State{RunID: w.runID, Name: w.name, PID: os.Getpid(), StartTime: procStartTime(os.Getpid()), AllowedCC: w.restoreCC, SetCC: w.setCC}
 	for _, h := range w.hosts {
 		st.Hosts = append(st.Hosts, StateHost{Name: h.name, Addr: h.addr.String(), NetNS: h.netns})
 	}
@@ -87,7 +93,23 @@ func (st State) Alive() bool {
 	if err := syscall.Kill(st.PID, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
+	if procState(st.PID) == 'Z' {
+		return false // killed, not yet reaped: its descriptors are closed
+	}
 	return st.StartTime == 0 || procStartTime(st.PID) == st.StartTime
+}
+
+// procState returns the state letter of /proc/PID/stat, or 0.
+func procState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || len(b) < i+3 {
+		return 0
+	}
+	return b[i+2]
 }
 
 // procStartTime returns field 22 of /proc/PID/stat, or 0.
@@ -130,6 +152,11 @@ func GC(stateDir string, log *slog.Logger) ([]string, error) {
 			continue
 		}
 		log.Info("removing dead world", "run", st.RunID, "pid", st.PID)
+		if st.SetCC != "" {
+			if cur, err := readSysctl(allowedCCKey); err == nil && cur == st.SetCC {
+				writeSysctl(allowedCCKey, st.AllowedCC)
+			}
+		}
 		os.RemoveAll(filepath.Join(stateDir, st.RunID))
 	}
 	// A world writes its state before it creates namespaces, so a namespace

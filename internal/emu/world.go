@@ -134,6 +134,11 @@ func (w *World) up(ctx context.Context, spec *Spec, stateRoot string) error {
 	if err := w.allowCongestion(spec.TCP.Congestion); err != nil {
 		return err
 	}
+	if w.setCC != "" {
+		if err := writeState(w.stateDir, w.state()); err != nil {
+			return err
+		}
+	}
 	if err := ensureNetnsDir(); err != nil {
 		return fmt.Errorf("emu: %w", err)
 	}

@@ -23,11 +23,6 @@ func mustSpec(t testing.TB, y string) *Spec {
 	return s
 }
 
-// tolerance is the RTT fidelity bound of issue 3: 0.5 ms + 2%.
-func tolerance(want time.Duration) time.Duration {
-	return 500*time.Microsecond + want/50
-}
-
 func TestRTTFidelity(t *testing.T) {
 	w := Start(t, mustSpec(t, `
 hosts: [{name: a}, {name: b}, {name: c}, {name: d}]
@@ -275,12 +270,7 @@ func TestLeaksAfterPanic(t *testing.T) {
 
 func TestScale30(t *testing.T) {
 	testenv.RequirePrivileged(t)
-	var b strings.Builder
-	b.WriteString("dataset: default\nhosts:\n")
-	for i := range 30 {
-		fmt.Fprintf(&b, "  - {name: h%d, location: %s}\n", i, defaultCity(i))
-	}
-	spec := mustSpec(t, b.String())
+	spec := scaleSpec(30)
 	start := time.Now()
 	w, err := Up(context.Background(), spec, nil)
 	if err != nil {
@@ -305,15 +295,6 @@ func TestScale30(t *testing.T) {
 	if up > 20*time.Second || down > 20*time.Second {
 		t.Errorf("30 hosts: up %v, down %v; want well under 20 s", up, down)
 	}
-}
-
-func defaultCity(i int) string {
-	return []string{
-		"Dublin", "London", "Amsterdam", "Frankfurt", "Paris", "Madrid", "Stockholm", "Moscow",
-		"NewYork", "Washington", "Chicago", "Atlanta", "Miami", "Dallas", "Denver", "Seattle", "SanFrancisco", "LosAngeles",
-		"TelAviv", "Dubai", "NewDelhi", "Singapore", "HongKong", "Tokyo", "Sydney", "Auckland",
-		"SaoPaulo", "Santiago", "Johannesburg", "Nairobi",
-	}[i%30]
 }
 
 // processRunning reports whether pid exists and is not a zombie.
