@@ -33,6 +33,9 @@ func FuzzReadConnect(f *testing.F) {
 		if _, _, err := net.SplitHostPort(target); err != nil {
 			t.Fatalf("accepted target %q: %v", target, err)
 		}
+		if again, err := checkTarget(target); err != nil || again != target {
+			t.Fatalf("accepted target %q is not canonical: %q, %v", target, again, err)
+		}
 		if len(hdr) > lim.MaxHeaders {
 			t.Fatalf("%d headers accepted, limit %d", len(hdr), lim.MaxHeaders)
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"strconv"
 	"strings"
@@ -60,7 +61,8 @@ func ReadRequest(br *bufio.Reader, lim Limits) (string, http.Header, error) {
 	if proto != "HTTP/1.1" && proto != "HTTP/1.0" {
 		return "", nil, fmt.Errorf("%w: protocol %q", ErrMalformed, proto)
 	}
-	if err := checkTarget(target); err != nil {
+	target, err = checkTarget(target)
+	if err != nil {
 		if method != http.MethodConnect {
 			return "", nil, fmt.Errorf("%w: %q", ErrMethod, method)
 		}
@@ -142,25 +144,35 @@ func validName(s string) bool {
 }
 
 // checkTarget accepts authority-form host:port with a printable host and a
-// decimal port in 1..65535.
-func checkTarget(t string) error {
+// decimal port in 1..65535, and returns it in canonical form: IP literals
+// are normalised (IPv4-mapped IPv6 becomes IPv4) so policies see one form.
+func checkTarget(t string) (string, error) {
 	host, port, err := net.SplitHostPort(t)
 	if err != nil {
-		return fmt.Errorf("%w: target %q: %w", ErrMalformed, t, err)
+		return "", fmt.Errorf("%w: target %q: %w", ErrMalformed, t, err)
 	}
 	if host == "" {
-		return fmt.Errorf("%w: target %q: empty host", ErrMalformed, t)
+		return "", fmt.Errorf("%w: target %q: empty host", ErrMalformed, t)
 	}
 	for i := 0; i < len(host); i++ {
-		if c := host[i]; c <= 0x20 || c >= 0x7F || c == '/' || c == '@' || c == '?' || c == '#' {
-			return fmt.Errorf("%w: target %q: byte 0x%02x in host", ErrMalformed, t, c)
+		if c := host[i]; c <= 0x20 || c >= 0x7F || c == '/' || c == '@' || c == '?' || c == '#' || c == '[' || c == ']' {
+			return "", fmt.Errorf("%w: target %q: byte 0x%02x in host", ErrMalformed, t, c)
 		}
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || p == 0 || port[0] == '0' {
-		return fmt.Errorf("%w: target %q: bad port", ErrMalformed, t)
+		return "", fmt.Errorf("%w: target %q: bad port", ErrMalformed, t)
 	}
-	return nil
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return "", fmt.Errorf("%w: target %q: zoned address", ErrMalformed, t)
+		}
+		return net.JoinHostPort(a.Unmap().String(), port), nil
+	}
+	if strings.Contains(host, ":") {
+		return "", fmt.Errorf("%w: target %q: ':' in a host name", ErrMalformed, t)
+	}
+	return t, nil
 }
 
 // ProxyAuth returns the credential of a "Proxy-Authorization: Basic ..."

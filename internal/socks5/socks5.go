@@ -170,7 +170,8 @@ func handshake(rw io.ReadWriter, cfg Config) (Request, error) {
 		if err := readFull(rw, buf[:16]); err != nil {
 			return Request{}, err
 		}
-		req.Addr = netip.AddrFrom16([16]byte(buf[:16]))
+		// An IPv4-mapped address is the IPv4 address: policies see one form.
+		req.Addr = netip.AddrFrom16([16]byte(buf[:16])).Unmap()
 	case atypDomain:
 		if err := readFull(rw, buf[:1]); err != nil {
 			return Request{}, err
@@ -184,7 +185,16 @@ func handshake(rw io.ReadWriter, cfg Config) (Request, error) {
 			Reply(rw, GeneralFailure, netip.AddrPort{})
 			return Request{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 		}
-		req.Host = host
+		if a, err := netip.ParseAddr(host); err == nil {
+			// An address sent as a name is an address: policies see one form.
+			if a.Zone() != "" {
+				Reply(rw, GeneralFailure, netip.AddrPort{})
+				return Request{}, fmt.Errorf("%w: zoned address %q", ErrMalformed, host)
+			}
+			req.Addr = a.Unmap()
+		} else {
+			req.Host = host
+		}
 	default:
 		Reply(rw, AddrTypeNotSupported, netip.AddrPort{})
 		return Request{}, fmt.Errorf("%w: 0x%02x", ErrAddrType, atyp)
@@ -246,15 +256,20 @@ func authenticate(rw io.ReadWriter, check func(user, password string) bool) (str
 }
 
 // checkHost accepts a non-empty domain name of printable ASCII without
-// spaces or bracket/colon characters.
+// spaces, brackets, '/' or '@' (colons only in IPv6 literals).
 func checkHost(h string) error {
 	if h == "" {
 		return errors.New("empty domain name")
 	}
 	for i := 0; i < len(h); i++ {
 		c := h[i]
-		if c <= 0x20 || c >= 0x7F || c == '[' || c == ']' || c == ':' || c == '/' || c == '@' {
+		if c <= 0x20 || c >= 0x7F || c == '[' || c == ']' || c == '/' || c == '@' {
 			return fmt.Errorf("domain name %q: byte 0x%02x not allowed", h, c)
+		}
+		if c == ':' {
+			if _, err := netip.ParseAddr(h); err != nil {
+				return fmt.Errorf("domain name %q: ':' outside an IPv6 address", h)
+			}
 		}
 	}
 	return nil

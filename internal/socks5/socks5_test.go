@@ -67,6 +67,10 @@ func TestHandshake(t *testing.T) {
 		{"bad reserved", Config{}, "050100 05010101 7f000001 0050", "", "", "0500" + "05010001 00000000 0000", ErrMalformed},
 		{"port zero", Config{}, "050100 05010001 7f000001 0000", "", "", "0500" + "05010001 00000000 0000", ErrMalformed},
 		{"empty domain", Config{}, "050100 05010003 00 0050", "", "", "0500" + "05010001 00000000 0000", ErrMalformed},
+		{"ipv4-mapped ipv6 is ipv4", Config{}, "050100" + "05010004 00000000000000000000ffff7f000001 0050", "127.0.0.1:80", "", "0500", nil},
+		{"ip literal as domain", Config{}, "050100" + "05010003 093132372e302e302e31 0050", "127.0.0.1:80", "", "0500", nil},
+		{"ipv6 literal as domain", Config{}, "050100" + "05010003 033a3a31 0050", "[::1]:80", "", "0500", nil},
+		{"mapped literal as domain refused by allowlist", Config{Allow: onlyExample}, "050100" + "05010003 103a3a666666663a3132372e302e302e31 0050", "", "", "0500" + "05020001 00000000 0000", ErrNotAllowed},
 		{"domain with colon", Config{}, "050100 05010003 03613a62 0050", "", "", "0500" + "05010001 00000000 0000", ErrMalformed},
 	}
 	for _, tt := range tests {
