@@ -1,8 +1,8 @@
 package relay
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"io"

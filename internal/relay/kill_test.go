@@ -1,0 +1,145 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary run a proxy daemon as a child process
+// (MOSTO_RELAY_CHILD=config path), so a test can kill it with SIGKILL.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("MOSTO_RELAY_CHILD"); path != "" {
+		os.Exit(runChild(path))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(path string) int {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := New(cfg, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("HOP %s\n", s.HopAddr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := s.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// startChild runs the proxy of cfgYAML in a child process and returns it
+// with its hop address.
+func startChild(t *testing.T, cfgYAML string) (*exec.Cmd, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte(cfgYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "MOSTO_RELAY_CHILD="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "HOP ")
+	if err != nil || !ok {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	return cmd, addr
+}
+
+// TestHopKilled kills the transit proxy (SIGKILL) in the middle of a
+// download: the client must see its flow end (reset or early EOF)
+// promptly, long before the idle timeout, and the other proxies must go on
+// serving.
+func TestHopKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a child process")
+	}
+	leakCheck(t)
+	o := newOrigin(t, func(c *net.TCPConn) {
+		buf := make([]byte, 32<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Idle = Duration(time.Minute) })
+	cmd, bAddr := startChild(t, fmt.Sprintf(`id: b
+hop: {listen: "127.0.0.1:0"}
+members: {c: %q}
+keys: {current: {id: 1, secret_hex: %s}}
+timeouts: {idle: 1m}
+`, w.c.HopAddr(), hexOf("0123456789abcdef0123456789abcdef")))
+	members := map[string]string{"a": w.a.HopAddr().String(), "b": bAddr, "c": w.c.HopAddr().String()}
+	w.a.SetMembers(members)
+	w.c.SetMembers(members)
+
+	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, 1<<20)); err != nil {
+		t.Fatalf("download before the kill: %v", err)
+	}
+	killed := time.Now()
+	cmd.Process.Kill()
+	n, err := io.Copy(io.Discard, c)
+	took := time.Since(killed)
+	if isTimeoutErr(err) {
+		t.Fatalf("client hung until its deadline after the hop died (read %d bytes)", n)
+	}
+	t.Logf("client saw %v after %v (%d more bytes)", errOrEOF(err), took, n)
+	if took > 5*time.Second {
+		t.Errorf("client learned of the dead hop after %v; want promptly", took)
+	}
+	// The surviving proxies keep serving: route around b.
+	w.a.SetChains(chainTable{{"a", "c"}: {"a", "c"}})
+	c2, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c2, make([]byte, 1<<20)); err != nil {
+		t.Fatalf("download after the kill via a-c: %v", err)
+	}
+}
+
+func errOrEOF(err error) string {
+	if err == nil {
+		return "EOF"
+	}
+	return err.Error()
+}
