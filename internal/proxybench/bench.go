@@ -198,7 +198,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.IdleConns > 0 {
 		for _, res := range rep.Results {
 			r := relays[res.Mode]
-			if r == nil || res.Err != "" || len(r.procs) == 0 || res.Mode == ModeMosto3 {
+			if r == nil || res.Err != "" || len(r.procs) == 0 || res.Mode == ModeMosto3 || res.Mode == ModeHAProxy3 {
 				continue
 			}
 			_, rss0 := r.usage()
@@ -223,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for run := 0; run < cfg.Runs; run++ {
 		for _, res := range rep.Results {
 			r := relays[res.Mode]
-			if r == nil || res.Err != "" || res.Mode == ModeMosto3 {
+			if r == nil || res.Err != "" || res.Mode == ModeMosto3 || res.Mode == ModeHAProxy3 {
 				continue
 			}
 			cpu0, _ := r.usage()
@@ -372,6 +372,6 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	if len(errs) > 0 {
 		fmt.Fprintf(w, "\nNot measured:\n%s\n", strings.Join(errs, "\n"))
 	}
-	fmt.Fprintf(w, "\nElapsed %v. mosto3 is three chained daemons (InP, TrP, EgP); its CPU and RSS are the sum of the three. "+
+	fmt.Fprintf(w, "\nElapsed %v. mosto3 is three chained daemons (InP, TrP, EgP), haproxy3 three chained HAProxy processes; their CPU and RSS are the sums of the three. "+
 		"CPU is utime+stime of each relay's process tree from /proc/PID/stat; RSS sums the tree.\n", r.Elapsed.Round(time.Second))
 }

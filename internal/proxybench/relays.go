@@ -25,11 +25,13 @@ const (
 	ModeMosto1  = "mosto1"
 	ModeMosto3  = "mosto3"
 	ModeHAProxy = "haproxy"
-	ModeNginx   = "nginx"
+	// ModeHAProxy3 chains three HAProxy processes, for comparison with mosto3.
+	ModeHAProxy3 = "haproxy3"
+	ModeNginx    = "nginx"
 )
 
 // AllModes lists every mode in report order.
-var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto3, ModeHAProxy, ModeNginx}
+var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto3, ModeHAProxy, ModeHAProxy3, ModeNginx}
 
 // relay is one system under test: the address clients dial and the
 // processes whose CPU and memory are charged to it.
@@ -141,7 +143,9 @@ func (s *setup) start(ctx context.Context, mode string) (*relay, error) {
 	case ModeMosto3:
 		return s.startMosto(ctx, mode, 3)
 	case ModeHAProxy:
-		return s.startHAProxy(ctx)
+		return s.startHAProxy(ctx, mode, 1)
+	case ModeHAProxy3:
+		return s.startHAProxy(ctx, mode, 3)
 	case ModeNginx:
 		return s.startNginx(ctx)
 	}
@@ -281,15 +285,19 @@ func writeJSON(path string, v any) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
-func (s *setup) startHAProxy(ctx context.Context) (*relay, error) {
+func (s *setup) startHAProxy(ctx context.Context, mode string, n int) (*relay, error) {
 	if s.haproxy == "" {
 		return nil, errors.New("haproxy not installed")
 	}
-	entry, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	conf := fmt.Sprintf(`global
+	r := &relay{mode: mode, log: &syncBuffer{}}
+	next := s.origin
+	// Start the chain from its end so every next hop is up first.
+	for i := n - 1; i >= 0; i-- {
+		entry, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		conf := fmt.Sprintf(`global
     maxconn %d
     log stderr format raw local0 err
 defaults
@@ -301,19 +309,21 @@ defaults
     option splice-response
 frontend bench
     bind %s
-    default_backend origin
-backend origin
-    server origin %s
-`, s.maxconn, entry, s.origin)
-	path := filepath.Join(s.dir, "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		return nil, err
+    default_backend next
+backend next
+    server next %s
+`, s.maxconn, entry, next)
+		path := filepath.Join(s.dir, fmt.Sprintf("%s-%d.cfg", mode, i))
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		if err := s.launch(ctx, r, []string{entry}, s.haproxy, "-db", "-f", path); err != nil {
+			r.stop(time.Second)
+			return nil, err
+		}
+		next = entry
 	}
-	r := &relay{mode: ModeHAProxy, entry: entry, log: &syncBuffer{}}
-	if err := s.launch(ctx, r, []string{entry}, s.haproxy, "-db", "-f", path); err != nil {
-		r.stop(time.Second)
-		return nil, err
-	}
+	r.entry = next
 	return r, nil
 }
 
