@@ -1,9 +1,11 @@
 package pathcomp
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Model holds the slow-start parameters of the transfer-time model.
@@ -68,19 +70,29 @@ func ReadTableFile(r io.Reader) (*TableFile, error) {
 
 // Index answers chain lookups from a TableFile without allocating.
 type Index struct {
-	model Model
-	pairs map[[2]string][]ChainEntry // sorted by Rounds
+	model   Model
+	n       int
+	loc     map[string]int32 // location name -> index in TableFile.Locations
+	start   []int32          // CSR over from*n+to, len n*n+1
+	entries []ChainEntry     // per pair, sorted by Rounds
 }
 
 // NewIndex validates tf and builds an Index over it.
 func NewIndex(tf *TableFile) (*Index, error) {
-	known := make(map[string]bool, len(tf.Locations))
-	for _, l := range tf.Locations {
-		known[l] = true
+	n := len(tf.Locations)
+	ix := &Index{n: n, loc: make(map[string]int32, n)}
+	for i, l := range tf.Locations {
+		if _, dup := ix.loc[l]; dup {
+			return nil, fmt.Errorf("pathcomp: table location %q listed twice", l)
+		}
+		ix.loc[l] = int32(i)
 	}
-	ix := &Index{pairs: make(map[[2]string][]ChainEntry)}
+	pair := make([]int, len(tf.Chains))
+	ix.start = make([]int32, n*n+1)
 	for i, c := range tf.Chains {
-		if !known[c.From] || !known[c.To] {
+		from, ok1 := ix.loc[c.From]
+		to, ok2 := ix.loc[c.To]
+		if !ok1 || !ok2 {
 			return nil, fmt.Errorf("pathcomp: table chain %d: unknown location in %q -> %q", i, c.From, c.To)
 		}
 		if len(c.Path) < 2 || c.Path[0] != c.From || c.Path[len(c.Path)-1] != c.To {
@@ -89,28 +101,34 @@ func NewIndex(tf *TableFile) (*Index, error) {
 			}
 		}
 		for _, p := range c.Path {
-			if !known[p] {
+			if _, ok := ix.loc[p]; !ok {
 				return nil, fmt.Errorf("pathcomp: table chain %d: unknown location %q in path", i, p)
 			}
 		}
 		if c.Rounds < 1 {
 			return nil, fmt.Errorf("pathcomp: table chain %d: rounds %d < 1", i, c.Rounds)
 		}
-		k := [2]string{c.From, c.To}
-		list := ix.pairs[k]
-		pos := len(list)
-		for j, e := range list {
-			if e.Rounds == c.Rounds {
-				return nil, fmt.Errorf("pathcomp: table chain %d: duplicate entry %q -> %q for %d rounds", i, c.From, c.To, c.Rounds)
-			}
-			if e.Rounds > c.Rounds && pos == len(list) {
-				pos = j
+		pair[i] = int(from)*n + int(to)
+		ix.start[pair[i]+1]++
+	}
+	for p := 0; p < n*n; p++ {
+		ix.start[p+1] += ix.start[p]
+	}
+	ix.entries = make([]ChainEntry, len(tf.Chains))
+	next := slices.Clone(ix.start[:n*n])
+	for i, c := range tf.Chains {
+		ix.entries[next[pair[i]]] = c
+		next[pair[i]]++
+	}
+	for p := 0; p < n*n; p++ {
+		list := ix.entries[ix.start[p]:ix.start[p+1]]
+		slices.SortStableFunc(list, func(a, b ChainEntry) int { return cmp.Compare(a.Rounds, b.Rounds) })
+		for k := 1; k < len(list); k++ {
+			if list[k].Rounds == list[k-1].Rounds {
+				c := list[k]
+				return nil, fmt.Errorf("pathcomp: table chain %q -> %q: duplicate entry for %d rounds", c.From, c.To, c.Rounds)
 			}
 		}
-		list = append(list, ChainEntry{})
-		copy(list[pos+1:], list[pos:])
-		list[pos] = c
-		ix.pairs[k] = list
 	}
 	return ix, nil
 }
@@ -119,14 +137,20 @@ func NewIndex(tf *TableFile) (*Index, error) {
 // another: the entry whose rounds class is the smallest one >= the size's
 // rounds, or the largest available when the size exceeds them all.
 func (ix *Index) Lookup(from, to string, size int64) (ChainEntry, bool) {
-	list := ix.pairs[[2]string{from, to}]
+	i, ok1 := ix.loc[from]
+	j, ok2 := ix.loc[to]
+	if !ok1 || !ok2 {
+		return ChainEntry{}, false
+	}
+	p := int(i)*ix.n + int(j)
+	list := ix.entries[ix.start[p]:ix.start[p+1]]
 	if len(list) == 0 {
 		return ChainEntry{}, false
 	}
 	r := ix.model.Rounds(size)
-	for _, e := range list {
-		if e.Rounds >= r {
-			return e, true
+	for k := range list {
+		if list[k].Rounds >= r {
+			return list[k], true
 		}
 	}
 	return list[len(list)-1], true

@@ -1,0 +1,131 @@
+package pathcomp
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestBuildTableRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	rtt := randomMatrix(rng, 12, 1, 0.3)
+	names := make([]string, len(rtt))
+	for i := range names {
+		names[i] = string(rune('A' + i))
+	}
+	f, err := Precompute(rtt, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10KB and 14KB share the 1-round class: only the first is kept.
+	sizes := []int64{10_000, 14_000, 450_000, 14_935_000}
+	tf := BuildTable(names, f, sizes)
+	b, err := json.Marshal(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadTableFile(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("ReadTableFile(BuildTable) = %v", err)
+	}
+	ix, err := NewIndex(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for i := range rtt {
+		for j := range rtt {
+			if i == j {
+				continue
+			}
+			for _, sz := range []int64{1, 14_000, 100_000, 450_000, 14_935_000, 1 << 40} {
+				r := Model{}.Rounds(sz)
+				// The table's classes are 1, 5 and 10 rounds; a lookup takes
+				// the smallest class >= r, or the largest.
+				class := 10
+				for _, c := range []int{1, 5, 10} {
+					if c >= r {
+						class = c
+						break
+					}
+				}
+				want, ok := f.Best(i, j, class)
+				got, gotOK := ix.Lookup(names[i], names[j], sz)
+				if ok != gotOK {
+					t.Fatalf("Lookup(%s,%s,%d) ok = %v; Best ok = %v", names[i], names[j], sz, gotOK, ok)
+				}
+				if !ok {
+					continue
+				}
+				seen++
+				var wantPath []string
+				for _, p := range want.Path {
+					wantPath = append(wantPath, names[p])
+				}
+				if got.Rounds != class || !slices.Equal(got.Path, wantPath) || got.SumMS != want.Sum || got.MaxMS != want.Max {
+					t.Fatalf("Lookup(%s,%s,%d) = %+v; want rounds %d chain %v", names[i], names[j], sz, got, class, want)
+				}
+				if d := got.CostMS - (Model{}).Cost(want, class); d > 1e-9 || d < -1e-9 {
+					t.Fatalf("Lookup(%s,%s,%d) cost %v; want %v", names[i], names[j], sz, got.CostMS, (Model{}).Cost(want, class))
+				}
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no connected pair checked")
+	}
+	if _, ok := ix.Lookup("A", "nowhere", 1); ok {
+		t.Error("Lookup of an unknown location succeeded")
+	}
+}
+
+func TestReadTableFileErrors(t *testing.T) {
+	tests := []struct{ name, doc, want string }{
+		{"unknown field", `{"locations":["A"],"chains":[],"x":1}`, "unknown field"},
+		{"unknown from", `{"locations":["A","B"],"chains":[{"from":"C","to":"B","rounds":1,"path":["C","B"]}]}`, "unknown location"},
+		{"bad path", `{"locations":["A","B"],"chains":[{"from":"A","to":"B","rounds":1,"path":["B","A"]}]}`, "does not run"},
+		{"unknown hop", `{"locations":["A","B"],"chains":[{"from":"A","to":"B","rounds":1,"path":["A","Z","B"]}]}`, "unknown location \"Z\""},
+		{"rounds", `{"locations":["A","B"],"chains":[{"from":"A","to":"B","rounds":0,"path":["A","B"]}]}`, "rounds 0"},
+		{"duplicate", `{"locations":["A","B"],"chains":[{"from":"A","to":"B","rounds":2,"path":["A","B"]},{"from":"A","to":"B","rounds":2,"path":["A","B"]}]}`, "duplicate entry"},
+		{"duplicate location", `{"locations":["A","A"],"chains":[]}`, "listed twice"},
+		{"not json", `{"locations":`, "decode table"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ReadTableFile(strings.NewReader(tt.doc))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ReadTableFile = %v; want error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestIndexLookupAllocs(t *testing.T) {
+	rtt := SyntheticRTT(40, 3)
+	names := make([]string, len(rtt))
+	for i := range names {
+		names[i] = "loc" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+	}
+	f, err := Precompute(rtt, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := NewIndex(BuildTable(names, f, []int64{14_000, 450_000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		e, _ := ix.Lookup(names[3], names[17], 300_000)
+		n += e.Rounds
+	})
+	if allocs != 0 {
+		t.Errorf("Index.Lookup allocates %v times; want 0", allocs)
+	}
+	if e, ok := ix.Lookup(names[3], names[17], 300_000); !ok || e.Rounds != 5 {
+		t.Errorf("Lookup(300KB) = %+v, %v; want the 5-round entry", e, ok)
+	}
+}
