@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/pki"
+	"github.com/mosto-net/mosto/internal/store/etcdstore"
 )
 
 // runToken implements `mosto token create`: it prints a new join token for
@@ -13,7 +14,7 @@ import (
 func runToken(ctx context.Context, env *Env, args []string) error {
 	if len(args) == 0 || args[0] != "create" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(env.Stdout, "usage: mosto token create --data DIR [--ttl 24h] [--fep ID] [--reusable]")
+			fmt.Fprintln(env.Stdout, "usage: mosto token create --data DIR [--ttl 24h] [--fep ID] [--reusable | --etcd URLS]")
 			return nil
 		}
 		return usageErrorf("want: mosto token create --data DIR [--ttl 24h] [--fep ID] [--reusable]")
@@ -23,6 +24,8 @@ func runToken(ctx context.Context, env *Env, args []string) error {
 	ttl := fs.Duration("ttl", pki.DefaultTokenTTL, "lifetime of the token")
 	fep := fs.String("fep", "", "bind the token to this FEP id (default: any id may join with it)")
 	reusable := fs.Bool("reusable", false, "allow any number of joins until expiry (default: single use)")
+	etcd := fs.String("etcd", "", "comma-separated etcd endpoints: keep the token in the controllers' etcd store instead of DIR/tokens (single use only)")
+	etcdPrefix := fs.String("etcd-prefix", "", "key prefix of the controllers' etcd store (default /mosto/)")
 	pos, err := parseFlags(fs, args[1:])
 	if err != nil {
 		return err
@@ -41,23 +44,44 @@ func runToken(ctx context.Context, env *Env, args []string) error {
 			return usageErrorf("--fep: %v", err)
 		}
 	}
+	if *etcd != "" && *reusable {
+		return usageErrorf("--reusable tokens cannot be kept in etcd")
+	}
 	ca, err := pki.LoadCA(*data)
 	if err != nil {
 		return err
 	}
-	tok, rec, err := ca.CreateToken(ctx, pki.DirTokenStore{Dir: pki.TokenDir(*data)}, pki.TokenOptions{TTL: *ttl, FEP: *fep, Reusable: *reusable})
-	if err != nil {
-		return err
+	opt := pki.TokenOptions{TTL: *ttl, FEP: *fep, Reusable: *reusable}
+	var tok pki.Token
+	var expires time.Time
+	where := pki.TokenDir(*data)
+	if *etcd != "" {
+		st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: splitList(*etcd), Prefix: *etcdPrefix, Log: env.Log})
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		t, rec, err := ca.CreateStoreToken(ctx, st, opt)
+		if err != nil {
+			return err
+		}
+		tok, expires, where = t, rec.Expires, "etcd "+*etcd
+	} else {
+		t, rec, err := ca.CreateToken(ctx, pki.DirTokenStore{Dir: pki.TokenDir(*data)}, opt)
+		if err != nil {
+			return err
+		}
+		tok, expires = t, rec.Expires
 	}
 	use := "single use"
-	if rec.Reusable {
+	if *reusable {
 		use = "reusable"
 	}
 	bound := "any FEP"
-	if rec.FEP != "" {
-		bound = "FEP " + rec.FEP
+	if *fep != "" {
+		bound = "FEP " + *fep
 	}
 	fmt.Fprintln(env.Stdout, tok.String())
-	fmt.Fprintf(env.Stderr, "token %s: %s, for %s, expires %s\n", rec.ID, use, bound, rec.Expires.Format(time.RFC3339))
+	fmt.Fprintf(env.Stderr, "token %s: %s, for %s, expires %s, kept in %s\n", tok.ID, use, bound, expires.Format(time.RFC3339), where)
 	return nil
 }

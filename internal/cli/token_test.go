@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/pki"
+	"github.com/mosto-net/mosto/internal/store/etcdstore"
+	"github.com/mosto-net/mosto/internal/store/etcdstore/etcdtest"
 )
 
 func testEnv() (*Env, *bytes.Buffer, *bytes.Buffer) {
@@ -85,5 +87,41 @@ func TestControllerInitAndTokenCreate(t *testing.T) {
 	env.Stdout = io.Discard
 	if err := runControllerInit(ctx, env, nil); !errors.Is(err, errUsage) {
 		t.Errorf("controller init without --data = %v; want a usage error", err)
+	}
+}
+
+func TestTokenCreateEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	env, _, _ := testEnv()
+	if err := runControllerInit(ctx, env, []string{"--data", dir}); err != nil {
+		t.Fatal(err)
+	}
+	eps := etcdtest.Start(t)
+	env, out, _ := testEnv()
+	if err := runToken(ctx, env, []string{"create", "--data", dir, "--etcd", strings.Join(eps, ",")}); err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(out.String())
+	ca, err := pki.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: eps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := ca.UseStoreToken(ctx, st, tok, "fra", time.Now()); err != nil {
+		t.Fatalf("token from etcd refused: %v", err)
+	}
+	if err := ca.UseStoreToken(ctx, st, tok, "fra", time.Now()); !errors.Is(err, pki.ErrToken) {
+		t.Errorf("token used twice: %v", err)
+	}
+	if _, err := os.Stat(pki.TokenDir(dir)); err == nil {
+		t.Error("an etcd token was also written to DIR/tokens")
 	}
 }

@@ -10,10 +10,14 @@ import (
 )
 
 // Joiner answers POST /v1/join for the controller API (it implements
-// api.Joiner): it verifies the token against Tokens and signs the CSR with CA.
+// api.Joiner): it verifies the token and signs the CSR with CA. Tokens are
+// looked up in Store (the controller's store, for tokens made with
+// `mosto token create --etcd`) and then in Tokens (DATA/tokens, for tokens
+// made with `mosto token create --data`); either may be nil.
 type Joiner struct {
 	CA     *CA
 	Tokens TokenStore
+	Store  TokenUser
 	Now    func() time.Time // nil: time.Now
 }
 
@@ -26,7 +30,19 @@ func (j *Joiner) Join(ctx context.Context, token string, f api.FEP, csrPEM []byt
 	if j.Now != nil {
 		now = j.Now()
 	}
-	cert, ca, err := j.CA.Join(ctx, j.Tokens, token, f.ID, csrPEM, now)
+	cert, ca, err := j.CA.join(f.ID, csrPEM, now, func() error {
+		err := fmt.Errorf("%w: no token store", ErrToken)
+		if j.Store != nil {
+			err = j.CA.UseStoreToken(ctx, j.Store, token, f.ID, now)
+			if !errors.Is(err, errStoreUnknown) {
+				return err
+			}
+		}
+		if j.Tokens != nil {
+			_, err = j.CA.VerifyToken(ctx, j.Tokens, token, f.ID, now)
+		}
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, ErrCSR) {
 			return api.JoinResponse{}, fmt.Errorf("%w: %w", api.ErrInvalid, err)

@@ -16,6 +16,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/store/boltstore"
 )
 
 var t0 = time.Date(2026, 11, 22, 2, 0, 0, 0, time.UTC)
@@ -459,5 +462,71 @@ func TestAdminCert(t *testing.T) {
 	csr, _ := newCSR(t, "admin")
 	if _, err := ca.SignCSR(csr, "admin", time.Now()); !errors.Is(err, ErrCSR) {
 		t.Errorf("SignCSR for admin = %v; want ErrCSR", err)
+	}
+}
+
+func TestJoinerWithControllerStore(t *testing.T) {
+	ca := mustFreshCA(t)
+	dir := t.TempDir()
+	st, err := boltstore.Open(filepath.Join(dir, "c.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	files := DirTokenStore{Dir: TokenDir(dir)}
+	j := &Joiner{CA: ca, Tokens: files, Store: st}
+	storeTok, _, err := ca.CreateStoreToken(ctx, st, TokenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boundTok, _, _ := ca.CreateStoreToken(ctx, st, TokenOptions{FEP: "par"})
+	expTok, _, _ := ca.CreateStoreToken(ctx, st, TokenOptions{TTL: time.Minute, Now: time.Now().Add(-time.Hour)})
+	fileTok, _, err := ca.CreateToken(ctx, files, TokenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ca.CreateStoreToken(ctx, st, TokenOptions{Reusable: true}); err == nil {
+		t.Error("a reusable store token was created")
+	}
+	csr, _ := newCSR(t, "fra")
+	tests := []struct {
+		name  string
+		token string
+		ok    bool
+	}{
+		{"store token", storeTok.String(), true},
+		{"store token again", storeTok.String(), false},
+		{"store token bound elsewhere", boundTok.String(), false},
+		{"expired store token", expTok.String(), false},
+		{"file token through the same joiner", fileTok.String(), true},
+		{"file token again", fileTok.String(), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := j.Join(ctx, tt.token, api.FEP{ID: "fra"}, csr)
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("Join: %v", err)
+				}
+				c, err := ParseCertPEM([]byte(resp.CertPEM))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id, _ := FEPFromCert(c); id != "fra" {
+					t.Errorf("cert for %q", id)
+				}
+				return
+			}
+			if !errors.Is(err, ErrToken) {
+				t.Fatalf("Join = %v; want ErrToken", err)
+			}
+			if errors.Is(err, api.ErrInvalid) {
+				t.Error("a token refusal maps to 400")
+			}
+		})
+	}
+	if _, err := j.Join(ctx, fileTok.String(), api.FEP{ID: "fra"}, []byte("junk")); !errors.Is(err, api.ErrInvalid) {
+		t.Errorf("bad CSR: %v; want api.ErrInvalid (400)", err)
 	}
 }

@@ -123,11 +123,10 @@ func (ca *CA) CreateToken(ctx context.Context, store TokenStore, opt TokenOption
 	if opt.Now.IsZero() {
 		opt.Now = time.Now()
 	}
-	var raw [6 + 16]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return Token{}, TokenRecord{}, fmt.Errorf("pki: token: %w", err)
+	t, err := ca.newToken()
+	if err != nil {
+		return Token{}, TokenRecord{}, err
 	}
-	t := Token{ID: hex.EncodeToString(raw[:6]), Secret: hex.EncodeToString(raw[6:]), CAHash: ca.Hash()}
 	rec := TokenRecord{
 		ID:         t.ID,
 		SecretHash: hashSecret(t.Secret),
@@ -140,6 +139,15 @@ func (ca *CA) CreateToken(ctx context.Context, store TokenStore, opt TokenOption
 		return Token{}, TokenRecord{}, fmt.Errorf("pki: store token: %w", err)
 	}
 	return t, rec, nil
+}
+
+// newToken returns a token with a fresh id and secret for this CA.
+func (ca *CA) newToken() (Token, error) {
+	var raw [6 + 16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return Token{}, fmt.Errorf("pki: token: %w", err)
+	}
+	return Token{ID: hex.EncodeToString(raw[:6]), Secret: hex.EncodeToString(raw[6:]), CAHash: ca.Hash()}, nil
 }
 
 func hashSecret(s string) string {
@@ -194,6 +202,15 @@ func (ca *CA) VerifyToken(ctx context.Context, store TokenStore, token, fepID st
 // certificate and the CA certificate (PEM). Refused tokens wrap ErrToken
 // (answer 403), bad requests wrap ErrCSR (answer 400).
 func (ca *CA) Join(ctx context.Context, store TokenStore, token, fepID string, csrPEM []byte, now time.Time) (certPEM, caPEM []byte, err error) {
+	return ca.join(fepID, csrPEM, now, func() error {
+		_, err := ca.VerifyToken(ctx, store, token, fepID, now)
+		return err
+	})
+}
+
+// join checks the request, runs verify (which consumes the token) and
+// signs the CSR.
+func (ca *CA) join(fepID string, csrPEM []byte, now time.Time, verify func() error) (certPEM, caPEM []byte, err error) {
 	if err := ValidFEPID(fepID); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrCSR, err)
 	}
@@ -204,7 +221,7 @@ func (ca *CA) Join(ctx context.Context, store TokenStore, token, fepID string, c
 	if _, err := parseCSR(csrPEM); err != nil {
 		return nil, nil, err
 	}
-	if _, err := ca.VerifyToken(ctx, store, token, fepID, now); err != nil {
+	if err := verify(); err != nil {
 		return nil, nil, err
 	}
 	certPEM, err = ca.SignCSR(csrPEM, fepID, now)
