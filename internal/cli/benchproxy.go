@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -25,6 +27,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	mosto := fs.String("mosto", "", "mosto binary to run as the proxy (default: this executable)")
 	haproxy := fs.String("haproxy", "", "haproxy binary (default: from PATH)")
 	nginx := fs.String("nginx", "", "nginx binary (default: from PATH)")
+	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	dir := fs.String("dir", "", "directory for generated configs (default: a temporary one, removed afterwards)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench proxy [flags]\n\nCompares single-flow throughput, CPU per GB, connections per second,\nmemory per idle flow and idle RSS of mosto proxy, HAProxy and nginx stream on loopback.")
@@ -63,8 +66,18 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 		Bytes: n, Runs: *runs, ConnDuration: *connDur, ConnParallel: *parallel, ConnPayload: *payload,
 		IdleConns: *idle, Dir: *dir, Log: env.Log,
 	})
-	if rep != nil {
-		rep.WriteMarkdown(env.Stdout)
+	if rep == nil {
+		return err
+	}
+	rep.WriteMarkdown(env.Stdout)
+	if *jsonOut != "" {
+		b, jerr := json.MarshalIndent(rep, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(*jsonOut, append(b, '\n'), 0o644)
+		}
+		if jerr != nil {
+			return errors.Join(err, fmt.Errorf("write %s: %w", *jsonOut, jerr))
+		}
 	}
 	return err
 }

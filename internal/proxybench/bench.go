@@ -33,8 +33,8 @@ type Config struct {
 
 	IdleConns int // idle flows for memory per connection (default 5000; < 0 skips)
 
-	Dir string       // work directory for configs; "" makes a temporary one
-	Log *slog.Logger // progress; nil discards
+	Dir string       `json:"-"` // work directory for configs; "" makes a temporary one
+	Log *slog.Logger `json:"-"` // progress; nil discards
 }
 
 // Defaults.
