@@ -500,3 +500,41 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+func TestConcurrentUse(t *testing.T) {
+	kr := testKeyring(t)
+	c := NewReplayCache(time.Minute, 1000)
+	c.now = func() time.Time { return t0 }
+	done := make(chan int, 4)
+	for g := 0; g < 4; g++ {
+		go func() {
+			replays := 0
+			for i := 0; i < 200; i++ {
+				h := sampleHeader()
+				h.FlowID[0], h.FlowID[1] = byte(i), byte(i>>8)
+				b, err := h.Marshal(kr)
+				if err != nil {
+					t.Error(err)
+					break
+				}
+				got, err := Read(bytes.NewReader(b), kr, t0, time.Minute)
+				if err != nil {
+					t.Error(err)
+					break
+				}
+				if c.Seen(got) {
+					replays++
+				}
+			}
+			done <- replays
+		}()
+	}
+	total := 0
+	for g := 0; g < 4; g++ {
+		total += <-done
+	}
+	// 4 goroutines x the same 200 flow ids: exactly 3 x 200 are replays.
+	if total != 600 || c.Len() != 200 {
+		t.Errorf("replays = %d, Len = %d; want 600, 200", total, c.Len())
+	}
+}
