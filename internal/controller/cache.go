@@ -72,6 +72,16 @@ func (c *tableCache) maxVersion() uint64 {
 	return c.max
 }
 
+// version returns the cached version of lop's table (0: none).
+func (c *tableCache) version(lop string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.tables[lop]; t != nil {
+		return t.Version
+	}
+	return 0
+}
+
 func (c *tableCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

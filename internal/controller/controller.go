@@ -107,7 +107,20 @@ func (c *Controller) reloadFEPs(ctx context.Context) error {
 }
 
 func (c *Controller) reloadTables(ctx context.Context) error {
-	ts, err := c.st.Tables(ctx, c.cache.maxVersion())
+	vers, err := c.st.TableVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("load table versions: %w", err)
+	}
+	var stale []string
+	for lop, v := range vers {
+		if v > c.cache.version(lop) {
+			stale = append(stale, lop)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	ts, err := c.st.Tables(ctx, stale)
 	if err != nil {
 		return fmt.Errorf("load tables: %w", err)
 	}

@@ -27,8 +27,11 @@ type Store interface {
 	// PutTables writes the tables whose version is greater than the stored
 	// one of their LoP (versions never move backwards) and says how many.
 	PutTables(ctx context.Context, ts []store.Table) (int, error)
-	// Tables returns the tables with a version greater than since, by LoP.
-	Tables(ctx context.Context, since uint64) ([]store.Table, error)
+	// TableVersions returns the stored version of every LoP's table.
+	TableVersions(ctx context.Context) (map[string]uint64, error)
+	// Tables returns the stored tables of the given LoPs (those that have
+	// one), sorted by LoP.
+	Tables(ctx context.Context, lops []string) ([]store.Table, error)
 
 	Keys(ctx context.Context) (store.Keys, error) // store.ErrNotFound before the first PutKeys
 	PutKeys(ctx context.Context, k store.Keys) error

@@ -224,19 +224,37 @@ func (s *Store) PutTables(ctx context.Context, ts []store.Table) (int, error) {
 	return n, err
 }
 
-// Tables returns the tables whose version is greater than since, by LoP.
-func (s *Store) Tables(ctx context.Context, since uint64) ([]store.Table, error) {
-	var out []store.Table
+// TableVersions returns the stored version of every LoP's table.
+func (s *Store) TableVersions(ctx context.Context) (map[string]uint64, error) {
+	out := map[string]uint64{}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket(bTables).ForEach(func(k, v []byte) error {
 			if len(v) < 8 {
 				return fmt.Errorf("table %s: short record", k)
 			}
-			if ver := binary.BigEndian.Uint64(v); ver > since {
-				out = append(out, store.Table{LoP: string(k), Version: ver, Data: append([]byte(nil), v[8:]...)})
-			}
+			out[string(k)] = binary.BigEndian.Uint64(v)
 			return nil
 		})
+	})
+	return out, err
+}
+
+// Tables returns the stored tables of lops, sorted by LoP.
+func (s *Store) Tables(ctx context.Context, lops []string) ([]store.Table, error) {
+	var out []store.Table
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bTables)
+		for _, lop := range lops {
+			v := b.Get([]byte(lop))
+			if v == nil {
+				continue
+			}
+			if len(v) < 8 {
+				return fmt.Errorf("table %s: short record", lop)
+			}
+			out = append(out, store.Table{LoP: lop, Version: binary.BigEndian.Uint64(v), Data: append([]byte(nil), v[8:]...)})
+		}
+		return nil
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].LoP < out[j].LoP })
 	return out, err

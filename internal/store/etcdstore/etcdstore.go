@@ -293,54 +293,47 @@ func (s *Store) putTable(ctx context.Context, t store.Table) (bool, error) {
 	return resp.Responses[0].GetResponseTxn().Succeeded, nil
 }
 
-// Tables returns the tables with a version greater than since, by LoP.
-func (s *Store) Tables(ctx context.Context, since uint64) ([]store.Table, error) {
+// TableVersions returns the stored version of every LoP's table, from the
+// small tv/ index.
+func (s *Store) TableVersions(ctx context.Context) (map[string]uint64, error) {
 	idx, err := s.cli.Get(ctx, s.k("tv")+"/", clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("etcd list table versions: %w", err)
 	}
-	var lops []string
+	out := make(map[string]uint64, len(idx.Kvs))
 	for _, kv := range idx.Kvs {
 		v, err := strconv.ParseUint(string(kv.Value), 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("table version %s: %w", kv.Key, err)
 		}
-		if v > since {
-			lops = append(lops, strings.TrimPrefix(string(kv.Key), s.k("tv")+"/"))
-		}
+		out[strings.TrimPrefix(string(kv.Key), s.k("tv")+"/")] = v
 	}
+	return out, nil
+}
+
+// Tables returns the stored tables of lops, sorted by LoP, fetched in
+// transactions of up to 64 reads.
+func (s *Store) Tables(ctx context.Context, lops []string) ([]store.Table, error) {
 	out := make([]store.Table, 0, len(lops))
-	decode := func(kvKey, val []byte) error {
-		if len(val) < 8 {
-			return fmt.Errorf("table %s: short record", kvKey)
+	for len(lops) > 0 {
+		n := min(len(lops), 64)
+		ops := make([]clientv3.Op, n)
+		for i, lop := range lops[:n] {
+			ops[i] = clientv3.OpGet(s.k("table", lop))
 		}
-		if v := binary.BigEndian.Uint64(val); v > since {
-			out = append(out, store.Table{LoP: strings.TrimPrefix(string(kvKey), s.k("table")+"/"), Version: v, Data: val[8:]})
-		}
-		return nil
-	}
-	if len(lops) > len(idx.Kvs)/2 {
-		resp, err := s.cli.Get(ctx, s.k("table")+"/", clientv3.WithPrefix())
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return nil, fmt.Errorf("etcd list tables: %w", err)
+			return nil, fmt.Errorf("etcd get tables: %w", err)
 		}
-		for _, kv := range resp.Kvs {
-			if err := decode(kv.Key, kv.Value); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		for _, lop := range lops {
-			resp, err := s.cli.Get(ctx, s.k("table", lop))
-			if err != nil {
-				return nil, fmt.Errorf("etcd get table %s: %w", lop, err)
-			}
-			for _, kv := range resp.Kvs {
-				if err := decode(kv.Key, kv.Value); err != nil {
-					return nil, err
+		for i, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().Kvs {
+				if len(kv.Value) < 8 {
+					return nil, fmt.Errorf("table %s: short record", lops[i])
 				}
+				out = append(out, store.Table{LoP: lops[i], Version: binary.BigEndian.Uint64(kv.Value), Data: kv.Value[8:]})
 			}
 		}
+		lops = lops[n:]
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].LoP < out[j].LoP })
 	return out, nil

@@ -190,21 +190,26 @@ func testTables(t *testing.T, s controller.Store) {
 	if n != 2 {
 		t.Errorf("PutTables wrote %d; want 2 (c7, a8)", n)
 	}
-	all, err := s.Tables(ctx, 0)
+	vers, err := s.TableVersions(ctx)
+	must(t, err)
+	if want := map[string]uint64{"a": 8, "b": 5, "c": 7}; !reflect.DeepEqual(vers, want) {
+		t.Errorf("TableVersions = %v; want %v", vers, want)
+	}
+	all, err := s.Tables(ctx, []string{"c", "a", "b", "nope"})
 	must(t, err)
 	want := []store.Table{{LoP: "a", Version: 8, Data: []byte("a8")}, {LoP: "b", Version: 5, Data: []byte("b5")}, {LoP: "c", Version: 7, Data: []byte("c7")}}
 	if !reflect.DeepEqual(all, want) {
-		t.Errorf("Tables(0) = %s; want %s", fmtTables(all), fmtTables(want))
+		t.Errorf("Tables(c, a, b, nope) = %s; want %s", fmtTables(all), fmtTables(want))
 	}
-	newer, err := s.Tables(ctx, 5)
+	some, err := s.Tables(ctx, []string{"c"})
 	must(t, err)
-	if !reflect.DeepEqual(newer, []store.Table{want[0], want[2]}) {
-		t.Errorf("Tables(5) = %s; want a8, c7", fmtTables(newer))
+	if !reflect.DeepEqual(some, want[2:]) {
+		t.Errorf("Tables(c) = %s; want c7", fmtTables(some))
 	}
-	none, err := s.Tables(ctx, 8)
+	none, err := s.Tables(ctx, nil)
 	must(t, err)
 	if len(none) != 0 {
-		t.Errorf("Tables(8) = %s; want none", fmtTables(none))
+		t.Errorf("Tables(nil) = %s; want none", fmtTables(none))
 	}
 }
 
