@@ -106,7 +106,7 @@ func (f *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64) (
 				return nil, err
 			}
 			f.served.Add(1)
-			return &api.EncodedTable{Version: t.Version, JSON: b}, nil
+			return &api.EncodedTable{Version: t.Version, JSON: func() []byte { return b }}, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -183,7 +183,17 @@ func (c *controller) token(t *testing.T, opt pki.TokenOptions) string {
 }
 
 func testTable(t *testing.T, lop string, version uint64, keys pki.OverlayKeys) *api.Table {
+	return testTableB(t, keys, lop, version)
+}
+
+var benchNow = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+func testTableB(t testing.TB, keys pki.OverlayKeys, args ...any) *api.Table {
 	t.Helper()
+	lop, version := "fra", uint64(1)
+	if len(args) == 2 {
+		lop, version = args[0].(string), args[1].(uint64)
+	}
 	return &api.Table{
 		LoP:     lop,
 		Version: version,
