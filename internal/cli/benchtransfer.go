@@ -35,6 +35,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	egp := fs.String("egp", "", "egress FEP (default: nearest the origin)")
 	single := fs.String("single", "", "FEP of the single-proxy mode (default: Washington if present, else the FEP minimizing its longer leg)")
 	table := fs.String("table", "", "chain table file (mosto plan table --json) instead of computing one from the world's RTTs")
+	initcwnd := fs.Int("fep-initcwnd", 0, "lever: initcwnd and initrwnd (segments) of the FEPs' routes; 0: kernel default")
+	rmem := fs.Int("fep-rmem", 0, "lever: tcp_rmem default (initial receive buffer, bytes) on the FEPs; 0: unchanged")
+	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
 	cdnIdle := fs.Duration("cdn-idle", 2*time.Second, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench transfer --world W.yaml [--runs N] [--sizes LIST] [--out DIR] [flags]\n\nNeeds root. See docs/bench.md.")
@@ -136,7 +139,8 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("bring up world: %w", err)
 	}
 	defer w.Close()
-	sc, err := scenario.Start(ctx, w, scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf}, env.Log)
+	sc, err := scenario.Start(ctx, w, scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
+		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc}}, env.Log)
 	if err != nil {
 		return err
 	}
