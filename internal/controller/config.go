@@ -15,6 +15,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/store"
 )
 
 // DefaultSizes are the transfer sizes (bytes) tables carry a chain for:
@@ -42,6 +43,9 @@ type Config struct {
 	// KeyRotation is the age after which the leader rotates the hop HMAC
 	// key; default 24 h; negative disables rotation.
 	KeyRotation time.Duration
+	// InitialKeys seeds the store's hop keys when it has none (the key set
+	// `mosto controller init` wrote); nil makes a fresh key.
+	InitialKeys *store.Keys
 	Log         *slog.Logger
 	Metrics     prometheus.Registerer // nil: metrics are not registered
 	Now         func() time.Time

@@ -3,7 +3,6 @@ package controller
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/store"
 )
 
@@ -253,19 +253,33 @@ func (c *Controller) ensureKeys(ctx context.Context) error {
 		return fmt.Errorf("load hop keys: %w", err)
 	}
 	now := c.cfg.Now()
-	fresh := len(k.Current) == 0
-	if fresh || c.cfg.KeyRotation > 0 && !now.Before(k.Rotated.Add(c.cfg.KeyRotation)) {
-		secret := make([]byte, 32)
-		rand.Read(secret)
-		k = store.Keys{Current: secret, Previous: k.Current, Rotated: now}
+	if len(k.Current) == 0 {
+		if ik := c.cfg.InitialKeys; ik != nil && len(ik.Current) > 0 {
+			k = *ik
+			c.log.Info("hop key seeded from the initial key set")
+		} else {
+			nk, err := pki.NewOverlayKey()
+			if err != nil {
+				return err
+			}
+			k = store.Keys{Current: nk.Secret, Rotated: now}
+			c.log.Info("hop key created")
+		}
 		if err := c.st.PutKeys(ctx, k); err != nil {
 			return fmt.Errorf("store hop keys: %w", err)
 		}
-		if fresh {
-			c.log.Info("hop key created")
-		} else {
-			c.log.Info("hop key rotated")
+	}
+	if c.cfg.KeyRotation > 0 && !now.Before(k.Rotated.Add(c.cfg.KeyRotation)) {
+		// The new key's id (a hash byte) must differ from the previous one's.
+		nk, err := pki.NewOverlayKey(pki.KeyID(k.Current))
+		if err != nil {
+			return err
 		}
+		k = store.Keys{Current: nk.Secret, Previous: k.Current, Rotated: now}
+		if err := c.st.PutKeys(ctx, k); err != nil {
+			return fmt.Errorf("store hop keys: %w", err)
+		}
+		c.log.Info("hop key rotated", "id", nk.ID)
 	}
 	c.keys = k
 	return nil

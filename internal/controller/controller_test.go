@@ -14,6 +14,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/store"
 	"github.com/mosto-net/mosto/internal/store/boltstore"
 )
@@ -546,5 +547,27 @@ func TestKeyRotation(t *testing.T) {
 	k2 := decodeTable(t, c, "a").Keys
 	if k2.Previous != k1.Current || k2.Current == k1.Current || k2.Current == "" {
 		t.Errorf("rotated keys = %+v; want previous = %s and a new current", k2, k1.Current)
+	}
+	ks, err := pki.ParseOverlayKeys(k2.Current, k2.Previous)
+	if err != nil {
+		t.Errorf("rotated keys are not a valid overlay key set: %v", err)
+	} else if ks.Current.ID == ks.Previous.ID {
+		t.Errorf("rotated key ids are equal (%d)", ks.Current.ID)
+	}
+}
+
+func TestInitialKeysSeedStore(t *testing.T) {
+	st := openBolt(t)
+	seed := store.Keys{Current: bytes.Repeat([]byte{7}, 32), Rotated: time.Now()}
+	c, err := New(Config{Store: st, InitialKeys: &seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup(t, st, line[:2], nil)
+	if err := c.Compute(testCtx(t), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := decodeTable(t, c, "a").Keys.Current; got != strings.Repeat("07", 32) {
+		t.Errorf("current key = %s; want the seed", got)
 	}
 }
