@@ -396,6 +396,7 @@ func runPlanBench(ctx context.Context, env *Env, args []string) error {
 	plainMaxN := fs.Int("plain-max-n", 246, "largest n on which the plain (unpruned) program also runs; -1: never")
 	runs := fs.Int("runs", 3, "precomputations per input; the fastest is reported")
 	seed := fs.Uint64("seed", 1, "seed of the random subsets and synthetic matrices")
+	lookups := fs.Int("lookups", 1<<20, "lookups timed per lookup method")
 	noRocketfuel := fs.Bool("no-rocketfuel", false, "skip the Rocketfuel maps")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
@@ -416,6 +417,7 @@ func runPlanBench(ctx context.Context, env *Env, args []string) error {
 		Runs:       *runs,
 		Seed:       *seed,
 		Rocketfuel: !*noRocketfuel,
+		Lookups:    *lookups,
 		Log:        env.Log,
 	})
 	if err != nil {

@@ -41,3 +41,27 @@ func BenchmarkBestAppend(b *testing.B) {
 		buf = c.Path
 	}
 }
+
+func BenchmarkIndexLookup(b *testing.B) {
+	rtt := JitteredCopies(SyntheticRTT(60, 2), 246, 1)
+	names := make([]string, len(rtt))
+	for i := range names {
+		names[i] = fmt.Sprintf("City%03d", i)
+	}
+	f, err := Precompute(rtt, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sizes := []int64{14_000, 450_000, 14_935_000}
+	ix, err := NewIndex(BuildTable(names, f, sizes))
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	n := 0
+	for b.Loop() {
+		i++
+		e, _ := ix.Lookup(names[i%246], names[(i*7+1)%246], sizes[i%3])
+		n += e.Rounds
+	}
+}

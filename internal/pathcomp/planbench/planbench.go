@@ -24,6 +24,7 @@ type Config struct {
 	Runs       int    // precomputations per input, the fastest is reported; 0 means 3
 	Seed       uint64 // for the random subsets and synthetic matrices
 	Rocketfuel bool   // include the embedded Rocketfuel maps
+	Lookups    int    // lookups timed per method; 0 means 1<<20
 	Log        *slog.Logger
 }
 
@@ -62,7 +63,9 @@ type Report struct {
 	Rows        []Row
 	LookupN     int
 	BestNs      float64 // Fronts.BestAppend with path reconstruction, ns per call
+	BestCPUNs   float64 // the same in thread CPU time
 	BestAllocs  float64 // allocations per BestAppend call
+	IndexCPUNs  float64
 	IndexNs     float64 // TableFile Index.Lookup, ns per call
 	IndexAllocs float64
 }
@@ -77,6 +80,9 @@ func (c *Config) defaults() {
 	if c.Runs <= 0 {
 		c.Runs = 3
 	}
+	if c.Lookups <= 0 {
+		c.Lookups = 1 << 20
+	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -84,8 +90,9 @@ func (c *Config) defaults() {
 
 // Inputs returns the benchmark inputs for cfg: the Rocketfuel maps (router
 // and city level), random subsets of n = 25, 50, 115 and the whole
-// 246-city WonderProxy matrix, and synthetic great-circle matrices of
-// n = 500 and 1000 (pathcomp.SyntheticRTT), up to cfg.MaxN.
+// 246-city WonderProxy matrix, and, for n = 500 and 1000, the WonderProxy
+// matrix grown by jittered copies (pathcomp.JitteredCopies) and synthetic
+// great-circle matrices (pathcomp.SyntheticRTT), up to cfg.MaxN.
 func Inputs(cfg Config) ([]Input, error) {
 	cfg.defaults()
 	var ins []Input
@@ -123,6 +130,11 @@ func Inputs(cfg Config) ([]Input, error) {
 			name = fmt.Sprintf("wonderproxy all %d", n)
 		}
 		ins = append(ins, Input{name, sub.RTT})
+	}
+	for _, n := range []int{500, 1000} {
+		if n <= cfg.MaxN {
+			ins = append(ins, Input{fmt.Sprintf("wonderproxy jittered %d", n), pathcomp.JitteredCopies(wp.RTT, n, cfg.Seed+uint64(n))})
+		}
 	}
 	for _, n := range []int{500, 1000} {
 		if n <= cfg.MaxN {
@@ -232,15 +244,18 @@ func measureLookup(rep *Report, cfg Config) error {
 		return err
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
-	const calls = 1 << 20
+	calls := cfg.Lookups
 	type q struct{ i, j, r int }
 	qs := make([]q, 4096)
 	for k := range qs {
 		qs[k] = q{rng.IntN(n), rng.IntN(n), 1 + rng.IntN(12)}
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	buf := make([]int, 0, n)
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	c0 := threadCPU()
 	t0 := time.Now()
 	sink := 0
 	for k := 0; k < calls; k++ {
@@ -249,10 +264,11 @@ func measureLookup(rep *Report, cfg Config) error {
 		sink += len(c.Path)
 	}
 	el := time.Since(t0)
+	rep.BestCPUNs = float64((threadCPU() - c0).Nanoseconds()) / float64(calls)
 	runtime.ReadMemStats(&ms1)
 	rep.LookupN = n
-	rep.BestNs = float64(el.Nanoseconds()) / calls
-	rep.BestAllocs = float64(ms1.Mallocs-ms0.Mallocs) / calls
+	rep.BestNs = float64(el.Nanoseconds()) / float64(calls)
+	rep.BestAllocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(calls)
 
 	sizes := []int64{14_000, 450_000, 14_935_000}
 	ix, err := pathcomp.NewIndex(pathcomp.BuildTable(wp.Names, f, sizes))
@@ -268,6 +284,7 @@ func measureLookup(rep *Report, cfg Config) error {
 		lqs[k] = lq{wp.Names[rng.IntN(n)], wp.Names[rng.IntN(n)], sizes[rng.IntN(3)]}
 	}
 	runtime.ReadMemStats(&ms0)
+	c0 = threadCPU()
 	t0 = time.Now()
 	for k := 0; k < calls; k++ {
 		x := lqs[k&4095]
@@ -275,9 +292,10 @@ func measureLookup(rep *Report, cfg Config) error {
 		sink += e.Rounds
 	}
 	el = time.Since(t0)
+	rep.IndexCPUNs = float64((threadCPU() - c0).Nanoseconds()) / float64(calls)
 	runtime.ReadMemStats(&ms1)
-	rep.IndexNs = float64(el.Nanoseconds()) / calls
-	rep.IndexAllocs = float64(ms1.Mallocs-ms0.Mallocs) / calls
+	rep.IndexNs = float64(el.Nanoseconds()) / float64(calls)
+	rep.IndexAllocs = float64(ms1.Mallocs-ms0.Mallocs) / float64(calls)
 	if sink < 0 {
 		return fmt.Errorf("unreachable")
 	}
@@ -299,8 +317,8 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nlookup on %d locations: Fronts.BestAppend %.0f ns/op (%.2f allocs/op, path rebuilt); Index.Lookup %.0f ns/op (%.2f allocs/op)\n",
-		rep.LookupN, rep.BestNs, rep.BestAllocs, rep.IndexNs, rep.IndexAllocs)
+	_, err := fmt.Fprintf(w, "\nlookup on %d locations, random pairs and sizes:\n  Index.Lookup (table file, as proxies use it)  %.0f ns/op wall, %.0f ns/op cpu, %.2f allocs/op\n  Fronts.BestAppend (cost scan + path rebuild)  %.0f ns/op wall, %.0f ns/op cpu, %.2f allocs/op\n",
+		rep.LookupN, rep.IndexNs, rep.IndexCPUNs, rep.IndexAllocs, rep.BestNs, rep.BestCPUNs, rep.BestAllocs)
 	return err
 }
 
