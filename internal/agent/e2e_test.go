@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
+	ctlpkg "github.com/mosto-net/mosto/internal/controller"
+	"github.com/mosto-net/mosto/internal/pki"
+	"github.com/mosto-net/mosto/internal/probe"
+	"github.com/mosto-net/mosto/internal/store/boltstore"
+)
+
+// freeUDPPort returns a loopback UDP port that was free a moment ago.
+func freeUDPPort(t *testing.T) int {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	return pc.LocalAddr().(*net.UDPAddr).Port
+}
+
+// TestAgentsWithRealController runs three agents against the real
+// controller (bbolt store) behind the real API handler with mutual TLS:
+// they join with tokens from the CLI's store, probe each other, report, and
+// receive tables; one restarts with the controller gone and still routes.
+func TestAgentsWithRealController(t *testing.T) {
+	ctlDir := t.TempDir()
+	if _, err := pki.Init(ctlDir, pki.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(ctlDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := boltstore.Open(filepath.Join(ctlDir, "controller.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctl, err := ctlpkg.New(ctlpkg.Config{Store: st, Debounce: 50 * time.Millisecond, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	cdone := make(chan error, 1)
+	go func() { cdone <- ctl.Run(cctx) }()
+	t.Cleanup(func() { ccancel(); <-cdone })
+
+	tokens := pki.DirTokenStore{Dir: pki.TokenDir(ctlDir)}
+	tcfg, err := ca.ServerTLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(api.NewHandler(api.ServerConfig{
+		Backend:           ctl,
+		Joiner:            &pki.Joiner{CA: ca, Tokens: tokens, Store: st},
+		RequireClientCert: true,
+	}))
+	srv.TLS = tcfg
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	feps := []api.FEP{
+		{ID: "fra", HopAddr: "127.0.0.1:7001", Lat: 50.1, Lon: 8.7},
+		{ID: "par", HopAddr: "127.0.0.1:7002", Lat: 48.9, Lon: 2.4},
+		{ID: "ams", HopAddr: "127.0.0.1:7003", Lat: 52.4, Lon: 4.9},
+	}
+	agents := map[string]*Agent{}
+	dirs := map[string]string{}
+	for i, f := range feps {
+		f.ProbeAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
+		feps[i] = f
+		var tok string
+		if i == 0 {
+			tk, _, err := ca.CreateStoreToken(context.Background(), st, pki.TokenOptions{FEP: f.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok = tk.String()
+		} else {
+			tk, _, err := ca.CreateToken(context.Background(), tokens, pki.TokenOptions{FEP: f.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok = tk.String()
+		}
+		dirs[f.ID] = t.TempDir()
+		a, _ := startAgent(t, Config{
+			Controller:   srv.URL,
+			Token:        tok,
+			DataDir:      dirs[f.ID],
+			FEP:          f,
+			Probe:        probe.Config{Interval: 100 * time.Millisecond, Jitter: -1, Probes: 1},
+			TargetsEvery: 200 * time.Millisecond,
+			Wait:         2 * time.Second,
+		})
+		agents[f.ID] = a
+	}
+	for id, a := range agents {
+		eventually(t, id+" measuring both peers", func() bool { return len(a.Estimates()) == 2 })
+	}
+	fra := agents["fra"]
+	eventually(t, "fra's table with every member", func() bool { return len(fra.Members()) == 3 })
+	for _, f := range feps {
+		if got := fra.Members()[f.ID]; got != f.HopAddr {
+			t.Errorf("member %s = %q; want %q", f.ID, got, f.HopAddr)
+		}
+	}
+	e, ok := fra.Lookup("fra", "ams", 1<<20)
+	if !ok || e.Path[0] != "fra" || e.Path[len(e.Path)-1] != "ams" {
+		t.Fatalf("Lookup(fra, ams) = %v, %v", e.Path, ok)
+	}
+	if fra.Keys() == nil {
+		t.Error("no overlay keyring from the controller")
+	}
+	m, err := ctl.Matrix(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured := 0
+	for _, row := range m.RTTMS {
+		for _, v := range row {
+			if v != nil {
+				measured++
+			}
+		}
+	}
+	if measured < 6 {
+		t.Errorf("controller matrix has %d measured pairs; want 6 (3 FEPs both ways): %+v", measured, m)
+	}
+	v := fra.Version()
+
+	// Controller gone; a restarted fra routes on its persisted table.
+	srv.Close()
+	ccancel()
+	<-cdone
+	cdone <- nil // for the cleanup
+	a2, err := New(Config{Controller: srv.URL, DataDir: dirs["fra"], FEP: feps[0], ProbeListen: "off"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a2.Version() != v {
+		t.Errorf("restarted fra at version %d; want %d", a2.Version(), v)
+	}
+	if e2, ok := a2.Lookup("fra", "ams", 1<<20); !ok || !slices.Equal(e2.Path, e.Path) {
+		t.Errorf("restarted Lookup = %v, %v; want %v", e2.Path, ok, e.Path)
+	}
+}
