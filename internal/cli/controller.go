@@ -3,9 +3,225 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/controller"
+	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/pki"
+	"github.com/mosto-net/mosto/internal/store"
+	"github.com/mosto-net/mosto/internal/store/boltstore"
+	"github.com/mosto-net/mosto/internal/store/etcdstore"
 )
 
-// runController is a placeholder until the controller subcommand lands; it fails loudly.
+// ControllerDBFile is the bbolt file of a single controller, under --data.
+const ControllerDBFile = "controller.db"
+
+// runController implements `mosto controller`: the chain controller's API
+// server, and dispatches `mosto controller init`.
 func runController(ctx context.Context, env *Env, args []string) error {
-	return errors.New("controller: not implemented yet")
+	if len(args) > 0 && args[0] == "init" {
+		return runControllerInit(ctx, env, args[1:])
+	}
+	fs := newFlagSet(env, "controller")
+	data := fs.String("data", "", "data directory: PKI from `mosto controller init`, tokens, and the bbolt store (required)")
+	listen := fs.String("listen", ":7443", "API listen address")
+	etcd := fs.String("etcd", "", "comma-separated etcd endpoints: share state with other controllers (leader election) instead of DIR/"+ControllerDBFile)
+	etcdPrefix := fs.String("etcd-prefix", "/mosto/", "key prefix in etcd")
+	id := fs.String("id", "", "this controller's name in the leader election (default: hostname:listen)")
+	period := fs.Duration("period", 5*time.Minute, "recompute tables at least this often")
+	debounce := fs.Duration("debounce", time.Second, "wait this long after a change for more before recomputing")
+	sizes := fs.String("sizes", "14KB,50KB,100KB,450KB,1MB,5MB,15MB", "transfer sizes tables carry a chain for")
+	lopMap := fs.String("lop-map", "", "YAML file: lops (the FEPs acting as LoPs), inp (InP -> LoP overrides), egress (destination prefixes)")
+	rotate := fs.Duration("key-rotation", 24*time.Hour, "rotate the hop HMAC key this often (0 disables)")
+	near := fs.Int("near", 8, "each FEP measures its N nearest peers")
+	far := fs.Int("far", 2, "plus N far peers chosen by a stable hash")
+	insecure := fs.Bool("insecure", false, "serve plain HTTP without client authentication (labs and tests only)")
+	fs.Usage = func() {
+		fmt.Fprintln(env.Stderr, "usage: mosto controller --data DIR [--listen :7443] [--etcd URLS] [--period 5m] [--sizes LIST] [--lop-map FILE]\n       mosto controller init --data DIR [--hosts NAMES]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected arguments %q", pos)
+	}
+	if *data == "" {
+		return usageErrorf("--data is required")
+	}
+	if *period <= 0 || *debounce <= 0 {
+		return usageErrorf("--period and --debounce must be > 0")
+	}
+	var sizeList []int64
+	for _, s := range splitList(*sizes) {
+		v, err := pathcomp.ParseSize(s)
+		if err != nil {
+			return usageErrorf("--sizes: %v", err)
+		}
+		if v <= 0 {
+			return usageErrorf("--sizes: %s: want > 0", s)
+		}
+		sizeList = append(sizeList, v)
+	}
+	var topo controller.Topology
+	if *lopMap != "" {
+		f, err := os.Open(*lopMap)
+		if err != nil {
+			return fmt.Errorf("lop map: %w", err)
+		}
+		topo, err = controller.ParseTopology(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("lop map %s: %w", *lopMap, err)
+		}
+	}
+	keyRotation := *rotate
+	if keyRotation == 0 {
+		keyRotation = -1
+	}
+	if err := os.MkdirAll(*data, 0o700); err != nil {
+		return err
+	}
+
+	// TLS and joins come from the PKI of `mosto controller init`.
+	var ca *pki.CA
+	if _, err := os.Stat(filepath.Join(pki.Dir(*data), "ca.crt")); err == nil {
+		if ca, err = pki.LoadCA(*data); err != nil {
+			return err
+		}
+	} else if !*insecure {
+		return fmt.Errorf("no CA in %s: run `mosto controller init --data %s` first, or pass --insecure for plain HTTP", pki.Dir(*data), *data)
+	}
+	var initial *store.Keys
+	if ks, err := pki.LoadOverlayKeys(filepath.Join(pki.Dir(*data), pki.OverlayKeysFile)); err == nil {
+		initial = &store.Keys{Current: ks.Current.Secret, Rotated: ks.Rotated}
+		if ks.Previous != nil {
+			initial.Previous = ks.Previous.Secret
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", *listen, err)
+	}
+	defer ln.Close()
+	if *id == "" {
+		host, _ := os.Hostname()
+		*id = host + ":" + ln.Addr().String()
+	}
+
+	var st controller.Store
+	if *etcd != "" {
+		es, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: splitList(*etcd), Prefix: *etcdPrefix, ID: *id, Log: env.Log})
+		if err != nil {
+			return err
+		}
+		st = es
+	} else {
+		bs, err := boltstore.Open(filepath.Join(*data, ControllerDBFile), 2*time.Second)
+		if err != nil {
+			return fmt.Errorf("%w (is another controller running on %s?)", err, *data)
+		}
+		st = bs
+	}
+	defer st.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ctl, err := controller.New(controller.Config{
+		Store:       st,
+		Period:      *period,
+		Debounce:    *debounce,
+		Sizes:       sizeList,
+		Topology:    topo,
+		Targets:     controller.TargetPolicy{Near: *near, Far: *far},
+		KeyRotation: keyRotation,
+		InitialKeys: initial,
+		Log:         env.Log,
+		Metrics:     reg,
+	})
+	if err != nil {
+		return err
+	}
+	scfg := api.ServerConfig{
+		Backend: ctl,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Log:     env.Log,
+	}
+	srv := &http.Server{
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	scheme := "http"
+	if ca != nil {
+		tlsCfg, err := ca.ServerTLSConfig()
+		if err != nil {
+			return err
+		}
+		srv.TLSConfig = tlsCfg
+		scfg.RequireClientCert = true
+		scfg.Identity = func(r *http.Request) (string, bool) {
+			id, err := pki.FEPFromRequest(r)
+			return id, err == nil
+		}
+		scfg.Joiner = &pki.Joiner{CA: ca, Tokens: pki.DirTokenStore{Dir: pki.TokenDir(*data)}, Store: st}
+		scheme = "https"
+	}
+	srv.Handler = api.NewHandler(scfg)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctlDone := make(chan error, 1)
+	go func() { ctlDone <- ctl.Run(runCtx) }()
+	srvDone := make(chan error, 1)
+	go func() {
+		if ca != nil {
+			srvDone <- srv.ServeTLS(ln, "", "")
+		} else {
+			srvDone <- srv.Serve(ln)
+		}
+	}()
+	where := "bbolt " + filepath.Join(*data, ControllerDBFile)
+	if *etcd != "" {
+		where = "etcd " + *etcd
+	}
+	env.Log.Info("controller serving", "url", scheme+"://"+ln.Addr().String(), "store", where, "id", *id, "period", *period)
+
+	var serveErr error
+	ctlRunning := true
+	select {
+	case <-ctx.Done():
+	case serveErr = <-srvDone:
+	case serveErr = <-ctlDone:
+		ctlRunning = false
+		if serveErr == nil {
+			serveErr = errors.New("controller stopped")
+		}
+	}
+	cancel()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	srv.Shutdown(sctx)
+	if ctlRunning {
+		<-ctlDone
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
 }
