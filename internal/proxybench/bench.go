@@ -53,7 +53,8 @@ type Result struct {
 	Mode string
 	Err  string // why this mode could not be measured, if so
 
-	IdleRSS int64 // bytes, all relay processes, before any traffic
+	IdleRSS  int64 // bytes, all relay processes, before any traffic
+	IdleAnon int64 // the anonymous (private) part of IdleRSS; the rest is mapped binaries and libraries
 
 	Gbps      []float64 // one per throughput run
 	CPUPerGB  []float64 // relay CPU seconds per GB moved, per run
@@ -156,6 +157,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if len(r.procs) > 0 {
 			time.Sleep(300 * time.Millisecond) // let start-up allocations settle
 			_, res.IdleRSS = r.usage()
+			res.IdleAnon = anonUsage(r.pids())
 		}
 	}
 	if len(relays) == 0 {
@@ -354,13 +356,14 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			res.ConnFail, num(cpu, "%.3f"), ratio(cpu, median(h.CPUPer1k)))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| mode | idle RSS (MB) | vs HAProxy | RSS per idle flow (KB) | vs HAProxy |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| mode | idle RSS (MB) | vs HAProxy | of which anonymous (MB) | vs HAProxy | RSS per idle flow (KB) | vs HAProxy |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
 	for _, res := range r.Results {
 		if res.IdleRSS == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %.1f | %s | %s | %s |\n", res.Mode, float64(res.IdleRSS)/1e6, ratio(float64(res.IdleRSS), float64(h.IdleRSS)),
+		fmt.Fprintf(w, "| %s | %.1f | %s | %.1f | %s | %s | %s |\n", res.Mode, float64(res.IdleRSS)/1e6, ratio(float64(res.IdleRSS), float64(h.IdleRSS)),
+			float64(res.IdleAnon)/1e6, ratio(float64(res.IdleAnon), float64(h.IdleAnon)),
 			num(res.PerConn/1e3, "%.1f"), ratio(res.PerConn, h.PerConn))
 	}
 	var errs []string

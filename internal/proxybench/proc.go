@@ -76,6 +76,40 @@ func tree(pid int) []int {
 	return out
 }
 
+// rssAnon returns the anonymous (private, not file-backed) resident memory
+// of pid from /proc/PID/status, in bytes.
+func rssAnon(pid int) int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	return parseRssAnon(b)
+}
+
+func parseRssAnon(b []byte) int64 {
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 2 && f[1] == "kB" {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n << 10
+			}
+		}
+	}
+	return 0
+}
+
+// anonUsage sums anonymous RSS over the process trees of pids.
+func anonUsage(pids []int) int64 {
+	var n int64
+	for _, root := range pids {
+		for _, p := range tree(root) {
+			n += rssAnon(p)
+		}
+	}
+	return n
+}
+
 // usage sums CPU time and RSS over the process trees of pids.
 func usage(pids []int) (cpu time.Duration, rss int64) {
 	page := int64(os.Getpagesize())

@@ -36,6 +36,12 @@ func TestParseStat(t *testing.T) {
 			}
 		})
 	}
+	if got := parseRssAnon([]byte("Name:\tx\nVmRSS:\t 900 kB\nRssAnon:\t    2684 kB\nRssFile:\t 1 kB\n")); got != 2684<<10 {
+		t.Errorf("parseRssAnon = %d; want %d", got, 2684<<10)
+	}
+	if rssAnon(os.Getpid()) <= 0 {
+		t.Error("rssAnon(self) = 0")
+	}
 	// Our own process: non-zero RSS, parent is our parent.
 	st, err := readStat(os.Getpid())
 	if err != nil || st.rssPages == 0 || st.ppid != os.Getppid() {
@@ -75,8 +81,8 @@ func TestWriteMarkdownRatios(t *testing.T) {
 	rep := &Report{
 		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10},
 		Results: []*Result{
-			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, IdleRSS: 10e6, PerConn: 4000},
-			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, IdleRSS: 5e6, PerConn: 8000},
+			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
+			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
 			{Mode: ModeNginx, Err: "nginx not installed"},
 		},
 	}
@@ -86,7 +92,7 @@ func TestWriteMarkdownRatios(t *testing.T) {
 	for _, want := range []string{
 		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x | 0.500 | 0.50x |",
 		"| mosto1 | 500 | 0.50x | 0 | 0.400 | 2.00x |",
-		"| mosto1 | 5.0 | 0.50x | 8.0 | 2.00x |",
+		"| mosto1 | 5.0 | 0.50x | 2.0 | 0.50x | 8.0 | 2.00x |",
 		"- nginx: nginx not installed",
 	} {
 		if !strings.Contains(out, want) {
