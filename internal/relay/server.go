@@ -312,6 +312,16 @@ func (s *Server) Run(ctx context.Context) error {
 		return errors.New("relay: Run called twice")
 	}
 	s.log.Info("proxy serving", "listeners", len(s.listeners), "members", len(*s.members.Load()))
+	for _, l := range s.listeners {
+		s.log.Info("listening", "entry", l.kind.String(), "addr", l.ln.Addr().String())
+		if l.kind != kindSOCKS5 && l.kind != kindConnect {
+			continue
+		}
+		open := (l.kind == kindSOCKS5 && len(s.cfg.SOCKS5.Users) == 0) || (l.kind == kindConnect && len(s.cfg.HTTPConnect.Users) == 0)
+		if ip := addrPort(l.ln.Addr()).Addr(); open && len(l.allow) == 0 && !ip.IsLoopback() {
+			s.log.Warn("entry without users or allowlist on a non-loopback address: anyone reaching it may use this proxy (the EgP's destination policy still applies)", "entry", l.kind.String(), "addr", l.ln.Addr().String())
+		}
+	}
 	var acceptWG sync.WaitGroup
 	fatal := make(chan error, len(s.listeners)+1)
 	for _, l := range s.listeners {
@@ -448,8 +458,12 @@ func (s *Server) acceptLoop(wg *sync.WaitGroup, l *listener, fatal chan<- error)
 func (s *Server) serveConn(l *listener, c *net.TCPConn, src netip.AddrPort) {
 	defer s.wg.Done()
 	defer s.limits.release(src.Addr(), l.kind == kindHop)
+	defer c.Close() // every path closes c already; this is the safety net
 	s.track(c)
 	defer s.untrack(c)
+	if nd := s.cfg.Socket.NoDelay; nd != nil {
+		c.SetNoDelay(*nd)
+	}
 	if l.kind == kindHop {
 		s.serveHop(c, src)
 		return
