@@ -168,8 +168,8 @@ func (h *Header) Marshal(kr *Keyring) ([]byte, error) {
 	if err := h.validate(); err != nil {
 		return nil, fmt.Errorf("hop: marshal: %w", err)
 	}
-	if h.Time.IsZero() {
-		return nil, errors.New("hop: marshal: zero issue time")
+	if h.Time.Before(time.Unix(0, 0)) || h.Time.After(time.Unix(0, math.MaxInt64)) {
+		return nil, fmt.Errorf("hop: marshal: issue time %v outside 1970..2262 (zero?)", h.Time)
 	}
 	b := make([]byte, 0, 128+len(h.Target)+routeLen(h.Route))
 	b = appendFixed(b, verCmdProxy, h.Source, h.Dest)

@@ -123,6 +123,8 @@ func TestMarshalRefuses(t *testing.T) {
 		{"long target", func(h *Header) { h.Target = strings.Repeat("x", MaxTargetLen) + ":1" }},
 		{"negative size", func(h *Header) { h.Size = -1 }},
 		{"zero time", func(h *Header) { h.Time = time.Time{} }},
+		{"time before 1970", func(h *Header) { h.Time = time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC) }},
+		{"time after 2262", func(h *Header) { h.Time = time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
