@@ -198,18 +198,14 @@ func (a *Agent) loadTable() error {
 	return nil
 }
 
-// install swaps s in if it is newer than the current snapshot, then calls
-// OnUpdate and (when persist) writes it to disk. It reports whether it
-// swapped.
+// install swaps s in if it is newer than the current snapshot: it first
+// writes it to disk (when persist), so a version Version reports survives a
+// restart, then swaps it and calls OnUpdate. It reports whether it swapped.
 func (a *Agent) install(s *Snapshot, persist bool) bool {
 	a.updMu.Lock()
 	defer a.updMu.Unlock()
 	if cur := a.snap.Load(); cur != nil && s.Version <= cur.Version {
 		return false
-	}
-	a.snap.Store(s)
-	if a.cfg.OnUpdate != nil {
-		a.cfg.OnUpdate(s)
 	}
 	if persist {
 		b, err := json.Marshal(s.Table)
@@ -219,6 +215,10 @@ func (a *Agent) install(s *Snapshot, persist bool) bool {
 		if err != nil {
 			a.log.Warn("cannot persist table; a restart without controller would lose it", "version", s.Version, "err", err)
 		}
+	}
+	a.snap.Store(s)
+	if a.cfg.OnUpdate != nil {
+		a.cfg.OnUpdate(s)
 	}
 	return true
 }

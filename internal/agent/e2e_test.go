@@ -75,6 +75,7 @@ func TestAgentsWithRealController(t *testing.T) {
 		{ID: "ams", HopAddr: "127.0.0.1:7003", Lat: 52.4, Lon: 4.9},
 	}
 	agents := map[string]*Agent{}
+	stops := map[string]func() error{}
 	dirs := map[string]string{}
 	for i, f := range feps {
 		f.ProbeAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
@@ -94,7 +95,7 @@ func TestAgentsWithRealController(t *testing.T) {
 			tok = tk.String()
 		}
 		dirs[f.ID] = t.TempDir()
-		a, _ := startAgent(t, Config{
+		a, stop := startAgent(t, Config{
 			Controller:   srv.URL,
 			Token:        tok,
 			DataDir:      dirs[f.ID],
@@ -103,7 +104,7 @@ func TestAgentsWithRealController(t *testing.T) {
 			TargetsEvery: 200 * time.Millisecond,
 			Wait:         2 * time.Second,
 		})
-		agents[f.ID] = a
+		agents[f.ID], stops[f.ID] = a, stop
 	}
 	for id, a := range agents {
 		eventually(t, id+" measuring both peers", func() bool { return len(a.Estimates()) == 2 })
@@ -122,22 +123,24 @@ func TestAgentsWithRealController(t *testing.T) {
 	if fra.Keys() == nil {
 		t.Error("no overlay keyring from the controller")
 	}
-	m, err := ctl.Matrix(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	measured := 0
-	for _, row := range m.RTTMS {
-		for _, v := range row {
-			if v != nil {
-				measured++
+	eventually(t, "every pair measured in the controller's matrix", func() bool {
+		m, err := ctl.Matrix(context.Background())
+		if err != nil || len(m.Names) != 3 {
+			return false
+		}
+		for i, row := range m.RTTMS {
+			for j, v := range row {
+				if i != j && v == nil {
+					return false
+				}
 			}
 		}
-	}
-	if measured < 6 {
-		t.Errorf("controller matrix has %d measured pairs; want 6 (3 FEPs both ways): %+v", measured, m)
-	}
+		return true
+	})
 	v := fra.Version()
+	if err := stops["fra"](); err != nil {
+		t.Fatal(err)
+	}
 
 	// Controller gone; a restarted fra routes on its persisted table.
 	srv.Close()
