@@ -29,10 +29,12 @@ func isGSO(buf []byte) bool {
 }
 
 // splitGSO cuts a TCP GSO super-packet (virtio header + IP packet) into
-// segments of at most gso_size payload bytes, each with its own virtio
-// header asking the receiving kernel to complete the TCP checksum. Each
-// segment is built in a buffer from alloc(n) and passed to emit.
-func splitGSO(buf []byte, alloc func(n int) []byte, emit func(seg []byte)) error {
+// pieces of at most segs segments (segs*gso_size payload bytes), each with
+// its own virtio header asking the receiving kernel to complete the TCP
+// checksum; pieces of more than one segment stay GSO packets. Each piece is
+// built in a buffer from alloc(n) and passed to emit.
+func splitGSO(buf []byte, segs int, alloc func(n int) []byte, emit func(seg []byte)) error {
+	segs = max(segs, 1)
 	if len(buf) < vnetHdrLen+20 {
 		return errNotGSO
 	}
@@ -73,12 +75,17 @@ func splitGSO(buf []byte, alloc func(n int) []byte, emit func(seg []byte)) error
 		id0 = binary.BigEndian.Uint16(pkt[4:6])
 	}
 	for i, off := 0, 0; off < len(payload) || (off == 0 && len(payload) == 0); i++ {
-		n := min(gsoSize, len(payload)-off)
+		n := min(segs*gsoSize, len(payload)-off)
 		seg := alloc(vnetHdrLen + hl + n)
 		seg = seg[:vnetHdrLen+hl+n]
-		// virtio header: checksum partial, no GSO.
+		// virtio header: checksum partial; GSO only if still needed.
 		clear(seg[:vnetHdrLen])
 		seg[0] = vnetFlagNeedsCsum
+		if n > gsoSize {
+			seg[1] = buf[1]
+			binary.LittleEndian.PutUint16(seg[2:], uint16(hl))
+			binary.LittleEndian.PutUint16(seg[4:], uint16(gsoSize))
+		}
 		binary.LittleEndian.PutUint16(seg[6:], uint16(ipHL))
 		binary.LittleEndian.PutUint16(seg[8:], 16)
 		ip := seg[vnetHdrLen:]
@@ -102,7 +109,7 @@ func splitGSO(buf []byte, alloc func(n int) []byte, emit func(seg []byte)) error
 			sum = sumBytes(0, ip[8:40]) + uint32(tcpLen) + 6
 		} else {
 			binary.BigEndian.PutUint16(ip[2:], uint16(ipHL+tcpLen))
-			binary.BigEndian.PutUint16(ip[4:], id0+uint16(i))
+			binary.BigEndian.PutUint16(ip[4:], id0+uint16(off/gsoSize))
 			ip[10], ip[11] = 0, 0
 			binary.BigEndian.PutUint16(ip[10:], ^fold(sumBytes(0, ip[:ipHL])))
 			sum = sumBytes(0, ip[12:20]) + uint32(tcpLen) + 6

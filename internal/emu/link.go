@@ -2,7 +2,8 @@ package emu
 
 import (
 	"math/rand/v2"
-	"os"
+
+	"golang.org/x/sys/unix"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,9 @@ const (
 	smallBufSize = 2048
 	// slack is how early a packet may be delivered to batch it with others.
 	slack = 50 * time.Microsecond
+	// chunkTime is the longest serialization time of one piece of a GSO
+	// super-packet on a rate-limited link.
+	chunkTime = 250 * time.Microsecond
 	// forwardCost is subtracted from every one-way delay: it is about what
 	// reading a packet, scheduling and writing it costs on an idle machine
 	// (a zero-delay link measures 0.1-0.2 ms RTT).
@@ -67,8 +71,9 @@ type LinkStats struct {
 // pipe is one direction of a pair: it applies the link's properties and
 // schedules each packet's delivery to the destination device.
 type pipe struct {
-	w   *World
-	dst *os.File
+	w     *World
+	dst   int        // destination TUN descriptor
+	sched *scheduler // delivers to dst
 
 	packets, bytes, lossDrops, queueDrops, writeErrs atomic.Uint64
 	inFlight                                         atomic.Int64
@@ -80,12 +85,13 @@ type pipe struct {
 	lastAt    int64 // delivery time of the last accepted packet
 }
 
-func newPipe(w *World, dst *os.File, cfg Link, seed uint64) *pipe {
+func newPipe(w *World, dst int, sched *scheduler, cfg Link, seed uint64) *pipe {
 	return &pipe{
-		w:   w,
-		dst: dst,
-		cfg: cfg,
-		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		w:     w,
+		dst:   dst,
+		sched: sched,
+		cfg:   cfg,
+		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
 }
 
@@ -115,7 +121,15 @@ func (p *pipe) send(now int64, buf []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cfg.perPacket() && p.w.offload && isGSO(buf) {
-		err := splitGSO(buf, p.w.bufs.get, func(seg []byte) { p.enqueueLocked(now, seg) })
+		// Loss needs single segments. A rate limit only needs pieces short
+		// enough to serialize in about chunkTime, so that fast links keep
+		// most of the GSO savings.
+		segs := 1
+		if p.cfg.LossPct == 0 {
+			gsoSize := int(buf[4]) | int(buf[5])<<8
+			segs = int(p.cfg.RateMbit * 1e6 / 8 * chunkTime.Seconds() / float64(max(gsoSize, 1)))
+		}
+		err := splitGSO(buf, segs, p.w.bufs.get, func(seg []byte) { p.enqueueLocked(now, seg) })
 		p.w.bufs.put(buf)
 		if err != nil {
 			p.writeErrs.Add(1)
@@ -167,11 +181,11 @@ func (p *pipe) enqueueLocked(now int64, buf []byte) {
 	}
 	p.lastAt = max(p.lastAt, at)
 	p.inFlight.Add(int64(len(buf)))
-	p.w.sched.push(p, buf, at)
+	p.sched.push(p, buf, at)
 }
 
 func (p *pipe) deliver(b []byte) {
-	if _, err := p.dst.Write(b); err != nil {
+	if _, err := unix.Write(p.dst, b); err != nil {
 		p.writeErrs.Add(1)
 	} else {
 		p.packets.Add(1)

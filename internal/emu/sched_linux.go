@@ -81,9 +81,11 @@ func (s *scheduler) kick() {
 
 // run is the scheduler loop; it returns when the world closes.
 func (s *scheduler) run(done <-chan struct{}) {
+	// The thread may get real-time priority: it is never unlocked, so it
+	// exits with the goroutine instead of running other goroutines.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	s.w.setThreadPriority()
 	var batch []schedItem
 	fds := []unix.PollFd{{Fd: int32(s.efd), Events: unix.POLLIN}}
 	var drain [8]byte

@@ -2,7 +2,6 @@ package emu
 
 import (
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,18 +11,18 @@ import (
 const vnetHdrLen = 10
 
 // openTUN creates a TUN device called name in the calling thread's network
-// namespace and returns it as a pollable file. With offload the device
+// namespace and returns its non-blocking file descriptor. With offload the device
 // carries a virtio-net header and accepts checksum and TSO offloads, so the
 // kernel hands over GSO super-packets of up to 64 KB.
-func openTUN(name string, offload bool) (*os.File, error) {
+func openTUN(name string, offload bool) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
+		return -1, fmt.Errorf("open /dev/net/tun: %w", err)
 	}
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("tun name %q: %w", name, err)
+		return -1, fmt.Errorf("tun name %q: %w", name, err)
 	}
 	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
 	if offload {
@@ -32,18 +31,18 @@ func openTUN(name string, offload bool) (*os.File, error) {
 	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
+		return -1, fmt.Errorf("TUNSETIFF %s: %w", name, err)
 	}
 	if offload {
 		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, vnetHdrLen); err != nil {
 			unix.Close(fd)
-			return nil, fmt.Errorf("TUNSETVNETHDRSZ %s: %w", name, err)
+			return -1, fmt.Errorf("TUNSETVNETHDRSZ %s: %w", name, err)
 		}
 		off := unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
 		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETOFFLOAD, uintptr(off)); e != 0 {
 			unix.Close(fd)
-			return nil, fmt.Errorf("TUNSETOFFLOAD %s: %w", name, e)
+			return -1, fmt.Errorf("TUNSETOFFLOAD %s: %w", name, e)
 		}
 	}
-	return os.NewFile(uintptr(fd), "/dev/net/tun:"+name), nil
+	return fd, nil
 }

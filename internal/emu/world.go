@@ -13,12 +13,15 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // World is a running emulated network. All its methods are safe for
@@ -30,7 +33,7 @@ type World struct {
 	offload bool
 	base    time.Time
 	bufs    *bufPools
-	sched   *scheduler
+	scheds  []*scheduler // delivery threads, sharded by destination host
 	done    chan struct{}
 	wg      sync.WaitGroup
 
@@ -51,6 +54,10 @@ type World struct {
 
 	unknownDst atomic.Uint64
 
+	stopFd   int  // eventfd, readable once the world closes
+	realtime bool // SCHED_FIFO for the reader and delivery threads
+	rtFailed sync.Once
+
 	cmdMu sync.Mutex
 	cmds  []*exec.Cmd
 }
@@ -59,13 +66,16 @@ type host struct {
 	name  string
 	addr  netip.Addr
 	netns string
-	tun   *os.File
+	tun   int // TUN file descriptor (non-blocking), -1 when none
 }
 
 // UpOptions tunes Up; the zero value is fine.
 type UpOptions struct {
 	RunID    string // default: random 6 hex digits
 	StateDir string // default: /run/mosto/emu
+	// NoRealtime keeps the emulator's threads at normal priority (less
+	// precise delays under CPU load; see docs/emu.md).
+	NoRealtime bool
 }
 
 // DefaultStateDir holds one directory per running world.
@@ -110,9 +120,12 @@ func UpWith(ctx context.Context, spec *Spec, log *slog.Logger, opt UpOptions) (*
 		byAddr:  make(map[netip.Addr]int, n),
 		links:   p.links,
 		pipes:   make([][]atomic.Pointer[pipe], n),
+		stopFd:  -1,
+
+		realtime: !opt.NoRealtime,
 	}
 	for i, name := range p.names {
-		w.hosts = append(w.hosts, &host{name: name, addr: p.addrs[i], netns: fmt.Sprintf("mosto-%s-%d", opt.RunID, i)})
+		w.hosts = append(w.hosts, &host{name: name, addr: p.addrs[i], netns: fmt.Sprintf("mosto-%s-%d", opt.RunID, i), tun: -1})
 		w.byName[name] = i
 		w.byAddr[p.addrs[i]] = i
 		w.pipes[i] = make([]atomic.Pointer[pipe], n)
@@ -169,16 +182,25 @@ func (w *World) up(ctx context.Context, spec *Spec, stateRoot string) error {
 	if len(all) > 0 {
 		return errors.Join(all...)
 	}
-	sched, err := newScheduler(w)
+	// Writing a packet to a TUN device runs the destination's receive path
+	// in the writer's thread, so one thread per CPU (at most) delivers.
+	stopFd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		return err
+		return fmt.Errorf("emu: eventfd: %w", err)
 	}
-	w.sched = sched
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		sched.run(w.done)
-	}()
+	w.stopFd = stopFd
+	for range min(runtime.NumCPU(), len(w.hosts), 8) {
+		sched, err := newScheduler(w)
+		if err != nil {
+			return err
+		}
+		w.scheds = append(w.scheds, sched)
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			sched.run(w.done)
+		}()
+	}
 	for i := range w.hosts {
 		w.wg.Add(1)
 		go w.readLoop(i)
@@ -198,11 +220,11 @@ func (w *World) setupHost(ctx context.Context, i int, tcp TCP) error {
 		} {
 			writeSysctl(s[0], s[1])
 		}
-		f, err := openTUN(w.tunName(), w.offload)
+		fd, err := openTUN(w.tunName(), w.offload)
 		if err != nil {
 			return err
 		}
-		h.tun = f
+		h.tun = fd
 		return applyTCP(tcp)
 	})
 	if err != nil {
@@ -230,9 +252,15 @@ func (w *World) setupHost(ctx context.Context, i int, tcp TCP) error {
 }
 
 // readLoop reads every packet host i sends and hands it to the pipe of its
-// destination.
+// destination. It runs on its own OS thread (real-time priority unless
+// disabled) and waits in ppoll(2), so the Go netpoller's scheduling delays
+// do not add to the emulated delay.
 func (w *World) readLoop(i int) {
 	defer w.wg.Done()
+	// The thread may get real-time priority: it is never unlocked, so it
+	// exits with the goroutine instead of running other goroutines.
+	runtime.LockOSThread()
+	w.setThreadPriority()
 	h := w.hosts[i]
 	hdr := 0
 	if w.offload {
@@ -240,10 +268,22 @@ func (w *World) readLoop(i int) {
 	}
 	buf := w.bufs.get(bigBufSize)
 	defer func() { w.bufs.put(buf) }()
+	fds := []unix.PollFd{{Fd: int32(h.tun), Events: unix.POLLIN}, {Fd: int32(w.stopFd), Events: unix.POLLIN}}
 	for {
 		buf = buf[:cap(buf)]
-		n, err := h.tun.Read(buf)
+		n, err := unix.Read(h.tun, buf)
 		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				fds[0].Revents, fds[1].Revents = 0, 0
+				if _, err := unix.Ppoll(fds, nil, nil); err != nil && !errors.Is(err, unix.EINTR) {
+					w.log.Warn("poll device", "host", h.name, "err", err)
+					return
+				}
+				if fds[1].Revents != 0 {
+					return // the world is closing
+				}
+				continue
+			}
 			select {
 			case <-w.done:
 			default:
@@ -275,6 +315,20 @@ func (w *World) readLoop(i int) {
 	}
 }
 
+// setThreadPriority gives the calling (locked) thread real-time priority,
+// so that packets are timestamped and delivered on time even when other
+// processes load the CPUs. The kernel's RT throttling still leaves 5% of
+// every second to others. Failure only costs precision.
+func (w *World) setThreadPriority() {
+	if !w.realtime {
+		return
+	}
+	attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 10}
+	if err := unix.SchedSetAttr(0, attr, 0); err != nil {
+		w.rtFailed.Do(func() { w.log.Warn("no real-time priority for the emulator threads", "err", err) })
+	}
+}
+
 // pipe returns the pipe i -> j, creating it on first use.
 func (w *World) pipe(i, j int) *pipe {
 	if p := w.pipes[i][j].Load(); p != nil {
@@ -285,7 +339,7 @@ func (w *World) pipe(i, j int) *pipe {
 	if p := w.pipes[i][j].Load(); p != nil {
 		return p
 	}
-	p := newPipe(w, w.hosts[j].tun, w.links[i][j], uint64(time.Now().UnixNano())+uint64(i)<<32+uint64(j))
+	p := newPipe(w, w.hosts[j].tun, w.scheds[j%len(w.scheds)], w.links[i][j], uint64(time.Now().UnixNano())+uint64(i)<<32+uint64(j))
 	w.pipes[i][j].Store(p)
 	return p
 }
@@ -299,17 +353,27 @@ func (w *World) Close() error {
 	w.closeOnce.Do(func() {
 		start := time.Now()
 		close(w.done)
-		if w.sched != nil {
-			w.sched.kick()
+		if w.stopFd >= 0 {
+			var one [8]byte
+			one[0] = 1
+			unix.Write(w.stopFd, one[:])
 		}
-		for _, h := range w.hosts {
-			if h.tun != nil {
-				h.tun.Close()
-			}
+		for _, s := range w.scheds {
+			s.kick()
 		}
 		w.wg.Wait()
-		if w.sched != nil {
-			w.sched.close()
+		for _, s := range w.scheds {
+			s.close()
+		}
+		for _, h := range w.hosts {
+			if h.tun >= 0 {
+				unix.Close(h.tun)
+				h.tun = -1
+			}
+		}
+		if w.stopFd >= 0 {
+			unix.Close(w.stopFd)
+			w.stopFd = -1
 		}
 		var errs []error
 		w.killCommands()
