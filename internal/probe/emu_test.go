@@ -76,12 +76,13 @@ func TestMatrixInEmulator(t *testing.T) {
 	}
 	var sb strings.Builder
 	var worst, sumRel float64
+	var worstPair string
 	n := 0
 	// check compares every estimate with the emulated RTT and returns the
 	// pairs out of tolerance.
 	check := func() (bad []string) {
 		sb.Reset()
-		worst, sumRel, n = 0, 0, 0
+		worst, sumRel, n, worstPair = 0, 0, 0, ""
 		for _, a := range hosts {
 			est := probers[a].Estimates()
 			for _, b := range hosts {
@@ -95,7 +96,10 @@ func TestMatrixInEmulator(t *testing.T) {
 					continue
 				}
 				rel := math.Abs(float64(got-want)) / float64(want)
-				worst = max(worst, rel)
+				if rel > worst {
+					worst = rel
+					worstPair = fmt.Sprintf("%s->%s emulated %v measured %v", a, b, want, got)
+				}
 				sumRel += rel
 				n++
 				if !within(got, want) {
@@ -126,7 +130,7 @@ func TestMatrixInEmulator(t *testing.T) {
 	for _, b := range bad {
 		t.Error(b)
 	}
-	t.Logf("pairs %d, mean |error| %.2f%%, worst %.2f%%\n%s", n, 100*sumRel/float64(n), 100*worst, sb.String())
+	t.Logf("pairs %d, mean |error| %.2f%%, worst %.2f%% (%s)\n%s", n, 100*sumRel/float64(n), 100*worst, worstPair, sb.String())
 
 	// Lengthen fep0-fep1 by 20 ms one way each and time the report.
 	a, b := hosts[0], hosts[1]
