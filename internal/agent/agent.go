@@ -252,6 +252,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	defer client.HTTP.CloseIdleConnections()
 	if err := a.register(ctx, client); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -360,6 +361,7 @@ func (a *Agent) join(ctx context.Context) error {
 		return err
 	}
 	c := &api.Client{BaseURL: a.cfg.Controller, HTTP: httpClient(pki.JoinTLSConfig(tok.CAHash))}
+	defer c.HTTP.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := c.Join(ctx, api.JoinRequest{Token: a.cfg.Token, FEP: a.cfg.FEP, CSRPEM: string(csr)})

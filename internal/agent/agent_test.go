@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -484,5 +485,30 @@ func TestCorruptPersistedTableIgnored(t *testing.T) {
 	}
 	if _, ok := a.Lookup("a", "b", 1); ok {
 		t.Error("Lookup without table succeeded")
+	}
+}
+
+// TestAgentStopsEverything checks that Run leaves no goroutine behind.
+func TestAgentStopsEverything(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		c := newController(t)
+		c.fb.targets["fra"] = nil
+		a, stop := startAgent(t, fepConfig(c, t.TempDir(), c.token(t, pki.TokenOptions{})))
+		keys, _ := pki.NewOverlayKeys(time.Now())
+		c.fb.publish(testTable(t, "fra", 1, keys))
+		eventually(t, "version 1", func() bool { return a.Version() == 1 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		c.srv.Close()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
