@@ -53,6 +53,7 @@ func TestDemoWorld(t *testing.T) {
 		Roles: scenario.Roles{Single: "Washington"},
 		Sizes: sizes, Mosto: []string{exe}, Env: []string{childEnv + "=1"},
 		CDN: true, CDNIdle: 300 * time.Millisecond, Nginx: nginx, Dir: t.TempDir(),
+		Tune: scenario.Tune{InitCwnd: 40},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +64,15 @@ func TestDemoWorld(t *testing.T) {
 		}
 	})
 	r := sc.Roles()
+	for _, h := range []string{"London", r.Client} {
+		out, err := w.Command(ctx, h, "ip", "route", "show", emu.Prefix.String()).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := strings.Contains(string(out), "initcwnd 40"), h != r.Client; got != want {
+			t.Errorf("route on %s: %q; want initcwnd 40: %v (FEPs only)", h, out, want)
+		}
+	}
 	if r.InP != "Dublin" || r.EgP != "SanFrancisco" || r.Single != "Washington" {
 		t.Errorf("roles = %+v; want InP Dublin, EgP SanFrancisco, single Washington", r)
 	}
