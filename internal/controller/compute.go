@@ -209,27 +209,33 @@ func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, err
 	return p, nil
 }
 
-// chains returns the entries from InP i to every EgP. For each pair it keeps
-// one entry per run of size classes with the same path (the largest class
-// of the run), which Index.Lookup resolves to the same path. A direct
-// connection that was never measured is estimated from the coordinates
-// (EstimateRTTms) and chosen when cheaper than every measured chain.
+// chains appends the entries from InP i to every EgP. For each pair it keeps
+// one entry per run of size classes with the same chain (the largest class
+// of the run), which Index.Lookup resolves to the same path. Because a
+// chain's cost is linear in the rounds, the classes where one chain is best
+// form an interval: when the same chain wins at both ends of a range of
+// classes, it wins in between, so the range is not searched further. A
+// direct connection that was never measured is estimated from the
+// coordinates (EstimateRTTms) and chosen when not worse than every measured
+// chain.
 func (p *plan) chains(i int, dst []pathcomp.ChainEntry, buf []int) ([]pathcomp.ChainEntry, []int) {
-	names := p.m.Names
 	fi := p.feps[i]
+	best := make([]pathcomp.Chain, len(p.classes))
 	for j := range p.feps {
 		if j == i {
 			continue
 		}
-		start := len(dst)
 		direct := p.m.RTT[i][j]
 		estimated := math.IsInf(direct, 1)
 		if estimated {
 			fj := p.feps[j]
 			direct = EstimateRTTms(fi.Lat, fi.Lon, fj.Lat, fj.Lon)
 		}
-		var last []string
-		for k := len(p.classes) - 1; k >= 0; k-- {
+		known := make([]bool, len(p.classes))
+		get := func(k int) pathcomp.Chain {
+			if known[k] {
+				return best[k]
+			}
 			cl := p.classes[k]
 			c, ok := p.fronts.BestAppend(buf, i, j, cl.rounds)
 			if ok {
@@ -237,35 +243,47 @@ func (p *plan) chains(i int, dst []pathcomp.ChainEntry, buf []int) ([]pathcomp.C
 			}
 			dc := pathcomp.Chain{Sum: direct, Max: direct}
 			if !ok || estimated && p.model.Cost(dc, cl.rounds) <= p.model.Cost(c, cl.rounds) {
+				dc.Path = []int{i, j}
 				c = dc
-				c.Path = append(buf[:0], i, j)
-				buf = c.Path
+			} else {
+				c.Path = slices.Clone(c.Path)
 			}
-			if last != nil && len(last) == len(c.Path) && samePath(last, c.Path, names) {
-				continue
+			best[k], known[k] = c, true
+			return c
+		}
+		var fill func(lo, hi int)
+		fill = func(lo, hi int) {
+			a, b := get(lo), get(hi)
+			if hi-lo <= 1 {
+				return
 			}
+			if a.Sum == b.Sum && a.Max == b.Max && slices.Equal(a.Path, b.Path) {
+				for k := lo + 1; k < hi; k++ {
+					best[k], known[k] = a, true
+				}
+				return
+			}
+			mid := (lo + hi) / 2
+			fill(lo, mid)
+			fill(mid, hi)
+		}
+		fill(0, len(p.classes)-1)
+		for k := range p.classes {
+			if k+1 < len(p.classes) && slices.Equal(best[k].Path, best[k+1].Path) {
+				continue // the next (larger) class has the same path
+			}
+			c, cl := best[k], p.classes[k]
 			path := make([]string, len(c.Path))
-			for k, x := range c.Path {
-				path[k] = names[x]
+			for x, y := range c.Path {
+				path[x] = p.m.Names[y]
 			}
-			last = path
 			dst = append(dst, pathcomp.ChainEntry{
-				From: names[i], To: names[j], Size: cl.size, Rounds: cl.rounds, Path: path,
+				From: p.m.Names[i], To: p.m.Names[j], Size: cl.size, Rounds: cl.rounds, Path: path,
 				CostMS: round3(p.model.Cost(c, cl.rounds)), SumMS: round3(c.Sum), MaxMS: round3(c.Max),
 			})
 		}
-		slices.Reverse(dst[start:])
 	}
 	return dst, buf
-}
-
-func samePath(a []string, b []int, names []string) bool {
-	for k := range a {
-		if a[k] != names[b[k]] {
-			return false
-		}
-	}
-	return true
 }
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
@@ -303,37 +321,34 @@ func (p *plan) content(l int, inps []int) (lopContent, error) {
 		members[id] = p.feps[p.m.index[id]].HopAddr
 	}
 	slices.Sort(locs)
-	if entries == nil {
-		entries = []pathcomp.ChainEntry{}
+	b := make([]byte, 0, 64+len(entries)*160)
+	keys, err := json.Marshal(p.keys)
+	if err != nil {
+		return lopContent{}, fmt.Errorf("encode keys: %w", err)
 	}
-	var b bytes.Buffer
-	enc := func(key string, v any) error {
-		j, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("encode table %s %s: %w", p.m.Names[l], key, err)
+	b = append(b, `"keys":`...)
+	b = append(b, keys...)
+	b = append(b, `,"members":{`...)
+	for k, id := range locs {
+		if k > 0 {
+			b = append(b, ',')
 		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`"` + key + `":`)
-		b.Write(j)
-		return nil
+		b = appendJSONString(b, id)
+		b = append(b, ':')
+		b = appendJSONString(b, members[id])
 	}
-	if err := enc("keys", p.keys); err != nil {
-		return lopContent{}, err
-	}
-	if err := enc("members", members); err != nil {
-		return lopContent{}, err
-	}
+	b = append(b, '}')
 	if len(p.egress) > 0 {
-		if err := enc("egress", p.egress); err != nil {
-			return lopContent{}, err
+		eg, err := json.Marshal(p.egress)
+		if err != nil {
+			return lopContent{}, fmt.Errorf("encode egress: %w", err)
 		}
+		b = append(b, `,"egress":`...)
+		b = append(b, eg...)
 	}
-	if err := enc("table", pathcomp.TableFile{Locations: locs, Chains: entries}); err != nil {
-		return lopContent{}, err
-	}
-	return lopContent{lop: p.m.Names[l], body: b.Bytes(), hash: sha256.Sum256(b.Bytes())}, nil
+	b = append(b, `,"table":`...)
+	b = appendTableFile(b, locs, entries)
+	return lopContent{lop: p.m.Names[l], body: b, hash: sha256.Sum256(b)}, nil
 }
 
 // assemble returns the full JSON of an api.Table from its content.
@@ -391,4 +406,73 @@ func (p *plan) contents(prev map[string][32]byte) ([]lopContent, error) {
 		changed = append(changed, c)
 	}
 	return changed, nil
+}
+
+// appendTableFile appends the JSON of pathcomp.TableFile{Locations: locs,
+// Chains: entries} (without version), as encoding/json would, but several
+// times faster: tables of 1000 FEPs hold millions of entries.
+func appendTableFile(b []byte, locs []string, entries []pathcomp.ChainEntry) []byte {
+	b = append(b, `{"locations":[`...)
+	for k, l := range locs {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, l)
+	}
+	b = append(b, `],"chains":[`...)
+	for k, e := range entries {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"from":`...)
+		b = appendJSONString(b, e.From)
+		b = append(b, `,"to":`...)
+		b = appendJSONString(b, e.To)
+		b = append(b, `,"size":`...)
+		b = strconv.AppendInt(b, e.Size, 10)
+		b = append(b, `,"rounds":`...)
+		b = strconv.AppendInt(b, int64(e.Rounds), 10)
+		b = append(b, `,"path":[`...)
+		for x, id := range e.Path {
+			if x > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, id)
+		}
+		b = append(b, `],"cost_ms":`...)
+		b = appendJSONFloat(b, e.CostMS)
+		b = append(b, `,"sum_ms":`...)
+		b = appendJSONFloat(b, e.SumMS)
+		b = append(b, `,"max_ms":`...)
+		b = appendJSONFloat(b, e.MaxMS)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// appendJSONString appends s as a JSON string; ids and addresses are plain
+// ASCII, anything else goes through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for k := 0; k < len(s); k++ {
+		if c := s[k]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendJSONFloat appends a finite float as encoding/json would for the
+// values tables hold (non-negative, below 1e21); non-finite values become 0.
+func appendJSONFloat(b []byte, v float64) []byte {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return append(b, '0')
+	}
+	if v != 0 && (math.Abs(v) < 1e-6 || math.Abs(v) >= 1e21) {
+		q, _ := json.Marshal(v)
+		return append(b, q...)
+	}
+	return strconv.AppendFloat(b, v, 'f', -1, 64)
 }

@@ -26,7 +26,8 @@ type Controller struct {
 	m     *metrics
 	cache *tableCache
 
-	leader atomic.Bool
+	leader      atomic.Bool
+	lastCompute atomic.Int64 // nanoseconds of the last computation that wrote tables
 
 	mu      sync.Mutex // guards the fields below
 	feps    []api.FEP  // sorted by id
@@ -89,6 +90,10 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // IsLeader reports whether this controller currently computes tables.
 func (c *Controller) IsLeader() bool { return c.leader.Load() }
+
+// LastCompute returns how long the last computation that wrote tables took
+// (matrix, chains, encoding, store).
+func (c *Controller) LastCompute() time.Duration { return time.Duration(c.lastCompute.Load()) }
 
 // Version returns the highest table version this controller serves.
 func (c *Controller) Version() uint64 { return c.cache.maxVersion() }
@@ -359,6 +364,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	c.m.tablesWritten.Add(float64(written))
 	c.m.version.Set(float64(c.cache.maxVersion()))
 	c.m.computeSeconds.Set(time.Since(start).Seconds())
+	c.lastCompute.Store(int64(time.Since(start)))
 	c.log.Info("tables computed", "version", version, "feps", len(feps), "links", p.fronts.Links(),
 		"changed", len(changed), "written", written, "plan", planned.Round(time.Millisecond), "total", time.Since(start).Round(time.Millisecond))
 	if c.computed != nil {

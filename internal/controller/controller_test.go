@@ -571,3 +571,21 @@ func TestInitialKeysSeedStore(t *testing.T) {
 		t.Errorf("current key = %s; want the seed", got)
 	}
 }
+
+func TestAppendTableFileMatchesEncodingJSON(t *testing.T) {
+	entries := []pathcomp.ChainEntry{
+		{From: "a", To: "b", Size: 14000, Rounds: 1, Path: []string{"a", "b"}, CostMS: 5, SumMS: 10, MaxMS: 10},
+		{From: "a", To: "c<&>\"é", Size: 15_000_000, Rounds: 11, Path: []string{"a", "x.y_z-1", "c<&>\"é"}, CostMS: 123.456, SumMS: 0.000001, MaxMS: 1e22},
+	}
+	locs := []string{"a", "b", "c<&>\"é", "x.y_z-1"}
+	want, err := json.Marshal(pathcomp.TableFile{Locations: locs, Chains: entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendTableFile(nil, locs, entries); !bytes.Equal(got, want) {
+		t.Errorf("appendTableFile =\n%s\nwant\n%s", got, want)
+	}
+	if got, want := string(appendTableFile(nil, nil, nil)), `{"locations":[],"chains":[]}`; got != want {
+		t.Errorf("empty table = %s; want %s", got, want)
+	}
+}

@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/store"
+)
+
+// syntheticWorld places n FEPs at random coordinates and measures, like the
+// agents would, each FEP's targets with an RTT from the distance.
+func syntheticWorld(n int) ([]api.FEP, []store.RTT) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	feps := make([]api.FEP, n)
+	for i := range feps {
+		feps[i] = api.FEP{ID: fmt.Sprintf("fep%04d", i), HopAddr: fmt.Sprintf("10.%d.%d.1:7000", i/250, i%250),
+			ProbeAddr: fmt.Sprintf("10.%d.%d.1:7001", i/250, i%250), Lat: rng.Float64()*140 - 60, Lon: rng.Float64()*360 - 180}
+	}
+	slices.SortFunc(feps, func(a, b api.FEP) int { return strings.Compare(a.ID, b.ID) })
+	var rtts []store.RTT
+	now := time.Now()
+	for i, ts := range ChooseTargets(feps, TargetPolicy{}) {
+		for _, tg := range ts {
+			j, _ := slices.BinarySearchFunc(feps, tg.ID, cmpFEP)
+			d := DistanceKm(feps[i].Lat, feps[i].Lon, feps[j].Lat, feps[j].Lon)
+			rtts = append(rtts, store.RTT{From: feps[i].ID, To: tg.ID, MS: (2 + 1.3*d/100) * (1 + 0.1*rng.Float64()), At: now})
+		}
+	}
+	return feps, rtts
+}
+
+// BenchmarkComputePhases times the phases of one computation for
+// MOSTO_BENCH_FEPS FEPs (default 1000):
+//
+//	MOSTO_BENCH_FEPS=1000 go test -run XXX -bench ComputePhases -benchtime 1x ./internal/controller/
+func BenchmarkComputePhases(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("MOSTO_BENCH_FEPS")); err == nil && v > 1 {
+		n = v
+	}
+	feps, rtts := syntheticWorld(n)
+	cfg, _ := Config{Store: openBolt(b)}.withDefaults()
+	keys := store.Keys{Current: make([]byte, 32)}
+	for b.Loop() {
+		t0 := time.Now()
+		m := BuildMatrix(feps, rtts)
+		t1 := time.Now()
+		p, err := newPlan(cfg, feps, m, keys)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		changed, err := p.contents(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		total := 0
+		for _, lc := range changed {
+			total += len(api.GzipBytes(assemble(lc, 1, t0)))
+		}
+		t4 := time.Now()
+		raw := 0
+		for _, lc := range changed {
+			raw += len(lc.body)
+		}
+		b.Logf("%d FEPs, %d links: matrix %s, precompute %s, chains+encode %s (%d MB JSON), gzip %s (%d MB)",
+			n, p.fronts.Links(), t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond),
+			t3.Sub(t2).Round(time.Millisecond), raw>>20, t4.Sub(t3).Round(time.Millisecond), total>>20)
+	}
+}
