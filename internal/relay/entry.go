@@ -29,27 +29,28 @@ type Intent struct {
 }
 
 // serveEntry runs an entry handshake, opens the upstream side and relays.
-func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) {
+func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) *net.TCPConn {
 	in := Intent{Client: src, Local: addrPort(c.LocalAddr())}
 	switch l.kind {
 	case kindService:
 		t, err := ParseTarget(l.service.Origin)
 		if err != nil { // Validate checked it; keep serving anyway
 			s.refuse(refuseEntryProto, c, src, err)
-			return
+			return nil
 		}
 		in.Target, in.Size = t, int64(l.service.Size)
 		up, err := s.open(in)
 		if err != nil {
 			s.entryFailed(c, in, err)
-			return
+			return nil
 		}
-		s.relay(roleInP, c, up)
+		return up
 	case kindSOCKS5:
-		s.serveSOCKS5(l, c, in)
+		return s.serveSOCKS5(l, c, in)
 	case kindConnect:
-		s.serveConnect(l, c, in)
+		return s.serveConnect(l, c, in)
 	}
+	return nil
 }
 
 // entryFailed counts a flow whose upstream could not be opened.
@@ -63,7 +64,7 @@ func (s *Server) entryFailed(c *net.TCPConn, in Intent, err error) {
 	resetClose(c)
 }
 
-func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) {
+func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPConn {
 	cfg := socks5.Config{
 		Timeout: s.header,
 		Allow: func(target string) bool {
@@ -89,13 +90,13 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) {
 			reason = refuseHeaderTimeout
 		}
 		s.refuse(reason, c, in.Client, err)
-		return
+		return nil
 	}
 	t, err := ParseTarget(req.Target)
 	if err != nil {
 		socks5.Reply(c, socks5.AddrTypeNotSupported, netip.AddrPort{})
 		s.refuse(refuseEntryProto, c, in.Client, err)
-		return
+		return nil
 	}
 	in.Target, in.Size = t, int64(s.cfg.SOCKS5.Size)
 	up, err := s.open(in)
@@ -107,7 +108,7 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) {
 		c.SetWriteDeadline(time.Now().Add(s.header))
 		socks5.Reply(c, code, netip.AddrPort{})
 		s.entryFailed(c, in, err)
-		return
+		return nil
 	}
 	c.SetWriteDeadline(time.Now().Add(s.header))
 	if err := socks5.Reply(c, socks5.Succeeded, in.Local); err != nil {
@@ -115,13 +116,13 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) {
 		resetClose(up)
 		s.endFlow(roleInP, outcomeEntry)
 		resetClose(c)
-		return
+		return nil
 	}
 	c.SetWriteDeadline(time.Time{})
-	s.relay(roleInP, c, up)
+	return up
 }
 
-func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) {
+func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPConn {
 	c.SetDeadline(time.Now().Add(s.header))
 	br := bufio.NewReaderSize(c, 4096)
 	target, hdr, err := httpconnect.ReadRequest(br, httpconnect.Limits{})
@@ -133,7 +134,7 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) {
 			httpconnect.WriteReply(c, httpconnect.StatusFor(err))
 		}
 		s.refuse(reason, c, in.Client, err)
-		return
+		return nil
 	}
 	if users := s.cfg.HTTPConnect.Users; len(users) > 0 {
 		user, pass, ok := httpconnect.ProxyAuth(hdr)
@@ -141,19 +142,19 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) {
 		if !ok || !known || !socks5.CheckPassword(pass, want) {
 			httpconnect.WriteReply(c, http.StatusProxyAuthRequired)
 			s.refuse(refuseEntryAuth, c, in.Client, fmt.Errorf("user %q", user))
-			return
+			return nil
 		}
 	}
 	t, err := ParseTarget(target)
 	if err != nil {
 		httpconnect.WriteReply(c, http.StatusBadRequest)
 		s.refuse(refuseEntryProto, c, in.Client, err)
-		return
+		return nil
 	}
 	if !listAllows(l.allow, t) {
 		httpconnect.WriteReply(c, http.StatusForbidden)
 		s.refuse(refuseEntryAllow, c, in.Client, fmt.Errorf("target %s", t))
-		return
+		return nil
 	}
 	in.Target, in.Size = t, int64(s.cfg.HTTPConnect.Size)
 	up, err := s.open(in)
@@ -167,7 +168,7 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) {
 		}
 		httpconnect.WriteReply(c, code)
 		s.entryFailed(c, in, err)
-		return
+		return nil
 	}
 	if err := httpconnect.WriteReply(c, http.StatusOK); err == nil && br.Buffered() > 0 {
 		// Bytes the client sent right after its request head (say a TLS
@@ -181,11 +182,11 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) {
 			resetClose(up)
 			s.endFlow(roleInP, outcomeReset)
 			resetClose(c)
-			return
+			return nil
 		}
 	}
 	c.SetDeadline(time.Time{})
-	s.relay(roleInP, c, up)
+	return up
 }
 
 // open connects the upstream side of a flow for the InP: through the chain

@@ -53,6 +53,15 @@ type metrics struct {
 	refusals *prometheus.CounterVec
 	direct   *prometheus.CounterVec
 	connect  *prometheus.HistogramVec
+
+	// Children of the per-role vectors, resolved once so the flow path
+	// neither hashes labels nor grows its goroutine stacks doing so.
+	roles map[string]*roleMetrics
+}
+
+type roleMetrics struct {
+	active   prometheus.Gauge
+	up, down prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -87,8 +96,13 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.flows, m.bytes, m.active, m.refusals, m.direct, m.connect,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.roles = make(map[string]*roleMetrics, 3)
 	for _, r := range []string{roleInP, roleTrP, roleEgP} {
-		m.active.WithLabelValues(r)
+		m.roles[r] = &roleMetrics{
+			active: m.active.WithLabelValues(r),
+			up:     m.bytes.WithLabelValues(r, "up"),
+			down:   m.bytes.WithLabelValues(r, "down"),
+		}
 	}
 	return m
 }

@@ -454,7 +454,10 @@ func (s *Server) acceptLoop(wg *sync.WaitGroup, l *listener, fatal chan<- error)
 	}
 }
 
-// serveConn owns one accepted connection for its whole life.
+// serveConn owns one accepted connection for its whole life. The
+// handshake (header or entry protocol, chain choice, dial) runs in its own
+// short-lived goroutine, so the deep stack it grows is freed before the
+// long copy phase, which runs here on a small stack.
 func (s *Server) serveConn(l *listener, c *net.TCPConn, src netip.AddrPort) {
 	defer s.wg.Done()
 	defer s.limits.release(src.Addr(), l.kind == kindHop)
@@ -464,11 +467,29 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, src netip.AddrPort) {
 	if nd := s.cfg.Socket.NoDelay; nd != nil {
 		c.SetNoDelay(*nd)
 	}
+	ch := make(chan handoff, 1)
+	go s.handshake(l, c, src, ch)
+	h := <-ch
+	if h.up != nil {
+		s.relay(h.role, c, h.up)
+	}
+}
+
+// handoff is a handshake's result: the upstream connection to relay to
+// (nil when the flow was refused or failed, already counted and closed).
+type handoff struct {
+	role string
+	up   *net.TCPConn
+}
+
+// handshake runs the accept-side protocol of one connection.
+func (s *Server) handshake(l *listener, c *net.TCPConn, src netip.AddrPort, ch chan<- handoff) {
 	if l.kind == kindHop {
-		s.serveHop(c, src)
+		role, up := s.serveHop(c, src)
+		ch <- handoff{role, up}
 		return
 	}
-	s.serveEntry(l, c, src)
+	ch <- handoff{roleInP, s.serveEntry(l, c, src)}
 }
 
 func isTemporary(err error) bool {
@@ -510,7 +531,7 @@ func refusalReason(err error) string {
 
 // serveHop handles a connection from another member: verify the header,
 // then forward to the next member or, as EgP, to the origin.
-func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) {
+func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPConn) {
 	c.SetReadDeadline(time.Now().Add(s.header))
 	h, err := hop.Read(c, s.kr, time.Now(), s.cfg.maxSkew())
 	if err == nil {
@@ -518,12 +539,12 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) {
 	}
 	if err != nil {
 		s.refuse(refusalReason(err), c, src, err)
-		return
+		return "", nil
 	}
 	c.SetReadDeadline(time.Time{})
 	if h.Hop == 0 || h.Route[h.Hop] != s.self {
 		s.refuse(refuseNotSelf, c, src, fmt.Errorf("route %v hop %d", h.Route, h.Hop))
-		return
+		return "", nil
 	}
 	log := s.log.With("flow", flowString(h.FlowID))
 	if h.Hop < len(h.Route)-1 {
@@ -531,51 +552,50 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) {
 		addr, ok := s.member(next)
 		if !ok || next == s.self {
 			s.refuse(refuseNotMember, c, src, fmt.Errorf("next hop %q", next))
-			return
+			return "", nil
 		}
 		fwd := *h
 		fwd.Hop++
 		fwd.Time = time.Now()
-		s.forward(c, roleTrP, next, addr, &fwd, log)
-		return
+		return roleTrP, s.forward(c, roleTrP, next, addr, &fwd, log)
 	}
 	t, err := ParseTarget(h.Target)
 	if err != nil {
 		s.refuse(refusePolicy, c, src, err)
-		return
+		return "", nil
 	}
-	s.exit(c, roleEgP, t, h.Source, h.Dest, log)
+	return roleEgP, s.exit(c, roleEgP, t, h.Source, h.Dest, log)
 }
 
 // forward connects to the next member, sends it h and relays.
-func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header, log *slog.Logger) {
+func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header, log *slog.Logger) *net.TCPConn {
 	up, err := s.dialHop(next, addr, h)
 	if err != nil {
 		log.Debug("connect next hop", "next", next, "addr", addr, "err", err)
 		s.endFlow(role, outcomeDialError)
 		resetClose(c)
-		return
+		return nil
 	}
 	log.Debug("hop", "role", role, "next", next, "route", h.Route)
-	s.relay(role, c, up)
+	return up
 }
 
 // exit is the EgP's last step: connect to the origin if the destination
 // policy allows it, and relay.
-func (s *Server) exit(c *net.TCPConn, role string, t Target, client, local netip.AddrPort, log *slog.Logger) {
+func (s *Server) exit(c *net.TCPConn, role string, t Target, client, local netip.AddrPort, log *slog.Logger) *net.TCPConn {
 	up, err := s.dialOrigin(t, client, local)
 	if errors.Is(err, errPolicy) {
 		s.refuse(refusePolicy, c, client, fmt.Errorf("target %s", t))
-		return
+		return nil
 	}
 	if err != nil {
 		log.Debug("connect origin", "target", t.String(), "err", err)
 		s.endFlow(role, outcomeDialError)
 		resetClose(c)
-		return
+		return nil
 	}
 	log.Debug("exit", "role", role, "target", t.String())
-	s.relay(role, c, up)
+	return up
 }
 
 // dialHop connects to the next member and sends it the signed header h.
@@ -656,13 +676,13 @@ func (s *Server) dial(peer, addr string) (*net.TCPConn, error) {
 // accepted connection, up the dialed one (closed and untracked here).
 func (s *Server) relay(role string, down, up *net.TCPConn) {
 	defer s.untrack(up)
-	active := s.m.active.WithLabelValues(role)
-	active.Inc()
-	defer active.Dec()
+	rm := s.m.roles[role]
+	rm.active.Inc()
+	defer rm.active.Dec()
 	p := &pipe{
 		down: down, up: up, idle: s.idle,
-		upBytes: s.m.bytes.WithLabelValues(role, "up"),
-		dnBytes: s.m.bytes.WithLabelValues(role, "down"),
+		upBytes: rm.up,
+		dnBytes: rm.down,
 	}
 	outcome := p.run()
 	if s.forcing.Load() && outcome != outcomeOK {
