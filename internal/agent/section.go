@@ -105,8 +105,8 @@ func (s Section) Config(id, hopListen string) (Config, error) {
 		DataDir:     s.DataDir,
 		LoP:         s.LoP,
 		ProbeListen: listen,
-		FEP: api.FEP{ID: id, HopAddr: hop, ProbeAddr: adv, Location: s.Location, Lat: s.Lat, Lon: s.Lon},
-		Probe: probe.Config{Measurer: m, Interval: s.ProbeInterval},
+		FEP:         api.FEP{ID: id, HopAddr: hop, ProbeAddr: adv, Location: s.Location, Lat: s.Lat, Lon: s.Lon},
+		Probe:       probe.Config{Measurer: m, Interval: s.ProbeInterval},
 	}
 	if err := cfg.FEP.Validate(); err != nil {
 		return Config{}, fmt.Errorf("controller: %w", err)
