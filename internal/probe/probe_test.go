@@ -424,3 +424,31 @@ func TestProberConfirmation(t *testing.T) {
 		t.Logf("change reported %v after it happened (start %v)", at[1].Sub(changed), changed.Sub(start))
 	})
 }
+
+func TestSetTargetsWakesOnlyOnChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &scripted{rtt: map[string]time.Duration{"a:1": ms, "b:1": ms}}
+		p := NewProber(Config{Measurer: m, Interval: time.Hour, Jitter: -1, Probes: 1}, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go p.Run(ctx, func(context.Context, []Sample) error { return nil })
+		calls := func() int {
+			synctest.Wait()
+			time.Sleep(time.Second) // let a round finish
+			synctest.Wait()
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.calls
+		}
+		p.SetTargets([]Target{{"a", "a:1"}})
+		n := calls()
+		p.SetTargets([]Target{{"a", "a:1"}})
+		if got := calls(); got != n {
+			t.Errorf("same targets caused %d probes", got-n)
+		}
+		p.SetTargets([]Target{{"a", "a:1"}, {"b", "b:1"}})
+		if got := calls(); got != n+2 {
+			t.Errorf("new targets caused %d probes; want a round of 2", got-n)
+		}
+	})
+}

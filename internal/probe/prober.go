@@ -99,9 +99,14 @@ func NewProber(cfg Config, log *slog.Logger) *Prober {
 	}
 }
 
-// SetTargets replaces the peers to measure and wakes the prober for a round.
+// SetTargets replaces the peers to measure and, when they changed, wakes
+// the prober for a round.
 func (p *Prober) SetTargets(ts []Target) {
 	p.mu.Lock()
+	if slices.Equal(p.targets, ts) {
+		p.mu.Unlock()
+		return
+	}
 	p.targets = append([]Target(nil), ts...)
 	ids := make([]string, len(ts))
 	for i, t := range ts {
