@@ -146,3 +146,14 @@ func FuzzSplitGSO(f *testing.F) {
 		}
 	})
 }
+
+func TestWireBytes(t *testing.T) {
+	pkt := gsoPacket(make([]byte, 4000), 1448, 0x10) // 3 segments, 40-byte headers
+	if got, want := wireBytes(pkt, true), 4000+3*40; got != want {
+		t.Errorf("wireBytes(GSO 3 segments) = %d; want %d", got, want)
+	}
+	pkt[1] = gsoNone
+	if got, want := wireBytes(pkt, true), 4040; got != want {
+		t.Errorf("wireBytes(plain) = %d; want %d", got, want)
+	}
+}

@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 
 	"golang.org/x/sys/unix"
@@ -146,10 +147,7 @@ func (p *pipe) enqueueLocked(now int64, buf []byte) {
 		p.w.bufs.put(buf)
 		return
 	}
-	size := len(buf)
-	if p.w.offload {
-		size -= vnetHdrLen
-	}
+	size := wireBytes(buf, p.w.offload)
 	depart := now
 	if c.RateMbit > 0 {
 		start := max(now, p.busyUntil)
@@ -197,4 +195,23 @@ func (p *pipe) deliver(b []byte) {
 	}
 	p.inFlight.Add(-int64(len(b)))
 	p.w.bufs.put(b)
+}
+
+// wireBytes returns the bytes buf occupies on the wire: its IP packet, plus
+// the headers of every segment after the first when it is a GSO packet.
+func wireBytes(buf []byte, offload bool) int {
+	if !offload {
+		return len(buf)
+	}
+	n := len(buf) - vnetHdrLen
+	if !isGSO(buf) {
+		return n
+	}
+	hdrLen := int(binary.LittleEndian.Uint16(buf[2:4]))
+	gsoSize := int(binary.LittleEndian.Uint16(buf[4:6]))
+	if gsoSize == 0 || hdrLen <= 0 || hdrLen >= n {
+		return n
+	}
+	segs := (n - hdrLen + gsoSize - 1) / gsoSize
+	return n + (segs-1)*hdrLen
 }
