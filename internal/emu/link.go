@@ -207,9 +207,19 @@ func wireBytes(buf []byte, offload bool) int {
 	if !isGSO(buf) {
 		return n
 	}
-	hdrLen := int(binary.LittleEndian.Uint16(buf[2:4]))
+	// The virtio hdr_len is only a hint (the linear part of the skb), so
+	// read the real IP + TCP header length.
+	pkt := buf[vnetHdrLen:]
+	ipHL := 40
+	if pkt[0]>>4 == 4 {
+		ipHL = int(pkt[0]&0x0f) * 4
+	}
+	if len(pkt) < ipHL+20 {
+		return n
+	}
+	hdrLen := ipHL + int(pkt[ipHL+12]>>4)*4
 	gsoSize := int(binary.LittleEndian.Uint16(buf[4:6]))
-	if gsoSize == 0 || hdrLen <= 0 || hdrLen >= n {
+	if gsoSize == 0 || hdrLen >= n {
 		return n
 	}
 	segs := (n - hdrLen + gsoSize - 1) / gsoSize
