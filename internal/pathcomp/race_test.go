@@ -1,0 +1,5 @@
+//go:build race
+
+package pathcomp
+
+const raceEnabled = true
