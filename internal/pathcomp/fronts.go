@@ -93,7 +93,7 @@ type eventLog struct {
 }
 
 func newEventLog(n int) eventLog {
-	c := 4 * n * (n - 1) / 2 // typical fronts hold a few entries per pair
+	c := min(4*n*(n-1)/2, 1<<22) // typical fronts hold a few entries per pair
 	return eventLog{key: make([]int64, 0, c), pl: make([]uint64, 0, c)}
 }
 
