@@ -22,11 +22,12 @@ import (
 // mosto and through an nginx front-end, prints the medians and tears down.
 func runDemo(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "demo")
-	runs := fs.Int("runs", 5, "fetches per size and mode")
+	runs := fs.Int("runs", 4, "fetches per size and mode")
 	sizesFlag := fs.String("sizes", "10KB,50KB,100KB,200KB,500KB", "object sizes (comma-separated, 1 KB = 1000 B)")
 	noCDN := fs.Bool("no-cdn", false, "skip the nginx CDN front-end")
+	single := fs.Bool("single", false, "also fetch through the single proxy in Washington (the paper's Virginia)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, "usage: mosto demo [--runs N] [--sizes LIST] [--no-cdn]\n\nNeeds root (network namespaces, TUN devices, sysctls). Takes about a minute.")
+		fmt.Fprintln(env.Stderr, "usage: mosto demo [--runs N] [--sizes LIST] [--no-cdn] [--single]\n\nNeeds root (network namespaces, TUN devices, sysctls). Takes about a minute.")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -77,7 +78,10 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 		time.Since(start).Round(100*time.Millisecond), len(w.Hosts()), float64(rtt)/1e6, roles.InP, roles.EgP, roles.Single)
 	fmt.Fprintln(env.Stdout, "controller: not started — the chain table was computed by pathcomp from the world's RTTs and given to every proxy as a file")
 
-	modes := []scenario.Mode{scenario.Direct, scenario.Single, scenario.Chain}
+	modes := []scenario.Mode{scenario.Direct, scenario.Chain}
+	if *single {
+		modes = append(modes, scenario.Single)
+	}
 	if useCDN {
 		modes = append(modes, scenario.CDNWarm)
 	}
