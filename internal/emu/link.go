@@ -210,6 +210,9 @@ func wireBytes(buf []byte, offload bool) int {
 	// The virtio hdr_len is only a hint (the linear part of the skb), so
 	// read the real IP + TCP header length.
 	pkt := buf[vnetHdrLen:]
+	if len(pkt) < 20 {
+		return n
+	}
 	ipHL := 40
 	if pkt[0]>>4 == 4 {
 		ipHL = int(pkt[0]&0x0f) * 4
