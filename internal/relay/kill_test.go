@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -85,7 +86,17 @@ func TestHopKilled(t *testing.T) {
 		t.Skip("spawns a child process")
 	}
 	leakCheck(t)
+	// The origin streams to clients that send "d" and swallows the
+	// uploads of clients that send "u".
 	o := newOrigin(t, func(c *net.TCPConn) {
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(c, b); err != nil {
+			return
+		}
+		if b[0] == 'u' {
+			io.Copy(io.Discard, c)
+			return
+		}
 		buf := make([]byte, 32<<10)
 		for {
 			if _, err := c.Write(buf); err != nil {
@@ -104,25 +115,51 @@ timeouts: {idle: 1m}
 	w.a.SetMembers(members)
 	w.c.SetMembers(members)
 
-	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
-	if err != nil {
-		t.Fatal(err)
+	dial := func(kind string) net.Conn {
+		c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		c.Write([]byte(kind))
+		return c
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.ReadFull(c, make([]byte, 1<<20)); err != nil {
+	down, up := dial("d"), dial("u")
+	if _, err := io.ReadFull(down, make([]byte, 1<<20)); err != nil {
 		t.Fatalf("download before the kill: %v", err)
 	}
+	upDone := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 16<<10)
+		for {
+			if _, err := up.Write(buf); err != nil {
+				upDone <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the upload is flowing
 	killed := time.Now()
 	cmd.Process.Kill()
-	n, err := io.Copy(io.Discard, c)
+	n, err := io.Copy(io.Discard, down)
 	took := time.Since(killed)
 	if isTimeoutErr(err) {
-		t.Fatalf("client hung until its deadline after the hop died (read %d bytes)", n)
+		t.Fatalf("download hung until its deadline after the hop died (read %d bytes)", n)
 	}
-	t.Logf("client saw %v after %v (%d more bytes)", errOrEOF(err), took, n)
+	t.Logf("download saw %v after %v (%d more bytes)", errOrEOF(err), took, n)
 	if took > 5*time.Second {
-		t.Errorf("client learned of the dead hop after %v; want promptly", took)
+		t.Errorf("download learned of the dead hop after %v; want promptly", took)
+	}
+	// An upload writes into the dead hop: the RST comes back to the client.
+	err = <-upDone
+	took = time.Since(killed)
+	t.Logf("upload saw %v after %v", err, took)
+	if isTimeoutErr(err) || took > 5*time.Second {
+		t.Errorf("upload: %v after %v; want a reset promptly", err, took)
+	}
+	if !isReset(err) && !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("upload error %v; want connection reset or broken pipe", err)
 	}
 	// The surviving proxies keep serving: route around b.
 	w.a.SetChains(chainTable{{"a", "c"}: {"a", "c"}})
@@ -132,6 +169,7 @@ timeouts: {idle: 1m}
 	}
 	defer c2.Close()
 	c2.SetDeadline(time.Now().Add(10 * time.Second))
+	c2.Write([]byte("d"))
 	if _, err := io.ReadFull(c2, make([]byte, 1<<20)); err != nil {
 		t.Fatalf("download after the kill via a-c: %v", err)
 	}
