@@ -87,15 +87,14 @@ func pairTable(n int) (lo, hi []uint16) {
 
 // eventLog records, in order, every improvement of a pair's best (sum, hops):
 // the new key, and the pair index << 32 | the link index << 1 | orientation.
+// It grows in fixed chunks, so that growing never copies.
 type eventLog struct {
-	key []int64
-	pl  []uint64
+	key   [][]int64
+	pl    [][]uint64
+	count int
 }
 
-func newEventLog(n int) eventLog {
-	c := min(4*n*(n-1)/2, 1<<22) // typical fronts hold a few entries per pair
-	return eventLog{key: make([]int64, 0, c), pl: make([]uint64, 0, c)}
-}
+const logChunk = 1 << 18
 
 func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
 	lo, hi := i, j
@@ -107,8 +106,14 @@ func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
 	if !iOnA {
 		orient = 1
 	}
-	lg.key = append(lg.key, key)
-	lg.pl = append(lg.pl, uint64(pairIndex(n, lo, hi))<<32|uint64(h)<<1|uint64(orient))
+	if lg.count%logChunk == 0 {
+		lg.key = append(lg.key, make([]int64, 0, logChunk))
+		lg.pl = append(lg.pl, make([]uint64, 0, logChunk))
+	}
+	c := len(lg.key) - 1
+	lg.key[c] = append(lg.key[c], key)
+	lg.pl[c] = append(lg.pl[c], uint64(pairIndex(n, lo, hi))<<32|uint64(h)<<1|uint64(orient))
+	lg.count++
 }
 
 func newDist(n int) []int64 {
@@ -130,7 +135,7 @@ func newDist(n int) []int64 {
 func (f *Fronts) runPruned() eventLog {
 	n := f.n
 	d := newDist(n)
-	lg := newEventLog(n)
+	var lg eventLog
 	as := make([]int, 0, n)
 	bs := make([]int, 0, n)
 	for h := range f.linkRTT {
@@ -170,7 +175,7 @@ func (f *Fronts) runPruned() eventLog {
 func (f *Fronts) runPlain() eventLog {
 	n := f.n
 	d := newDist(n)
-	lg := newEventLog(n)
+	var lg eventLog
 	sa := make([]int64, n)
 	sb := make([]int64, n)
 	for h := range f.linkRTT {
@@ -203,21 +208,27 @@ func (f *Fronts) runPlain() eventLog {
 func (f *Fronts) compact(lg eventLog) {
 	pairs := f.n * (f.n - 1) / 2
 	f.start = make([]uint32, pairs+1)
-	for _, v := range lg.pl {
-		f.start[v>>32+1]++
+	for _, chunk := range lg.pl {
+		for _, v := range chunk {
+			f.start[v>>32+1]++
+		}
 	}
 	for p := 0; p < pairs; p++ {
 		f.start[p+1] += f.start[p]
 	}
-	f.key = make([]int64, len(lg.key))
-	f.link = make([]uint32, len(lg.key))
+	f.key = make([]int64, lg.count)
+	f.link = make([]uint32, lg.count)
 	next := slices.Clone(f.start[:pairs])
-	for e, v := range lg.pl {
-		p := v >> 32
-		k := next[p]
-		next[p]++
-		f.key[k] = lg.key[e]
-		f.link[k] = uint32(v)
+	for c, chunk := range lg.pl {
+		keys := lg.key[c]
+		for e, v := range chunk {
+			p := v >> 32
+			k := next[p]
+			next[p]++
+			f.key[k] = keys[e]
+			f.link[k] = uint32(v)
+		}
+		lg.key[c], lg.pl[c] = nil, nil // let the collector take the chunk
 	}
 }
 
