@@ -218,7 +218,10 @@ func (s *Server) open(in Intent) (*net.TCPConn, error) {
 	log := s.log.With("flow", flowString(h.FlowID))
 	up, err := s.dialHop(next, addr, h)
 	if err != nil {
-		return nil, err
+		// The first hop is down: serve the flow directly rather than not at all.
+		log.Debug("first hop unreachable, going direct", "next", next, "err", err)
+		s.m.direct.WithLabelValues("hop_unreachable").Inc()
+		return s.dialOrigin(in.Target, in.Client, in.Local)
 	}
 	if log.Enabled(context.Background(), slog.LevelDebug) {
 		log.Debug("flow", "role", roleInP, "client", in.Client.String(), "target", in.Target.String(), "route", route)

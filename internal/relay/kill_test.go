@@ -161,9 +161,23 @@ timeouts: {idle: 1m}
 	if !isReset(err) && !errors.Is(err, syscall.EPIPE) {
 		t.Errorf("upload error %v; want connection reset or broken pipe", err)
 	}
-	// The surviving proxies keep serving: route around b.
-	w.a.SetChains(chainTable{{"a", "c"}: {"a", "c"}})
-	c2, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	// The surviving proxies keep serving: a new flow finds b down and goes
+	// direct; with a chain around b it goes through c.
+	for _, route := range [][]string{{"a", "b", "c"}, {"a", "c"}} {
+		w.a.SetChains(chainTable{{"a", "c"}: route})
+		downloadOK(t, w.a.ServiceAddr(0).String())
+	}
+	if n := testutilDirect(w.a, "hop_unreachable"); n != 1 {
+		t.Errorf("direct{hop_unreachable} = %v; want 1", n)
+	}
+	if n := connectCount(w.a, "c"); n != 1 {
+		t.Errorf("a connected to c %d times; want 1 (the flow routed around b)", n)
+	}
+}
+
+func downloadOK(t *testing.T, addr string) {
+	t.Helper()
+	c2, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +185,7 @@ timeouts: {idle: 1m}
 	c2.SetDeadline(time.Now().Add(10 * time.Second))
 	c2.Write([]byte("d"))
 	if _, err := io.ReadFull(c2, make([]byte, 1<<20)); err != nil {
-		t.Fatalf("download after the kill via a-c: %v", err)
+		t.Fatalf("download after the kill: %v", err)
 	}
 }
 
@@ -180,4 +194,20 @@ func errOrEOF(err error) string {
 		return "EOF"
 	}
 	return err.Error()
+}
+
+// connectCount is the number of connections s made to peer.
+func connectCount(s *running, peer string) uint64 {
+	mfs, _ := s.m.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "mosto_relay_connect_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == peer {
+				return m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return 0
 }
