@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,7 +49,6 @@ func TestScale(t *testing.T) {
 	tr := &http.Transport{MaxIdleConns: 2 * n, MaxIdleConnsPerHost: 2 * n, MaxConnsPerHost: 0}
 	t.Cleanup(tr.CloseIdleConnections)
 	cl := &api.Client{BaseURL: srv.URL, HTTP: &http.Client{Transport: tr}}
-	ctx := testCtx(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
@@ -121,9 +123,16 @@ func TestScale(t *testing.T) {
 		}
 	}
 	tCompute := c.LastCompute()
+	cpu0 := cpuTime()
 
 	// Every FEP long-polls from the current version; one more FEP joins.
+	// The simulated LoPs read the gzip body without decoding it: decoding
+	// is each real LoP's own work, not the controller's.
+	rawTr := &http.Transport{MaxIdleConns: 2 * n, MaxIdleConnsPerHost: 2 * n, DisableCompression: true}
+	t.Cleanup(rawTr.CloseIdleConnections)
+	raw := &http.Client{Transport: rawTr}
 	got := make([]time.Time, n)
+	var bytesIn atomic.Int64
 	var wg sync.WaitGroup
 	ready := make(chan struct{}, n)
 	for i := 0; i < n; i++ {
@@ -131,21 +140,22 @@ func TestScale(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			ready <- struct{}{}
-			since := v
-			for {
-				tab, err := cl.Table(ctx, feps[i].ID, since, 60*time.Second)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if tab != nil && slices.Contains(tab.Table.Locations, feps[n].ID) {
-					got[i] = time.Now()
-					return
-				}
-				if tab != nil {
-					since = tab.Version
-				}
+			req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/v1/tables/%s?since=%d&wait=120s", srv.URL, feps[i].ID, v), nil)
+			req.Header.Set("Accept-Encoding", "gzip")
+			resp, err := raw.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
 			}
+			nb, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			bytesIn.Add(nb)
+			ver, _ := strconv.ParseUint(resp.Header.Get(api.VersionHeader), 10, 64)
+			if resp.StatusCode != 200 || ver <= v {
+				t.Errorf("lop %s: status %d version %d; want 200 and > %d", feps[i].ID, resp.StatusCode, ver, v)
+				return
+			}
+			got[i] = time.Now()
 		}()
 	}
 	for i := 0; i < n; i++ {
@@ -164,6 +174,7 @@ func TestScale(t *testing.T) {
 		t.Fatal("no computation after the join")
 	}
 	tJoinCompute := c.LastCompute()
+	cpuJoin := cpuTime() - cpu0
 	wg.Wait()
 	last := t0
 	for _, g := range got {
@@ -174,6 +185,9 @@ func TestScale(t *testing.T) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if tab := mustTable(t, c, feps[0].ID); !strings.Contains(string(tab.JSON()), `"`+feps[n].ID+`"`) {
+		t.Errorf("table of %s does not name the FEP that joined", feps[0].ID)
+	}
 	var sizes []int
 	for i := 0; i < n; i++ {
 		et, err := c.WaitTable(ctx, feps[i].ID, 0)
@@ -186,8 +200,9 @@ func TestScale(t *testing.T) {
 	t.Logf("scale: %d FEPs, %d RTT samples (%d per FEP)", n, samples, samples/n)
 	t.Logf("register %d FEPs: %s; targets + reports: %s", n, tReg.Round(time.Millisecond), tRep.Round(time.Millisecond))
 	t.Logf("recomputation (matrix, chains, %d tables, store): %s", n, tCompute.Round(time.Millisecond))
-	t.Logf("join of FEP %d: recomputation %s; join -> last LoP has its table %s; publish -> last LoP %s",
-		n+1, tJoinCompute.Round(time.Millisecond), last.Sub(t0).Round(time.Millisecond), last.Sub(published).Round(time.Millisecond))
+	t.Logf("join of FEP %d: recomputation %s (process CPU during it %s); join -> last LoP has its table %s; publish -> last LoP %s",
+		n+1, tJoinCompute.Round(time.Millisecond), cpuJoin.Round(time.Millisecond), last.Sub(t0).Round(time.Millisecond), last.Sub(published).Round(time.Millisecond))
+	t.Logf("%d MB of gzip tables sent in the join round", bytesIn.Load()>>20)
 	t.Logf("table size gzip median %d B max %d B; fep0000 plain JSON %d B", sizes[len(sizes)/2], sizes[len(sizes)-1], plain)
 	t.Logf("process RSS %s (controller and %d simulated FEP clients); Go heap in use %d MB", rss(), n, ms.HeapInuse>>20)
 }
@@ -215,4 +230,13 @@ func rss() string {
 		}
 	}
 	return "unknown"
+}
+
+// cpuTime returns the user+system CPU time of the process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
