@@ -364,6 +364,9 @@ func writeTableJSON(w io.Writer, tf *pathcomp.TableFile) error {
 	if tf.Version != 0 {
 		fmt.Fprintf(bw, "\"version\":%d,\n", tf.Version)
 	}
+	if tf.ICW != 0 || tf.MSS != 0 {
+		fmt.Fprintf(bw, "\"icw\":%d,\"mss\":%d,\n", tf.ICW, tf.MSS)
+	}
 	fmt.Fprintf(bw, "\"locations\":%s,\n\"chains\":[", locs)
 	for k, c := range tf.Chains {
 		b, err := json.Marshal(c)

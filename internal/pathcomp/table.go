@@ -4,9 +4,14 @@ package pathcomp
 // distinct, connected locations and every size in sizes (bytes), using the
 // model f was computed with. names[i] names location i. Sizes that fall in
 // the same rounds class as an earlier size are skipped, since a table holds
-// one chain per pair and rounds class. Disconnected pairs get no entry.
+// one chain per pair and rounds class. Disconnected pairs get no entry. A
+// model other than the default is recorded in the table (icw, mss), so that
+// Index.Lookup maps sizes to the same rounds classes.
 func BuildTable(names []string, f *Fronts, sizes []int64) *TableFile {
 	tf := &TableFile{Locations: append([]string(nil), names...), Chains: []ChainEntry{}}
+	if f.model != (Model{}) && f.model != (Model{ICW: 10, MSS: 1460}) {
+		tf.ICW, tf.MSS = f.model.ICW, f.model.MSS
+	}
 	type class struct {
 		size   int64
 		rounds int

@@ -129,3 +129,46 @@ func TestIndexLookupAllocs(t *testing.T) {
 		t.Errorf("Lookup(300KB) = %+v, %v; want the 5-round entry", e, ok)
 	}
 }
+
+func TestTableKeepsModel(t *testing.T) {
+	rtt := [][]float64{{0, 10, 30}, {10, 0, 10}, {30, 10, 0}}
+	names := []string{"A", "B", "C"}
+	// ICW 1 x MSS 1000: 20 KB needs 5 rounds (1+2+4+8+16 = 31 segments).
+	model := Model{ICW: 1, MSS: 1000}
+	f, err := Precompute(rtt, Options{Model: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := BuildTable(names, f, []int64{1000, 20_000})
+	b, err := json.Marshal(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadTableFile(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.ICW != 1 || back.MSS != 1000 {
+		t.Fatalf("table model = %d/%d; want 1/1000", back.ICW, back.MSS)
+	}
+	ix, err := NewIndex(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := ix.Lookup("A", "C", 20_000)
+	if !ok || e.Rounds != model.Rounds(20_000) || e.Rounds != 5 {
+		t.Fatalf("Lookup(20KB) = %+v; want the %d-round entry", e, model.Rounds(20_000))
+	}
+	if d := BuildTable(names, mustPrecompute(t, rtt), []int64{1000}); d.ICW != 0 || d.MSS != 0 {
+		t.Errorf("default model recorded as %d/%d; want omitted", d.ICW, d.MSS)
+	}
+}
+
+func mustPrecompute(t *testing.T, rtt [][]float64) *Fronts {
+	t.Helper()
+	f, err := Precompute(rtt, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}

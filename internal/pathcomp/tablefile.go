@@ -38,6 +38,8 @@ func (m Model) Rounds(size int64) int {
 // locations and every transfer size.
 type TableFile struct {
 	Version   uint64       `json:"version,omitempty"`
+	ICW       int          `json:"icw,omitempty"` // model of the rounds classes; 0: 10 segments
+	MSS       int          `json:"mss,omitempty"` // 0: 1460 bytes
 	Locations []string     `json:"locations"`
 	Chains    []ChainEntry `json:"chains"`
 }
@@ -80,7 +82,10 @@ type Index struct {
 // NewIndex validates tf and builds an Index over it.
 func NewIndex(tf *TableFile) (*Index, error) {
 	n := len(tf.Locations)
-	ix := &Index{n: n, loc: make(map[string]int32, n)}
+	if tf.ICW < 0 || tf.MSS < 0 {
+		return nil, fmt.Errorf("pathcomp: table icw %d, mss %d: want >= 0", tf.ICW, tf.MSS)
+	}
+	ix := &Index{model: Model{ICW: tf.ICW, MSS: tf.MSS}, n: n, loc: make(map[string]int32, n)}
 	for i, l := range tf.Locations {
 		if _, dup := ix.loc[l]; dup {
 			return nil, fmt.Errorf("pathcomp: table location %q listed twice", l)
