@@ -227,7 +227,7 @@ func (a *Agent) install(s *Snapshot, persist bool) bool {
 // the table until ctx ends (it returns nil then). While the controller is
 // unreachable it retries with backoff and keeps the current table. It
 // returns an error wrapping ErrRefused when the controller refuses the join
-// token or the certificate.
+// token or the certificate. Call Run once.
 func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -429,6 +429,10 @@ func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 		if err != nil {
 			a.log.Warn("cannot fetch probe targets", "err", err)
 			next = b.next()
+			var se *api.StatusError
+			if errors.As(err, &se) && se.Code == http.StatusNotFound {
+				a.wantRegister() // the controller forgot this FEP
+			}
 		} else {
 			b.reset()
 			pts := make([]probe.Target, 0, len(ts))
@@ -465,13 +469,17 @@ func (a *Agent) reporter(c *api.Client) probe.ReportFunc {
 		_, err := c.Report(ctx, rep)
 		var se *api.StatusError
 		if errors.As(err, &se) && se.Code == http.StatusForbidden {
-			// An unregistered FEP's reports are refused: register again.
-			select {
-			case a.reregister <- struct{}{}:
-			default:
-			}
+			a.wantRegister() // an unregistered FEP's reports are refused
 		}
 		return err
+	}
+}
+
+// wantRegister asks the targets loop to register the FEP again.
+func (a *Agent) wantRegister() {
+	select {
+	case a.reregister <- struct{}{}:
+	default:
 	}
 }
 
