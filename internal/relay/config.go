@@ -142,6 +142,9 @@ type SocketConfig struct {
 	NoDelay      *bool  `yaml:"nodelay"`
 	Congestion   string `yaml:"congestion"`    // TCP_CONGESTION, e.g. bbr, cubic
 	NotSentLowat Size   `yaml:"notsent_lowat"` // TCP_NOTSENT_LOWAT; 0: kernel default
+	// KeepAlive is the TCP keepalive idle time and interval; 0: off (the
+	// idle timeout ends dead flows, and keepalive costs syscalls per flow).
+	KeepAlive Duration `yaml:"keepalive"`
 }
 
 // MetricsConfig is the HTTP listener for /metrics and /healthz.

@@ -118,7 +118,7 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	}
 	s.refLog = newRateLog(s.log, 10*time.Second)
 	s.flowCtx, s.flowCancel = context.WithCancel(context.Background())
-	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control()}
+	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control(), KeepAlive: cfg.Socket.keepAlive()}
 	maxConns := cfg.Limits.MaxConns
 	if maxConns == 0 {
 		maxConns = DefaultMaxConns
@@ -203,7 +203,7 @@ func loadTable(path string) (*pathcomp.Index, error) {
 }
 
 func (s *Server) bind() error {
-	lc := net.ListenConfig{Control: s.cfg.Socket.control()}
+	lc := net.ListenConfig{Control: s.cfg.Socket.control(), KeepAlive: s.cfg.Socket.keepAlive()}
 	listen := func(addr string, l *listener) error {
 		ln, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {

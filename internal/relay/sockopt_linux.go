@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,6 +26,15 @@ func (c SocketConfig) control() func(network, address string, rc syscall.RawConn
 		}
 		return serr
 	}
+}
+
+// keepAlive returns the net.Dialer/ListenConfig KeepAlive value: negative
+// disables Go's default 15 s keepalive.
+func (c SocketConfig) keepAlive() time.Duration {
+	if c.KeepAlive == 0 {
+		return -1
+	}
+	return time.Duration(c.KeepAlive)
 }
 
 func (c SocketConfig) apply(fd int) error {
