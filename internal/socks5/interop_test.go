@@ -109,4 +109,3 @@ func serveOne(ln net.Listener, cfg Config, targets chan<- string) {
 	c.(*net.TCPConn).CloseWrite()
 	<-done
 }
-
