@@ -20,6 +20,7 @@ import (
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/probe"
+	"github.com/mosto-net/mosto/internal/relay"
 )
 
 // fakeBackend is a controller with just enough behaviour for the agent:
@@ -512,3 +513,6 @@ func TestAgentStopsEverything(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The relay takes the agent as its chain source.
+var _ relay.ChainSource = (*Agent)(nil)
