@@ -76,7 +76,7 @@ func (c *checker) table() *tabwriter.Writer {
 }
 
 func (c *checker) pair(ctx context.Context, extra string) (*World, error) {
-	spec, err := ParseSpec([]byte("hosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 1}]\n" + extra))
+	spec, err := ParseSpec([]byte("name: check\nhosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 1}]\n" + extra))
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +412,7 @@ func (c *checker) scale(ctx context.Context) error {
 // cities repeat and copies of one city are 10 ms RTT apart.
 func scaleSpec(n int) *Spec {
 	var b strings.Builder
-	b.WriteString("dataset: default\nhosts:\n")
+	fmt.Fprintf(&b, "name: scale%d\ndataset: default\nhosts:\n", n)
 	cities := defaultCities()
 	for i := range n {
 		fmt.Fprintf(&b, "  - {name: h%d, location: %s}\n", i, cities[i%len(cities)])
