@@ -263,6 +263,18 @@ func TestSOCKS5(t *testing.T) {
 	waitFor(t, 5*time.Second, "entry refusals", func() bool {
 		return refusals(w.a.Server, refuseEntryAuth) == 1 && refusals(w.a.Server, refuseEntryAllow) == 1
 	})
+	// A client that stalls in the handshake is cut off at the header timeout.
+	slow, err := net.Dial("tcp", w.a.SOCKS5Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	slow.Write([]byte{5})
+	slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(slow); isTimeoutErr(err) {
+		t.Fatal("stalled SOCKS5 handshake not closed")
+	}
+	waitFor(t, 5*time.Second, "header timeout", func() bool { return refusals(w.a.Server, refuseHeaderTimeout) == 1 })
 }
 
 // TestHTTPConnect runs CONNECT with Basic auth and pipelined early data
