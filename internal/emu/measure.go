@@ -160,6 +160,14 @@ func (w *World) Fetch(ctx context.Context, client, server string, size int64) (F
 	}
 	defer l.Close()
 	srvErr := make(chan error, 1)
+	srvDone := false
+	defer func() {
+		// Stop and wait for the server on every path.
+		l.Close()
+		if !srvDone {
+			<-srvErr
+		}
+	}()
 	go func() {
 		c, err := l.Accept()
 		if err != nil {
@@ -204,6 +212,7 @@ func (w *World) Fetch(ctx context.Context, client, server string, size int64) (F
 	}
 	end := time.Now()
 	res.Time = end.Sub(start)
+	srvDone = true
 	if err := <-srvErr; err != nil {
 		return res, fmt.Errorf("emu: fetch: server: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -577,6 +576,10 @@ func (w *World) Stats(a, b string) LinkStats {
 	return LinkStats{}
 }
 
+// Unrouted returns how many packets the emulator dropped because their
+// destination was not a host of the world (or was the sender itself).
+func (w *World) Unrouted() uint64 { return w.unknownDst.Load() }
+
 // RTT returns the configured round-trip delay between a and b (the sum of
 // both one-way delays), without queueing or serialization.
 func (w *World) RTT(a, b string) time.Duration {
@@ -586,10 +589,4 @@ func (w *World) RTT(a, b string) time.Duration {
 		return 0
 	}
 	return time.Duration(math.Round((ab.DelayMS + ba.DelayMS) * 1e6))
-}
-
-func (w *World) sortedHosts() []string {
-	h := w.Hosts()
-	slices.Sort(h)
-	return h
 }
