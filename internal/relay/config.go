@@ -123,7 +123,7 @@ type ConnectConfig struct {
 type TimeoutConfig struct {
 	Header  Duration `yaml:"header"`  // reading a hop header or an entry handshake
 	Connect Duration `yaml:"connect"` // dialing the next hop or the origin
-	Idle    Duration `yaml:"idle"`    // no data in either direction; "0s"... see Defaults
+	Idle    Duration `yaml:"idle"`    // no data in either direction
 	Drain   Duration `yaml:"drain"`   // waiting for flows on shutdown
 }
 
