@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -369,15 +370,24 @@ func assemble(c lopContent, version uint64, computed time.Time) []byte {
 	return b.Bytes()
 }
 
-// contents builds the content of every FEP's table in parallel (a FEP that
-// serves no InP gets keys and members only) and returns those whose hash
-// differs from prev.
-func (p *plan) contents(prev map[string][32]byte) ([]lopContent, error) {
+// builtTable is one LoP's table, ready to store.
+type builtTable struct {
+	lop  string
+	hash [32]byte
+	gz   []byte // gzip of the full api.Table JSON
+}
+
+// tables builds the table of every FEP in parallel (a FEP that serves no
+// InP gets keys and members only) and returns, encoded at version and
+// gzip-compressed, those whose content hash differs from prev. Each worker
+// compresses as it goes, so the uncompressed JSON (hundreds of MB for 1000
+// FEPs) is never held at once.
+func (p *plan) tables(prev map[string][32]byte, version uint64, computed time.Time) ([]builtTable, error) {
 	inps := make([][]int, len(p.feps))
 	for i, l := range p.lopOf {
 		inps[l] = append(inps[l], i)
 	}
-	out := make([]lopContent, len(p.feps))
+	out := make([]*builtTable, len(p.feps))
 	errs := make([]error, len(p.feps))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -385,8 +395,25 @@ func (p *plan) contents(prev map[string][32]byte) ([]lopContent, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var zbuf bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&zbuf, gzip.BestSpeed) // one compressor per worker, reset per table
 			for l := range next {
-				out[l], errs[l] = p.content(l, inps[l])
+				lc, err := p.content(l, inps[l])
+				if err != nil {
+					errs[l] = err
+					continue
+				}
+				if h, ok := prev[lc.lop]; ok && h == lc.hash {
+					continue
+				}
+				zbuf.Reset()
+				zw.Reset(&zbuf)
+				zw.Write(assemble(lc, version, computed))
+				if err := zw.Close(); err != nil {
+					errs[l] = fmt.Errorf("compress table %s: %w", lc.lop, err)
+					continue
+				}
+				out[l] = &builtTable{lop: lc.lop, hash: lc.hash, gz: bytes.Clone(zbuf.Bytes())}
 			}
 		}()
 	}
@@ -395,15 +422,14 @@ func (p *plan) contents(prev map[string][32]byte) ([]lopContent, error) {
 	}
 	close(next)
 	wg.Wait()
-	changed := out[:0]
-	for l, c := range out {
+	var changed []builtTable
+	for l, t := range out {
 		if errs[l] != nil {
 			return nil, errs[l]
 		}
-		if h, ok := prev[c.lop]; ok && h == c.hash {
-			continue
+		if t != nil {
+			changed = append(changed, *t)
 		}
-		changed = append(changed, c)
 	}
 	return changed, nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -326,7 +325,14 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 		return err
 	}
 	planned := time.Since(start)
-	changed, err := p.contents(c.hashes)
+	// The version is taken before building (tables embed it); a
+	// computation that changes nothing leaves a gap, which is harmless.
+	version, err := c.st.NextVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("next version: %w", err)
+	}
+	now := c.cfg.Now()
+	changed, err := p.tables(c.hashes, version, now)
 	if err != nil {
 		return err
 	}
@@ -335,29 +341,16 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 		c.log.Debug("computation changed no table", "feps", len(feps))
 		return nil
 	}
-	version, err := c.st.NextVersion(ctx)
-	if err != nil {
-		return fmt.Errorf("next version: %w", err)
-	}
-	now := c.cfg.Now()
 	ts := make([]store.Table, len(changed))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for k, lc := range changed {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ts[k] = store.Table{LoP: lc.lop, Version: version, Data: api.GzipBytes(assemble(lc, version, now))}
-		}()
+	for k, bt := range changed {
+		ts[k] = store.Table{LoP: bt.lop, Version: version, Data: bt.gz}
 	}
-	wg.Wait()
 	written, err := c.st.PutTables(ctx, ts)
 	if err != nil {
 		return fmt.Errorf("store tables: %w", err)
 	}
-	for _, lc := range changed {
-		c.hashes[lc.lop] = lc.hash
+	for _, bt := range changed {
+		c.hashes[bt.lop] = bt.hash
 	}
 	c.cache.put(ts)
 	c.m.computations.Inc()
