@@ -38,7 +38,8 @@ type Controller struct {
 	lastMatrix *Matrix
 	keys       store.Keys
 
-	computed chan uint64 // test hook: versions written, non-blocking
+	kick     chan struct{} // Trigger: compute now
+	computed chan uint64   // test hook: versions written, non-blocking
 }
 
 var _ api.Backend = (*Controller)(nil)
@@ -59,6 +60,7 @@ func New(cfg Config) (*Controller, error) {
 		m:     newMetrics(cfg.Metrics),
 		cache: newTableCache(),
 		seen:  make(map[[2]string]float64),
+		kick:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -85,6 +87,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 	wg.Wait()
 	return nil
+}
+
+// Trigger asks the leader to compute at once (forced, without debounce);
+// it does nothing on a follower.
+func (c *Controller) Trigger() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 }
 
 // IsLeader reports whether this controller currently computes tables.
@@ -233,6 +244,8 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 			continue
 		case <-debounce:
 		case <-period.C:
+			force = true
+		case <-c.kick:
 			force = true
 		case <-rotate:
 			force = true
