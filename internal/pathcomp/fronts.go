@@ -62,13 +62,11 @@ func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
 		p := v & (1<<24 - 1)
 		f.linkA[h], f.linkB[h], f.linkRTT[h] = pairLo[p], pairHi[p], int64(v>>24)
 	}
-	var lg eventLog
 	if opt.Plain {
-		lg = f.runPlain()
+		f.compact(f.runPlain())
 	} else {
-		lg = f.runPruned()
+		f.compact(f.runPruned())
 	}
-	f.compact(lg)
 	return f, nil
 }
 
@@ -92,9 +90,14 @@ type eventLog struct {
 	key   [][]int64
 	pl    [][]uint64
 	count int
+	chunk int // entries per chunk
 }
 
-const logChunk = 1 << 18
+// newEventLog sizes the chunks for n locations: about four entries per pair,
+// between 1<<10 and 1<<18 entries.
+func newEventLog(n int) eventLog {
+	return eventLog{chunk: min(max(4*n*(n-1)/2, 1<<10), 1<<18)}
+}
 
 func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
 	lo, hi := i, j
@@ -106,9 +109,9 @@ func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
 	if !iOnA {
 		orient = 1
 	}
-	if lg.count%logChunk == 0 {
-		lg.key = append(lg.key, make([]int64, 0, logChunk))
-		lg.pl = append(lg.pl, make([]uint64, 0, logChunk))
+	if lg.count%lg.chunk == 0 {
+		lg.key = append(lg.key, make([]int64, 0, lg.chunk))
+		lg.pl = append(lg.pl, make([]uint64, 0, lg.chunk))
 	}
 	c := len(lg.key) - 1
 	lg.key[c] = append(lg.key[c], key)
@@ -135,7 +138,7 @@ func newDist(n int) []int64 {
 func (f *Fronts) runPruned() eventLog {
 	n := f.n
 	d := newDist(n)
-	var lg eventLog
+	lg := newEventLog(n)
 	as := make([]int, 0, n)
 	bs := make([]int, 0, n)
 	for h := range f.linkRTT {
@@ -175,7 +178,7 @@ func (f *Fronts) runPruned() eventLog {
 func (f *Fronts) runPlain() eventLog {
 	n := f.n
 	d := newDist(n)
-	var lg eventLog
+	lg := newEventLog(n)
 	sa := make([]int64, n)
 	sb := make([]int64, n)
 	for h := range f.linkRTT {

@@ -225,13 +225,14 @@ func timePrecompute(ctx context.Context, rtt [][]float64, opt pathcomp.Options, 
 	return f, best, nil
 }
 
-// threadCPU returns the CPU time (user + system) of the calling OS thread.
+// threadCPU returns the CPU time of the calling OS thread
+// (CLOCK_THREAD_CPUTIME_ID, nanosecond resolution).
 func threadCPU() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ts.Nano())
 }
 
 // measureLookup times Fronts.BestAppend on the WonderProxy matrix and
