@@ -39,60 +39,79 @@ func (s Samples) Median() time.Duration {
 }
 
 // Ping sends count ICMP echo requests from host from to host to, one every
-// interval, and returns the round-trip times of the replies.
+// interval, and returns the round-trip times of the replies. It runs on a
+// locked thread with real-time priority, so that its own wake-up on a busy
+// machine does not count as network delay.
 func (w *World) Ping(ctx context.Context, from, to string, count int, interval time.Duration) (Samples, error) {
 	dst := w.Addr(to)
 	if !dst.IsValid() {
 		return nil, fmt.Errorf("emu: ping: unknown host %q", to)
 	}
-	var fd int
+	var out Samples
 	err := w.Do(from, func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
-		return err
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
+		if err != nil {
+			return fmt.Errorf("socket: %w", err)
+		}
+		defer unix.Close(fd)
+		tv := unix.NsecToTimeval(int64(200 * time.Millisecond))
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		sa := &unix.SockaddrInet4{Addr: dst.As4()}
+		buf := make([]byte, 1500)
+		timeout := 2*w.RTT(from, to) + time.Second
+		return w.measuring(func() error {
+			for seq := range count {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				req := make([]byte, 16)
+				req[0] = 8 // echo request
+				binary.BigEndian.PutUint16(req[6:], uint16(seq))
+				sent := time.Now()
+				if err := unix.Sendto(fd, req, 0, sa); err != nil {
+					return fmt.Errorf("send: %w", err)
+				}
+				for time.Since(sent) < timeout {
+					n, _, err := unix.Recvfrom(fd, buf, 0)
+					if err != nil {
+						if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+							continue
+						}
+						return fmt.Errorf("recv: %w", err)
+					}
+					if n >= 8 && buf[0] == 0 && binary.BigEndian.Uint16(buf[6:]) == uint16(seq) {
+						out = append(out, time.Since(sent))
+						break
+					}
+				}
+				if seq < count-1 {
+					time.Sleep(interval)
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("emu: ping socket: %w", err)
-	}
-	defer unix.Close(fd)
-	tv := unix.NsecToTimeval(int64(200 * time.Millisecond))
-	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	sa := &unix.SockaddrInet4{Addr: dst.As4()}
-	var out Samples
-	buf := make([]byte, 1500)
-	timeout := 2*w.RTT(from, to) + time.Second
-	for seq := range count {
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-		req := make([]byte, 16)
-		req[0] = 8 // echo request
-		binary.BigEndian.PutUint16(req[6:], uint16(seq))
-		sent := time.Now()
-		if err := unix.Sendto(fd, req, 0, sa); err != nil {
-			return out, fmt.Errorf("emu: ping send: %w", err)
-		}
-		for time.Since(sent) < timeout {
-			n, _, err := unix.Recvfrom(fd, buf, 0)
-			if err != nil {
-				if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-					continue
-				}
-				return out, fmt.Errorf("emu: ping recv: %w", err)
-			}
-			if n >= 8 && buf[0] == 0 && binary.BigEndian.Uint16(buf[6:]) == uint16(seq) {
-				out = append(out, time.Since(sent))
-				break
-			}
-		}
-		if seq < count-1 {
-			time.Sleep(interval)
-		}
+		return out, fmt.Errorf("emu: ping %s->%s: %w", from, to, err)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("emu: ping: no replies")
 	}
 	return out, nil
+}
+
+// measuring runs fn on the calling locked thread with real-time priority
+// (when the world uses it) and restores normal priority afterwards.
+func (w *World) measuring(fn func() error) error {
+	if !w.realtime {
+		return fn()
+	}
+	rt := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 5}
+	if unix.SchedSetAttr(0, rt, 0) != nil {
+		return fn()
+	}
+	defer unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}, 0)
+	return fn()
 }
 
 // ConnectRTT measures count TCP handshakes from host from to a listener in
@@ -131,12 +150,14 @@ func (w *World) ConnectRTT(ctx context.Context, from, to string, count int) (Sam
 				return err
 			}
 			defer unix.Close(fd)
-			start := time.Now()
-			if err := unix.Connect(fd, sa); err != nil {
-				return fmt.Errorf("connect: %w", err)
-			}
-			d = time.Since(start)
-			return nil
+			return w.measuring(func() error {
+				start := time.Now()
+				if err := unix.Connect(fd, sa); err != nil {
+					return fmt.Errorf("connect: %w", err)
+				}
+				d = time.Since(start)
+				return nil
+			})
 		})
 		if err != nil {
 			return out, fmt.Errorf("emu: handshake %s->%s: %w", from, to, err)
