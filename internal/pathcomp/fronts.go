@@ -271,9 +271,8 @@ func (f *Fronts) valid(i, j int) bool {
 // best returns the event of the pair {i, j} with the smallest cost for rounds
 // (ties: fewer hops), or -1.
 func (f *Fronts) best(i, j, rounds int) int {
-	if rounds < 1 {
-		rounds = 1
-	}
+	// Keep 2(rounds-1)*Max (Max < 2^34 us) and the sum within int64.
+	rounds = min(max(rounds, 1), maxRounds)
 	lo, hi := f.events(i, j)
 	r2 := int64(2 * (rounds - 1))
 	bestE := -1
@@ -289,6 +288,10 @@ func (f *Fronts) best(i, j, rounds int) int {
 	}
 	return bestE
 }
+
+// maxRounds bounds the rounds Best distinguishes; larger values count as it.
+// (Model.Rounds never exceeds 62.)
+const maxRounds = 1 << 26
 
 // Best returns the chain from i to j with the smallest Model.Cost for rounds
 // slow-start rounds; ties go to the chain with fewer proxies. It returns false

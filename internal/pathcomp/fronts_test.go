@@ -333,6 +333,9 @@ func TestDegenerate(t *testing.T) {
 						t.Fatalf("Best(%d,%d,%d) = %v; want sum %v path %v", tt.i, tt.j, r, c, tt.sum, tt.path)
 					}
 				}
+				if c, ok := f.Best(tt.i, tt.j, math.MaxInt); ok != tt.ok || ok && !slices.Equal(c.Path, tt.path) {
+					t.Fatalf("Best(%d,%d,MaxInt) = %v, %v; want path %v", tt.i, tt.j, c, ok, tt.path)
+				}
 				if !tt.ok && len(f.Front(tt.i, tt.j)) != 0 {
 					t.Fatalf("Front(%d,%d) = %v; want empty", tt.i, tt.j, f.Front(tt.i, tt.j))
 				}
