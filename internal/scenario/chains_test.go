@@ -126,3 +126,21 @@ func TestResultsReport(t *testing.T) {
 		t.Errorf("WriteSVG: %v; %d series (want 3 modes + limit)", err, strings.Count(svg.String(), "<g "))
 	}
 }
+
+func FuzzParseConnectCounts(f *testing.F) {
+	f.Add("mosto_relay_connect_seconds_count{peer=\"London\"} 3\n")
+	f.Add("mosto_relay_connect_seconds_count{le=\"1\",peer=\"origin\"} 2e3\n# comment\n")
+	f.Add("mosto_relay_connect_seconds_count{peer=\"x\"} abc\n")
+	f.Add("mosto_relay_connect_seconds_count{")
+	f.Fuzz(func(t *testing.T, in string) {
+		m, err := parseConnectCounts(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		for peer := range m {
+			if peer == "" {
+				t.Fatalf("empty peer accepted from %q", in)
+			}
+		}
+	})
+}
