@@ -111,7 +111,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 	}
-	if err := demoPrivileges(); err != nil {
+	if err := needPrivileges("mosto bench transfer"); err != nil {
 		return err
 	}
 	if useCDN {

@@ -44,7 +44,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return usageErrorf("--sizes: %v", err)
 	}
-	if err := demoPrivileges(); err != nil {
+	if err := needPrivileges("mosto demo"); err != nil {
 		return err
 	}
 	spec, err := scenario.DemoSpec()
@@ -143,8 +143,9 @@ func printDemo(env *Env, res *scenario.Results, modes []scenario.Mode) {
 	fmt.Fprintf(env.Stdout, "mosto chain vs direct: median speedup %.2fx over all sizes\n", stats.Median(all))
 }
 
-// demoPrivileges explains what the demo needs when it cannot run.
-func demoPrivileges() error {
+// needPrivileges explains what cmd (which brings up an emulated world) needs
+// when it cannot run.
+func needPrivileges(cmd string) error {
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root (it creates network namespaces and TUN devices and sets sysctls)")
@@ -156,7 +157,7 @@ func demoPrivileges() error {
 		missing = append(missing, "/dev/net/tun")
 	}
 	if len(missing) > 0 {
-		return errors.New("the demo needs " + strings.Join(missing, ", ") + "; run it as root on Linux, e.g. sudo mosto demo")
+		return errors.New(cmd + " needs " + strings.Join(missing, ", ") + "; run it as root on Linux, e.g. sudo " + cmd)
 	}
 	return nil
 }
