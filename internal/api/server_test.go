@@ -65,7 +65,7 @@ func (b *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64) (
 	return nil, ctx.Err()
 }
 func (b *fakeBackend) Matrix(ctx context.Context) (api.Matrix, error) { return api.Matrix{}, nil }
-func (b *fakeBackend) Health(ctx context.Context) api.Health       { return api.Health{Status: "ok"} }
+func (b *fakeBackend) Health(ctx context.Context) api.Health          { return api.Health{Status: "ok"} }
 
 type denyJoiner struct{}
 
