@@ -68,14 +68,14 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	for _, m := range strings.Split(*modesFlag, ",") {
 		m = strings.TrimSpace(m)
 		ok := false
-		for _, k := range scenario.Modes {
+		for _, k := range scenario.AllModes() {
 			if string(k) == m {
 				modes, ok = append(modes, k), true
 				useCDN = useCDN || k == scenario.CDNWarm || k == scenario.CDNCold
 			}
 		}
 		if !ok {
-			return usageErrorf("--modes: unknown mode %q (want %v)", m, scenario.Modes)
+			return usageErrorf("--modes: unknown mode %q (want %v)", m, scenario.AllModes())
 		}
 	}
 	var specData []byte

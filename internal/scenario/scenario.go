@@ -39,8 +39,8 @@ const (
 	CDNCold Mode = "cdn-cold"     // the same after nginx's idle timeout closed the upstream connection
 )
 
-// Modes lists every mode in report order.
-var Modes = []Mode{Direct, Single, Chain, CDNWarm, CDNCold}
+// AllModes returns every mode in report order.
+func AllModes() []Mode { return []Mode{Direct, Single, Chain, CDNWarm, CDNCold} }
 
 // Ports used inside the world.
 const (
