@@ -63,3 +63,20 @@ func TestGC(t *testing.T) {
 		}
 	}
 }
+
+func TestRunIDInUse(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	spec := mustSpec(t, "hosts: [{name: a}]")
+	w := Start(t, spec)
+	_, err := UpWith(t.Context(), spec, nil, UpOptions{RunID: w.RunID()})
+	if err == nil {
+		t.Fatal("a second world with the same run id came up")
+	}
+	// The failed attempt must not have removed the first world's state.
+	if _, err := os.Stat(filepath.Join(DefaultStateDir, w.RunID(), "state.json")); err != nil {
+		t.Errorf("state of the running world is gone: %v", err)
+	}
+	if _, err := os.Stat(nsPath(w.NetNS("a"))); err != nil {
+		t.Errorf("namespace of the running world is gone: %v", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -66,6 +67,9 @@ type host struct {
 	addr  netip.Addr
 	netns string
 	tun   int // TUN file descriptor (non-blocking), -1 when none
+	// created is set once this world made the namespace; Close deletes
+	// only such namespaces (never another world's of the same name).
+	created bool
 }
 
 // UpOptions tunes Up; the zero value is fine.
@@ -95,16 +99,23 @@ func UpWith(ctx context.Context, spec *Spec, log *slog.Logger, opt UpOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	if opt.StateDir == "" {
+		opt.StateDir = DefaultStateDir
+	}
 	if opt.RunID == "" {
-		var b [3]byte
-		rand.Read(b[:])
-		opt.RunID = hex.EncodeToString(b[:])
+		// A random run id that is taken (by a live or dead world) is
+		// replaced; a chosen one is an error.
+		for range 10 {
+			var b [3]byte
+			rand.Read(b[:])
+			opt.RunID = hex.EncodeToString(b[:])
+			if !runIDTaken(opt.RunID, opt.StateDir) {
+				break
+			}
+		}
 	}
 	if !runIDRE.MatchString(opt.RunID) {
 		return nil, fmt.Errorf("emu: bad run id %q (1-6 lowercase letters or digits)", opt.RunID)
-	}
-	if opt.StateDir == "" {
-		opt.StateDir = DefaultStateDir
 	}
 	n := len(p.names)
 	w := &World{
@@ -139,7 +150,14 @@ func UpWith(ctx context.Context, spec *Spec, log *slog.Logger, opt UpOptions) (*
 }
 
 func (w *World) up(ctx context.Context, spec *Spec, stateRoot string) error {
-	w.stateDir = stateRoot + "/" + w.runID
+	if err := os.MkdirAll(stateRoot, 0o755); err != nil {
+		return fmt.Errorf("emu: state dir: %w", err)
+	}
+	dir := filepath.Join(stateRoot, w.runID)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("emu: run id %s: %w", w.runID, err)
+	}
+	w.stateDir = dir
 	if err := writeState(w.stateDir, w.state()); err != nil {
 		return err
 	}
@@ -207,6 +225,16 @@ func (w *World) up(ctx context.Context, spec *Spec, stateRoot string) error {
 	return nil
 }
 
+// runIDTaken reports whether a world with this run id has a state
+// directory or a namespace.
+func runIDTaken(id, stateRoot string) bool {
+	if _, err := os.Stat(filepath.Join(stateRoot, id)); err == nil {
+		return true
+	}
+	_, err := os.Stat(nsPath("mosto-" + id + "-0"))
+	return err == nil
+}
+
 func (w *World) tunName() string { return "mosto-" + w.runID }
 
 func (w *World) setupHost(ctx context.Context, i int, tcp TCP) error {
@@ -226,6 +254,9 @@ func (w *World) setupHost(ctx context.Context, i int, tcp TCP) error {
 		h.tun = fd
 		return applyTCP(tcp)
 	})
+	// On failure createNetns removed what it made; an existing namespace
+	// of that name belongs to someone else.
+	h.created = err == nil
 	if err != nil {
 		return fmt.Errorf("emu: host %s: %w", h.name, err)
 	}
@@ -378,6 +409,9 @@ func (w *World) Close() error {
 		w.killCommands()
 		inodes := make(map[uint64]bool)
 		for _, h := range w.hosts {
+			if !h.created {
+				continue
+			}
 			if ino, err := nsInode(nsPath(h.netns)); err == nil {
 				inodes[ino] = true
 			}
@@ -386,6 +420,9 @@ func (w *World) Close() error {
 			w.log.Info("killed processes left in the world", "count", k)
 		}
 		for _, h := range w.hosts {
+			if !h.created {
+				continue
+			}
 			if err := deleteNetns(h.netns); err != nil {
 				errs = append(errs, err)
 			}
