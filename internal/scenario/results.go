@@ -30,6 +30,7 @@ type Results struct {
 	MS      map[Mode]map[int64][]float64
 	Chains  map[int64][]string // chain the InP's flow took, per size (from metrics)
 	Planned map[int64][]string // chain the table holds, per size
+	Model   map[int64]float64  // the table's predicted time of that chain (ms), per size
 	// NotCold counts cdn-cold fetches during which nginx reused an upstream
 	// connection, and NotWarm cdn-warm fetches that opened a new one.
 	NotCold, NotWarm int
@@ -46,14 +47,15 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 		return nil, fmt.Errorf("scenario: runs %d < 1", p.Runs)
 	}
 	r := &Results{Modes: p.Modes, Sizes: p.Sizes, Runs: p.Runs, MS: make(map[Mode]map[int64][]float64),
-		Chains: make(map[int64][]string), Planned: make(map[int64][]string)}
+		Chains: make(map[int64][]string), Planned: make(map[int64][]string), Model: make(map[int64]float64)}
 	r.RTT, r.RateBps = s.OriginRTT()
 	for _, m := range p.Modes {
 		r.MS[m] = make(map[int64][]float64)
 	}
 	for _, size := range p.Sizes {
-		if c, ok := s.ComputedChain(size); ok {
-			r.Planned[size] = c
+		if e, ok := s.ComputedEntry(size); ok {
+			r.Planned[size] = e.Path
+			r.Model[size] = e.CostMS
 		}
 	}
 	var others []Mode
@@ -212,10 +214,15 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 		return err
 	}
 	if len(r.Planned) > 0 {
-		fmt.Fprint(w, "\nChains (computed by pathcomp from the world's RTTs; used = what the proxies' metrics show for the first mosto-chain fetch):\n\n")
-		ct := &report.Table{Header: []string{"size", "computed", "used"}}
+		fmt.Fprint(w, "\nChains (computed by pathcomp from the world's RTTs; used = what the proxies' metrics show for the first mosto-chain fetch; model = the table's predicted time, 1/2 sum + (rounds-1) max of the hop RTTs, which leaves out connection set-up):\n\n")
+		ct := &report.Table{Header: []string{"size", "computed", "used", "model ms", "measured median ms"},
+			Align: []report.Align{report.Left, report.Left, report.Left, report.Right, report.Right}}
 		for _, size := range r.Sizes {
-			ct.AddRow(transfer.FormatSize(size), chainString(r.Planned[size]), chainString(r.Chains[size]))
+			model := "-"
+			if v, ok := r.Model[size]; ok {
+				model = ms(v)
+			}
+			ct.AddRow(transfer.FormatSize(size), chainString(r.Planned[size]), chainString(r.Chains[size]), model, ms(r.Median(Chain, size)))
 		}
 		if err := ct.WriteMarkdown(w); err != nil {
 			return err

@@ -226,6 +226,12 @@ func (s *Scenario) ComputedChain(size int64) ([]string, bool) {
 	return e.Path, ok
 }
 
+// ComputedEntry returns the table entry behind ComputedChain, with the
+// model's predicted time (CostMS, which leaves out connection set-up).
+func (s *Scenario) ComputedEntry(size int64) (pathcomp.ChainEntry, bool) {
+	return s.index.Lookup(s.roles.InP, s.roles.EgP, size)
+}
+
 // buildTable computes the chain table over the FEPs' configured RTTs (or
 // takes Config.Table) and writes it for the proxies.
 func (s *Scenario) buildTable() error {
