@@ -50,12 +50,18 @@ type Row struct {
 	FrontMiB       float64 // memory retained by the fronts
 }
 
-// Ratio returns plain/pruned wall time, or 0.
+// Ratio returns plain/pruned thread CPU time (wall time if no CPU time was
+// measured), or 0 when the plain program did not run.
 func (r Row) Ratio() float64 {
-	if r.Plain == nil || r.Pruned.Wall <= 0 {
+	switch {
+	case r.Plain == nil:
 		return 0
+	case r.Pruned.CPU > 0 && r.Plain.CPU > 0:
+		return float64(r.Plain.CPU) / float64(r.Pruned.CPU)
+	case r.Pruned.Wall > 0:
+		return float64(r.Plain.Wall) / float64(r.Pruned.Wall)
 	}
-	return float64(r.Plain.Wall) / float64(r.Pruned.Wall)
+	return 0
 }
 
 // Report is the result of Run.
