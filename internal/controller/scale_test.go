@@ -2,14 +2,17 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +23,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/store/boltstore"
 )
 
 // TestScale simulates MOSTO_SCALE_FEPS FEPs (default 1000) in one process
@@ -37,20 +41,37 @@ func TestScale(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("MOSTO_SCALE_FEPS")); err == nil && v > 1 {
 		n = v
 	}
-	st := openBolt(t)
 	// Computations run only when the test triggers them, so that each
-	// figure is one complete computation.
-	c, err := New(Config{Store: st, Debounce: time.Hour, Period: time.Hour})
-	if err != nil {
-		t.Fatal(err)
+	// figure is one complete computation. With MOSTO_SCALE_PROC=1 the
+	// controller runs in a child process, so its RSS is its own.
+	var (
+		baseURL string
+		trigger func() (uint64, time.Duration)
+		ctlRSS  func() string
+	)
+	if os.Getenv("MOSTO_SCALE_PROC") != "" {
+		baseURL, trigger, ctlRSS = startChild(t)
+	} else {
+		st := openBolt(t)
+		c, err := New(Config{Store: st, Debounce: time.Hour, Period: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.computed = make(chan uint64, 16)
+		run(t, c)
+		srv := httptest.NewServer(api.NewHandler(api.ServerConfig{Backend: c}))
+		t.Cleanup(srv.Close)
+		baseURL = srv.URL
+		trigger = func() (uint64, time.Duration) {
+			c.Trigger()
+			v := <-c.computed
+			return v, c.LastCompute()
+		}
+		ctlRSS = func() string { return rss("self") + " (controller and the simulated FEPs)" }
 	}
-	c.computed = make(chan uint64, 16)
-	run(t, c)
-	srv := httptest.NewServer(api.NewHandler(api.ServerConfig{Backend: c}))
-	t.Cleanup(srv.Close)
 	tr := &http.Transport{MaxIdleConns: 2 * n, MaxIdleConnsPerHost: 2 * n, MaxConnsPerHost: 0}
 	t.Cleanup(tr.CloseIdleConnections)
-	cl := &api.Client{BaseURL: srv.URL, HTTP: &http.Client{Transport: tr}}
+	cl := &api.Client{BaseURL: baseURL, HTTP: &http.Client{Transport: tr}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
@@ -114,15 +135,7 @@ func TestScale(t *testing.T) {
 	tRep := time.Since(start)
 
 	// One computation over every report.
-	var v uint64
-	c.Trigger()
-	select {
-	case v = <-c.computed:
-	case <-ctx.Done():
-		t.Fatal("no computation")
-	}
-	tCompute := c.LastCompute()
-	cpu0 := cpuTime()
+	v, tCompute := trigger()
 
 	// Every FEP long-polls from the current version; one more FEP joins.
 	// The simulated LoPs read the gzip body without decoding it: decoding
@@ -139,7 +152,7 @@ func TestScale(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			ready <- struct{}{}
-			req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/v1/tables/%s?since=%d&wait=120s", srv.URL, feps[i].ID, v), nil)
+			req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/v1/tables/%s?since=%d&wait=120s", baseURL, feps[i].ID, v), nil)
 			req.Header.Set("Accept-Encoding", "gzip")
 			resp, err := raw.Do(req)
 			if err != nil {
@@ -165,16 +178,7 @@ func TestScale(t *testing.T) {
 	if err := cl.RegisterFEP(ctx, feps[n]); err != nil {
 		t.Fatal(err)
 	}
-	c.Trigger()
-	var published time.Time
-	select {
-	case <-c.computed:
-		published = time.Now()
-	case <-ctx.Done():
-		t.Fatal("no computation after the join")
-	}
-	tJoinCompute := c.LastCompute()
-	cpuJoin := cpuTime() - cpu0
+	_, tJoinCompute := trigger()
 	wg.Wait()
 	last := t0
 	for _, g := range got {
@@ -182,29 +186,95 @@ func TestScale(t *testing.T) {
 			last = g
 		}
 	}
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	if tab := mustTable(t, c, feps[0].ID); !strings.Contains(string(tab.JSON()), `"`+feps[n].ID+`"`) {
+	tab, err := cl.Table(ctx, feps[0].ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(tab.Table.Locations, feps[n].ID) {
 		t.Errorf("table of %s does not name the FEP that joined", feps[0].ID)
 	}
-	var sizes []int
-	for i := 0; i < n; i++ {
-		et, err := c.WaitTable(ctx, feps[i].ID, 0)
-		if err == nil {
-			sizes = append(sizes, len(et.Gzip()))
-		}
-	}
-	slices.Sort(sizes)
-	plain := len(mustTable(t, c, feps[0].ID).JSON())
 	t.Logf("scale: %d FEPs, %d RTT samples (%d per FEP)", n, samples, samples/n)
 	t.Logf("register %d FEPs: %s; targets + reports: %s", n, tReg.Round(time.Millisecond), tRep.Round(time.Millisecond))
 	t.Logf("recomputation (matrix, chains, %d tables, store): %s", n, tCompute.Round(time.Millisecond))
-	t.Logf("join of FEP %d: recomputation %s (process CPU during it %s); join -> last LoP has its table %s; publish -> last LoP %s",
-		n+1, tJoinCompute.Round(time.Millisecond), cpuJoin.Round(time.Millisecond), last.Sub(t0).Round(time.Millisecond), last.Sub(published).Round(time.Millisecond))
-	t.Logf("%d MB of gzip tables sent in the join round", bytesIn.Load()>>20)
-	t.Logf("table size gzip median %d B max %d B; fep0000 plain JSON %d B", sizes[len(sizes)/2], sizes[len(sizes)-1], plain)
-	t.Logf("process RSS %s (controller and %d simulated FEP clients); Go heap in use %d MB", rss(), n, ms.HeapInuse>>20)
+	t.Logf("join of FEP %d: recomputation %s; join -> last of %d LoPs has its new table %s (distribution after the computation: %s)",
+		n+1, tJoinCompute.Round(time.Millisecond), n, last.Sub(t0).Round(time.Millisecond), max(0, last.Sub(t0)-tJoinCompute).Round(time.Millisecond))
+	t.Logf("%d MB of gzip tables sent in the join round (%d kB per LoP)", bytesIn.Load()>>20, bytesIn.Load()>>10/int64(n))
+	t.Logf("RSS %s", ctlRSS())
+}
+
+// startChild runs TestScaleChild in a child process (the test binary) and
+// returns its URL, a trigger and its RSS.
+func startChild(t *testing.T) (string, func() (uint64, time.Duration), func() string) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestScaleChild$", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), "MOSTO_SCALE_CHILD="+addr, "MOSTO_SCALE_CHILD_DIR="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	base := "http://" + addr
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("child controller not serving within 30s")
+		}
+	}
+	trigger := func() (uint64, time.Duration) {
+		resp, err := http.Get(base + "/test/trigger")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Version uint64
+			Nanos   int64
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Version, time.Duration(r.Nanos)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	return base, trigger, func() string { return rss(pid) + " (controller process alone)" }
+}
+
+// TestScaleChild is the controller process of TestScale with
+// MOSTO_SCALE_PROC=1; it serves until killed.
+func TestScaleChild(t *testing.T) {
+	addr := os.Getenv("MOSTO_SCALE_CHILD")
+	if addr == "" {
+		t.Skip("only run as TestScale's child process")
+	}
+	st, err := boltstore.Open(filepath.Join(os.Getenv("MOSTO_SCALE_CHILD_DIR"), "mosto.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Store: st, Debounce: time.Hour, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.computed = make(chan uint64, 16)
+	go c.Run(context.Background())
+	mux := http.NewServeMux()
+	mux.Handle("/", api.NewHandler(api.ServerConfig{Backend: c}))
+	mux.HandleFunc("/test/trigger", func(w http.ResponseWriter, r *http.Request) {
+		c.Trigger()
+		v := <-c.computed
+		json.NewEncoder(w).Encode(struct {
+			Version uint64
+			Nanos   int64
+		}{v, int64(c.LastCompute())})
+	})
+	t.Fatal(http.ListenAndServe(addr, mux))
 }
 
 func mustTable(t *testing.T, c *Controller, lop string) *api.EncodedTable {
@@ -215,21 +285,21 @@ func mustTable(t *testing.T, c *Controller, lop string) *api.EncodedTable {
 	return et
 }
 
-func rss() string {
-	b, err := os.ReadFile("/proc/self/status")
+// rss returns VmRSS and VmHWM (peak) of /proc/<pid>/status.
+func rss(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return "unknown"
 	}
+	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.Atoi(f[1])
-				return fmt.Sprintf("%d MB", int(math.Round(float64(kb)/1024)))
-			}
+		f := strings.Fields(line)
+		if len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "VmHWM:") {
+			kb, _ := strconv.Atoi(f[1])
+			out = append(out, fmt.Sprintf("%s %d MB", strings.TrimSuffix(f[0], ":"), int(math.Round(float64(kb)/1024))))
 		}
 	}
-	return "unknown"
+	return strings.Join(out, ", ")
 }
 
 // cpuTime returns the user+system CPU time of the process.
