@@ -312,6 +312,11 @@ func (w *World) readLoop(i int) {
 				if fds[1].Revents != 0 {
 					return // the world is closing
 				}
+				if fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+					// Never spin at real-time priority on a broken device.
+					w.log.Warn("device gone", "host", h.name, "revents", fds[0].Revents)
+					return
+				}
 				continue
 			}
 			select {
