@@ -294,7 +294,7 @@ func rss(pid string) string {
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "VmHWM:") {
+		if len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "VmHWM:" || f[0] == "RssAnon:" || f[0] == "RssFile:") {
 			kb, _ := strconv.Atoi(f[1])
 			out = append(out, fmt.Sprintf("%s %d MB", strings.TrimSuffix(f[0], ":"), int(math.Round(float64(kb)/1024))))
 		}
