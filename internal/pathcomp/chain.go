@@ -46,8 +46,9 @@ type Options struct {
 const (
 	// MaxLocations is the largest number of locations Precompute accepts.
 	MaxLocations = 4096
-	// MaxRTT is the largest finite RTT, in milliseconds, Precompute accepts.
-	MaxRTT = 1e7
+	// MaxRTT is the largest finite RTT, in milliseconds, Precompute accepts
+	// (about 66 minutes: in microseconds it fits a uint32).
+	MaxRTT = 4e6
 )
 
 const (

@@ -24,6 +24,7 @@ type Fronts struct {
 	start []uint32 // len pairs+1
 	key   []int64  // sum<<hopBits | hops
 	link  []uint32 // h<<1 | orientation (1: the lower location's side of the link is linkB[h])
+	emax  []uint32 // linkRTT[h] (the entry's Max, microseconds), kept beside key for lookups
 }
 
 // pairIndex is the triangular index of the unordered pair lo < hi.
@@ -40,7 +41,7 @@ func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
 	}
 	n := len(rtt)
 	// Sort the links by RTT (then by pair, for determinism) as packed
-	// uint64s: rtt (at most 34 bits) << 24 | pair index (at most 23 bits).
+	// uint64s: rtt (at most 32 bits) << 24 | pair index (at most 23 bits).
 	var packed []uint64
 	for i := 0; i < n; i++ {
 		for j := i + 1; j < n; j++ {
@@ -221,6 +222,7 @@ func (f *Fronts) compact(lg eventLog) {
 	}
 	f.key = make([]int64, lg.count)
 	f.link = make([]uint32, lg.count)
+	f.emax = make([]uint32, lg.count)
 	next := slices.Clone(f.start[:pairs])
 	for c, chunk := range lg.pl {
 		keys := lg.key[c]
@@ -230,6 +232,7 @@ func (f *Fronts) compact(lg eventLog) {
 			next[p]++
 			f.key[k] = keys[e]
 			f.link[k] = uint32(v)
+			f.emax[k] = uint32(f.linkRTT[uint32(v)>>1])
 		}
 		lg.key[c], lg.pl[c] = nil, nil // let the collector take the chunk
 	}
@@ -250,7 +253,7 @@ func (f *Fronts) Entries() int { return len(f.key) }
 
 // Bytes returns the approximate memory held by f.
 func (f *Fronts) Bytes() int {
-	return 4*len(f.start) + 8*len(f.key) + 4*len(f.link) + 12*len(f.linkRTT)
+	return 4*len(f.start) + 8*len(f.key) + 4*len(f.link) + 4*len(f.emax) + 12*len(f.linkRTT)
 }
 
 // events returns the event range of the pair {i, j}, i != j, and whether i is
@@ -271,7 +274,7 @@ func (f *Fronts) valid(i, j int) bool {
 // best returns the event of the pair {i, j} with the smallest cost for rounds
 // (ties: fewer hops), or -1.
 func (f *Fronts) best(i, j, rounds int) int {
-	// Keep 2(rounds-1)*Max (Max < 2^34 us) and the sum within int64.
+	// Keep 2(rounds-1)*Max (Max < 2^32 us) and the sum within int64.
 	rounds = min(max(rounds, 1), maxRounds)
 	lo, hi := f.events(i, j)
 	r2 := int64(2 * (rounds - 1))
@@ -281,7 +284,7 @@ func (f *Fronts) best(i, j, rounds int) int {
 		k := f.key[e]
 		hops := k & hopMask
 		// Twice the cost, in microseconds: Sum + 2(r-1)Max.
-		c := k>>hopBits + r2*f.linkRTT[f.link[e]>>1]
+		c := k>>hopBits + r2*int64(f.emax[e])
 		if bestE < 0 || c < bestCost || (c == bestCost && hops < bestHops) {
 			bestE, bestCost, bestHops = e, c, hops
 		}
@@ -320,7 +323,7 @@ func (f *Fronts) BestAppend(dst []int, i, j, rounds int) (Chain, bool) {
 // chain builds the Chain of event e of the pair {i, j}, oriented from i.
 func (f *Fronts) chain(dst []int, i, j, e int) Chain {
 	k := f.key[e]
-	c := Chain{Sum: millis(k >> hopBits), Max: millis(f.linkRTT[f.link[e]>>1])}
+	c := Chain{Sum: millis(k >> hopBits), Max: millis(int64(f.emax[e]))}
 	c.Path = f.appendEvent(dst, i, j, e)
 	return c
 }
@@ -341,6 +344,9 @@ func (f *Fronts) lastEvent(i, j, h int) int {
 // The path is i .. x - y .. j where {x, y} is the event's link; both halves
 // are the best paths of their pairs just before that link was added.
 func (f *Fronts) appendEvent(dst []int, i, j, e int) []int {
+	if f.key[e]&hopMask == 1 {
+		return append(dst, i, j) // the direct link
+	}
 	lv := f.link[e]
 	h := int(lv >> 1)
 	x, y := int(f.linkA[h]), int(f.linkB[h]) // lower location's side first
@@ -385,7 +391,7 @@ func (f *Fronts) Front(i, j int) []Chain {
 		// one has the same Max (smaller Sum, or equal Sum with fewer
 		// hops); and an event with the same Sum as the one kept before it
 		// has a smaller Max, so it replaces that one.
-		if e+1 < hi && f.linkRTT[f.link[e+1]>>1] == f.linkRTT[f.link[e]>>1] {
+		if e+1 < hi && f.emax[e+1] == f.emax[e] {
 			continue
 		}
 		if n := len(keep); n > 0 && f.key[keep[n-1]]>>hopBits == f.key[e]>>hopBits {
