@@ -358,6 +358,10 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	for k, bt := range changed {
 		ts[k] = store.Table{LoP: bt.lop, Version: version, Data: bt.gz}
 	}
+	// Serve first, then persist: watchers get the tables without waiting
+	// for the store, and the follower loop finds them already cached. A
+	// failed write only means the next leader's version is higher.
+	c.cache.put(ts)
 	written, err := c.st.PutTables(ctx, ts)
 	if err != nil {
 		return fmt.Errorf("store tables: %w", err)
@@ -365,7 +369,6 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	for _, bt := range changed {
 		c.hashes[bt.lop] = bt.hash
 	}
-	c.cache.put(ts)
 	c.m.computations.Inc()
 	c.m.tablesWritten.Add(float64(written))
 	c.m.version.Set(float64(c.cache.maxVersion()))

@@ -201,8 +201,29 @@ func (s *Store) NextVersion(ctx context.Context) (uint64, error) {
 }
 
 // PutTables writes each table whose version is greater than the stored one
-// for its LoP, in one transaction, and returns how many it wrote.
+// for its LoP and returns how many it wrote. Tables are written in
+// transactions of about 16 MB, so that a full set of large tables is never
+// copied into one transaction's memory at once; each table is written
+// atomically, and versions never move backwards.
 func (s *Store) PutTables(ctx context.Context, ts []store.Table) (int, error) {
+	total := 0
+	for len(ts) > 0 {
+		k, size := 0, 0
+		for k < len(ts) && (k == 0 || size+len(ts[k].Data) <= 16<<20) {
+			size += len(ts[k].Data)
+			k++
+		}
+		n, err := s.putTables(ctx, ts[:k])
+		total += n
+		if err != nil {
+			return total, err
+		}
+		ts = ts[k:]
+	}
+	return total, nil
+}
+
+func (s *Store) putTables(ctx context.Context, ts []store.Table) (int, error) {
 	n := 0
 	err := s.update(ctx, store.ChangeTables, func(tx *bolt.Tx) error {
 		n = 0
