@@ -23,6 +23,26 @@ func mustSpec(t testing.TB, y string) *Spec {
 	return s
 }
 
+// checkRTT fails t unless the minimum of the samples measure returns is
+// within the fidelity bound of want. A burst of load on the shared machine
+// can delay every sample of one round, so up to three rounds are taken and
+// the minimum over all counts; a wrong delay (20 ms for 40) still fails.
+func checkRTT(t *testing.T, what string, want time.Duration, measure func() (Samples, error)) {
+	t.Helper()
+	var all Samples
+	for range 3 {
+		s, err := measure()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		all = append(all, s...)
+		if got := all.Min(); got >= want-tolerance(want) && got <= want+tolerance(want) {
+			return
+		}
+	}
+	t.Errorf("%s: min RTT = %v (samples %v); want %v +- %v", what, all.Min(), all, want, tolerance(want))
+}
+
 func TestRTTFidelity(t *testing.T) {
 	w := Start(t, mustSpec(t, `
 hosts: [{name: a}, {name: b}, {name: c}, {name: d}]
@@ -44,22 +64,14 @@ links:
 		{"d", 150 * time.Millisecond},
 	} {
 		t.Run("icmp-"+tt.to, func(t *testing.T) {
-			s, err := w.Ping(ctx, "a", tt.to, 10, 10*time.Millisecond)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := s.Min(); got < tt.want-tolerance(tt.want) || got > tt.want+tolerance(tt.want) {
-				t.Errorf("ping a->%s min RTT = %v (samples %v); want %v +- %v", tt.to, got, s, tt.want, tolerance(tt.want))
-			}
+			checkRTT(t, "ping a->"+tt.to, tt.want, func() (Samples, error) {
+				return w.Ping(ctx, "a", tt.to, 10, 10*time.Millisecond)
+			})
 		})
 		t.Run("tcp-"+tt.to, func(t *testing.T) {
-			s, err := w.ConnectRTT(ctx, "a", tt.to, 5)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := s.Min(); got < tt.want-tolerance(tt.want) || got > tt.want+tolerance(tt.want) {
-				t.Errorf("connect a->%s min = %v (samples %v); want %v +- %v", tt.to, got, s, tt.want, tolerance(tt.want))
-			}
+			checkRTT(t, "connect a->"+tt.to, tt.want, func() (Samples, error) {
+				return w.ConnectRTT(ctx, "a", tt.to, 5)
+			})
 		})
 	}
 }
@@ -71,13 +83,9 @@ func TestSetLink(t *testing.T) {
 		if err := w.SetLink("a", "b", Link{DelayMS: float64(want) / 2e6}); err != nil {
 			t.Fatal(err)
 		}
-		s, err := w.Ping(ctx, "a", "b", 6, 5*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := s.Min(); got < want-tolerance(want) || got > want+tolerance(want) {
-			t.Errorf("after SetLink(%v RTT): ping min = %v (samples %v)", want, got, s)
-		}
+		checkRTT(t, fmt.Sprintf("ping after SetLink(%v RTT)", want), want, func() (Samples, error) {
+			return w.Ping(ctx, "a", "b", 6, 5*time.Millisecond)
+		})
 	}
 	if err := w.SetLink("a", "zz", Link{}); err == nil {
 		t.Error("SetLink to an unknown host succeeded")
