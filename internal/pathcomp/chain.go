@@ -55,6 +55,9 @@ const (
 	hopBits       = 13 // hop counts of candidate walks stay below 2*MaxLocations
 	hopMask       = 1<<hopBits - 1
 	infKey  int64 = 1 << 61
+	// plPairShift places the pair index above 24 bits of link index and
+	// orientation and hopBits of hop count in an event log word.
+	plPairShift = 24 + hopBits
 )
 
 // micros quantises an RTT in milliseconds to whole microseconds.

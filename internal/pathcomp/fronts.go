@@ -25,6 +25,9 @@ type Fronts struct {
 	key   []int64  // sum<<hopBits | hops
 	link  []uint32 // h<<1 | orientation (1: the lower location's side of the link is linkB[h])
 	emax  []uint32 // linkRTT[h] (the entry's Max, microseconds), kept beside key for lookups
+	// Hops of the part of the path on the lower location's side of the
+	// link, so that a path rebuild needs no lookup for parts of 0 or 1 hop.
+	loHops []uint16
 }
 
 // pairIndex is the triangular index of the unordered pair lo < hi.
@@ -85,7 +88,9 @@ func pairTable(n int) (lo, hi []uint16) {
 }
 
 // eventLog records, in order, every improvement of a pair's best (sum, hops):
-// the new key, and the pair index << 32 | the link index << 1 | orientation.
+// the new key, and pair index << plPairShift | lower side's hops << 24 |
+// link index << 1 | orientation (link indices stay below 2^23 since n <=
+// MaxLocations).
 // It grows in fixed chunks, so that growing never copies.
 type eventLog struct {
 	key   [][]int64
@@ -100,12 +105,16 @@ func newEventLog(n int) eventLog {
 	return eventLog{chunk: min(max(4*n*(n-1)/2, 1<<10), 1<<18)}
 }
 
-func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
+// add logs that the pair {i, j} improved to key at link h; iOnA tells
+// whether i's part of the path ends at a_h, iHops is that part's hop count.
+func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool, iHops int64) {
 	lo, hi := i, j
 	orient := uint32(0) // lower location on the a side
+	loHops := iHops
 	if lo > hi {
 		lo, hi = hi, lo
 		iOnA = !iOnA
+		loHops = key&hopMask - 1 - iHops
 	}
 	if !iOnA {
 		orient = 1
@@ -116,7 +125,7 @@ func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool) {
 	}
 	c := len(lg.key) - 1
 	lg.key[c] = append(lg.key[c], key)
-	lg.pl[c] = append(lg.pl[c], uint64(pairIndex(n, lo, hi))<<32|uint64(h)<<1|uint64(orient))
+	lg.pl[c] = append(lg.pl[c], uint64(pairIndex(n, lo, hi))<<plPairShift|uint64(loHops)<<24|uint64(h)<<1|uint64(orient))
 	lg.count++
 }
 
@@ -166,7 +175,7 @@ func (f *Fronts) runPruned() eventLog {
 				if c := base + rowB[j]; c < di[j] {
 					di[j] = c
 					d[j*n+i] = c
-					lg.add(n, i, j, c, h, true)
+					lg.add(n, i, j, c, h, true, rowA[i]&hopMask)
 				}
 			}
 		}
@@ -196,11 +205,11 @@ func (f *Fronts) runPlain() eventLog {
 				case c1 < di[j] && c1 <= c2:
 					di[j] = c1
 					d[j*n+i] = c1
-					lg.add(n, i, j, c1, h, true)
+					lg.add(n, i, j, c1, h, true, sa[i]&hopMask)
 				case c2 < di[j]:
 					di[j] = c2
 					d[j*n+i] = c2
-					lg.add(n, i, j, c2, h, false)
+					lg.add(n, i, j, c2, h, false, sb[i]&hopMask)
 				}
 			}
 		}
@@ -214,7 +223,7 @@ func (f *Fronts) compact(lg eventLog) {
 	f.start = make([]uint32, pairs+1)
 	for _, chunk := range lg.pl {
 		for _, v := range chunk {
-			f.start[v>>32+1]++
+			f.start[v>>plPairShift+1]++
 		}
 	}
 	for p := 0; p < pairs; p++ {
@@ -223,16 +232,18 @@ func (f *Fronts) compact(lg eventLog) {
 	f.key = make([]int64, lg.count)
 	f.link = make([]uint32, lg.count)
 	f.emax = make([]uint32, lg.count)
+	f.loHops = make([]uint16, lg.count)
 	next := slices.Clone(f.start[:pairs])
 	for c, chunk := range lg.pl {
 		keys := lg.key[c]
 		for e, v := range chunk {
-			p := v >> 32
+			p := v >> plPairShift
 			k := next[p]
 			next[p]++
 			f.key[k] = keys[e]
-			f.link[k] = uint32(v)
-			f.emax[k] = uint32(f.linkRTT[uint32(v)>>1])
+			f.link[k] = uint32(v) & (1<<24 - 1)
+			f.loHops[k] = uint16(v>>24) & hopMask
+			f.emax[k] = uint32(f.linkRTT[f.link[k]>>1])
 		}
 		lg.key[c], lg.pl[c] = nil, nil // let the collector take the chunk
 	}
@@ -253,7 +264,7 @@ func (f *Fronts) Entries() int { return len(f.key) }
 
 // Bytes returns the approximate memory held by f.
 func (f *Fronts) Bytes() int {
-	return 4*len(f.start) + 8*len(f.key) + 4*len(f.link) + 4*len(f.emax) + 12*len(f.linkRTT)
+	return 4*len(f.start) + 8*len(f.key) + 4*len(f.link) + 4*len(f.emax) + 2*len(f.loHops) + 12*len(f.linkRTT)
 }
 
 // events returns the event range of the pair {i, j}, i != j, and whether i is
@@ -344,7 +355,8 @@ func (f *Fronts) lastEvent(i, j, h int) int {
 // The path is i .. x - y .. j where {x, y} is the event's link; both halves
 // are the best paths of their pairs just before that link was added.
 func (f *Fronts) appendEvent(dst []int, i, j, e int) []int {
-	if f.key[e]&hopMask == 1 {
+	hops := int(f.key[e] & hopMask)
+	if hops == 1 {
 		return append(dst, i, j) // the direct link
 	}
 	lv := f.link[e]
@@ -353,11 +365,25 @@ func (f *Fronts) appendEvent(dst []int, i, j, e int) []int {
 	if lv&1 == 1 {
 		x, y = y, x
 	}
+	left := int(f.loHops[e]) // hops of i .. x
 	if i > j {
 		x, y = y, x
+		left = hops - 1 - left
 	}
-	dst = f.appendBest(dst, i, x, h-1)
-	return f.appendBest(dst, y, j, h-1)
+	dst = f.appendPart(dst, i, x, left, h-1)
+	return f.appendPart(dst, y, j, hops-1-left, h-1)
+}
+
+// appendPart appends the best path from u to v over links 0..h, which has
+// the given number of hops.
+func (f *Fronts) appendPart(dst []int, u, v, hops, h int) []int {
+	switch hops {
+	case 0:
+		return append(dst, u)
+	case 1:
+		return append(dst, u, v)
+	}
+	return f.appendBest(dst, u, v, h)
 }
 
 // appendBest appends the best path from i to j using links 0..h.
