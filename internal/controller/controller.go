@@ -526,7 +526,11 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 // WaitTable implements api.Backend.
 func (c *Controller) WaitTable(ctx context.Context, lop string, since uint64) (*api.EncodedTable, error) {
 	t, err := c.cache.wait(ctx, lop, since, func() bool {
-		_, ok, err := c.lookupFEP(ctx, lop)
+		// Not bounded by the poll's wait (which may be a millisecond): an
+		// unknown LoP must get its 404 whatever the wait.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, ok, err := c.lookupFEP(lctx, lop)
 		return ok || err != nil
 	})
 	if errors.Is(err, api.ErrNotFound) {
