@@ -26,6 +26,7 @@ type pipe struct {
 	aborted  atomic.Bool
 	upBytes  prometheus.Counter
 	dnBytes  prometheus.Counter
+	bufs     *sync.Pool // of *[]byte of smallCopy bytes; nil: always splice
 }
 
 // run copies both directions until both ended and returns the flow outcome.
@@ -88,10 +89,13 @@ func (p *pipe) copyData(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 		}
 		avail, err := waitReadable(rc)
 		var n int64
-		if err == nil {
-			if avail == 0 {
-				return nil // EOF
-			}
+		switch {
+		case err != nil:
+		case avail == 0:
+			return nil // EOF
+		case avail < smallCopy && p.bufs != nil:
+			n, err = p.copySmall(dst, src, avail)
+		default:
 			n, err = io.CopyN(dst, src, int64(avail))
 		}
 		if n > 0 {
@@ -113,6 +117,25 @@ func (p *pipe) copyData(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 			return err
 		}
 	}
+}
+
+// smallCopy is the queued-byte count below which read+write through a
+// pooled buffer replaces splice: the same two syscalls, without taking a
+// pipe (and without creating one when the pool is empty).
+const smallCopy = 16 << 10
+
+// copySmall moves avail queued bytes from src to dst through a pooled buffer.
+func (p *pipe) copySmall(dst, src *net.TCPConn, avail int) (int64, error) {
+	bp := p.bufs.Get().(*[]byte)
+	defer p.bufs.Put(bp)
+	nr, err := src.Read((*bp)[:avail])
+	if nr > 0 {
+		nw, werr := dst.Write((*bp)[:nr])
+		if werr != nil {
+			return int64(nw), werr
+		}
+	}
+	return int64(nr), err
 }
 
 // waitReadable blocks (in the runtime poller, honouring the read deadline)

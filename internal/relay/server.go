@@ -56,6 +56,7 @@ type Server struct {
 	draining   atomic.Bool
 	forcing    atomic.Bool
 
+	bufs  sync.Pool      // small-copy buffers, see copySmall
 	wg    sync.WaitGroup // every per-connection goroutine
 	mu    sync.Mutex
 	conns map[net.Conn]struct{} // open connections, for the forced close
@@ -117,6 +118,7 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 		conns:  make(map[net.Conn]struct{}),
 	}
 	s.refLog = newRateLog(s.log, 10*time.Second)
+	s.bufs.New = newSmallBuf
 	s.flowCtx, s.flowCancel = context.WithCancel(context.Background())
 	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control(), KeepAlive: cfg.Socket.keepAlive()}
 	maxConns := cfg.Limits.MaxConns
@@ -167,6 +169,11 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+func newSmallBuf() any {
+	b := make([]byte, smallCopy)
+	return &b
 }
 
 func loadKeyring(cfg *Config) (*hop.Keyring, error) {
@@ -683,6 +690,7 @@ func (s *Server) relay(role string, down, up *net.TCPConn) {
 		down: down, up: up, idle: s.idle,
 		upBytes: rm.up,
 		dnBytes: rm.down,
+		bufs:    &s.bufs,
 	}
 	outcome := p.run()
 	if s.forcing.Load() && outcome != outcomeOK {
