@@ -348,7 +348,7 @@ func (p *plan) content(l int, inps []int) (lopContent, error) {
 		b = append(b, eg...)
 	}
 	b = append(b, `,"table":`...)
-	b = appendTableFile(b, locs, entries)
+	b = appendTableFile(b, p.model, locs, entries)
 	return lopContent{lop: p.m.Names[l], body: b, hash: sha256.Sum256(b)}, nil
 }
 
@@ -434,11 +434,22 @@ func (p *plan) tables(prev map[string][32]byte, version uint64, computed time.Ti
 	return changed, nil
 }
 
-// appendTableFile appends the JSON of pathcomp.TableFile{Locations: locs,
-// Chains: entries} (without version), as encoding/json would, but several
+// appendTableFile appends the JSON of pathcomp.TableFile{ICW, MSS (of
+// model), Locations: locs, Chains: entries} (without version), as encoding/json would, but several
 // times faster: tables of 1000 FEPs hold millions of entries.
-func appendTableFile(b []byte, locs []string, entries []pathcomp.ChainEntry) []byte {
-	b = append(b, `{"locations":[`...)
+func appendTableFile(b []byte, model pathcomp.Model, locs []string, entries []pathcomp.ChainEntry) []byte {
+	b = append(b, '{')
+	if model.ICW != 0 {
+		b = append(b, `"icw":`...)
+		b = strconv.AppendInt(b, int64(model.ICW), 10)
+		b = append(b, ',')
+	}
+	if model.MSS != 0 {
+		b = append(b, `"mss":`...)
+		b = strconv.AppendInt(b, int64(model.MSS), 10)
+		b = append(b, ',')
+	}
+	b = append(b, `"locations":[`...)
 	for k, l := range locs {
 		if k > 0 {
 			b = append(b, ',')

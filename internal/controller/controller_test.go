@@ -578,14 +578,16 @@ func TestAppendTableFileMatchesEncodingJSON(t *testing.T) {
 		{From: "a", To: "c<&>\"é", Size: 15_000_000, Rounds: 11, Path: []string{"a", "x.y_z-1", "c<&>\"é"}, CostMS: 123.456, SumMS: 0.000001, MaxMS: 1e22},
 	}
 	locs := []string{"a", "b", "c<&>\"é", "x.y_z-1"}
-	want, err := json.Marshal(pathcomp.TableFile{Locations: locs, Chains: entries})
-	if err != nil {
-		t.Fatal(err)
+	for _, m := range []pathcomp.Model{{}, {ICW: 4, MSS: 1200}} {
+		want, err := json.Marshal(pathcomp.TableFile{ICW: m.ICW, MSS: m.MSS, Locations: locs, Chains: entries})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendTableFile(nil, m, locs, entries); !bytes.Equal(got, want) {
+			t.Errorf("appendTableFile(%+v) =\n%s\nwant\n%s", m, got, want)
+		}
 	}
-	if got := appendTableFile(nil, locs, entries); !bytes.Equal(got, want) {
-		t.Errorf("appendTableFile =\n%s\nwant\n%s", got, want)
-	}
-	if got, want := string(appendTableFile(nil, nil, nil)), `{"locations":[],"chains":[]}`; got != want {
+	if got, want := string(appendTableFile(nil, pathcomp.Model{}, nil, nil)), `{"locations":[],"chains":[]}`; got != want {
 		t.Errorf("empty table = %s; want %s", got, want)
 	}
 }
