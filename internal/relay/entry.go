@@ -233,7 +233,7 @@ func (s *Server) open(in Intent) (*net.TCPConn, error) {
 // bytes, or nil and why there is none usable.
 func (s *Server) route(egp string, size int64) ([]string, string) {
 	cb := s.chains.Load()
-	if cb == nil || s.kr == nil {
+	if cb == nil || s.keyring() == nil {
 		return nil, "no_chain"
 	}
 	e, ok := cb.src.Lookup(s.self, egp, size)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/pathcomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,4 +84,51 @@ func TestSocketOptions(t *testing.T) {
 	if _, err := (&net.ListenConfig{Control: bad.control()}).Listen(t.Context(), "tcp", "127.0.0.1:0"); err == nil {
 		t.Error("unknown congestion control accepted")
 	}
+}
+
+// fakeAgent stands for the controller agent: chains, members and keys that
+// change at run time.
+type fakeAgent struct {
+	chains  chainTable
+	members map[string]string
+	kr      *hop.Keyring
+}
+
+func (f *fakeAgent) Lookup(from, to string, size int64) (pathcomp.ChainEntry, bool) {
+	return f.chains.Lookup(from, to, size)
+}
+func (f *fakeAgent) Members() map[string]string { return f.members }
+func (f *fakeAgent) Keys() *hop.Keyring         { return f.kr }
+
+// TestSources runs the daemons from an agent-like source of chains,
+// members and keys, including a key the config files never held.
+func TestSources(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), nil)
+	kr, err := hop.NewKeyring(hop.Key{ID: 9, Secret: []byte("distributed by the controller...")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag := &fakeAgent{
+		chains:  chainTable{{"a", "c"}: {"a", "b", "c"}},
+		members: map[string]string{"a": w.a.HopAddr().String(), "b": w.b.HopAddr().String(), "c": w.c.HopAddr().String()},
+		kr:      kr,
+	}
+	for _, s := range w.all() {
+		s.SetChains(ag)
+		s.SetMemberSource(ag)
+		s.SetKeySource(ag)
+	}
+	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("from sources")); string(got) != "from sources" {
+		t.Fatalf("echo = %q", got)
+	}
+	waitFor(t, 5*time.Second, "flow through b", func() bool { return flows(w.b.Server, roleTrP, outcomeOK) == 1 })
+	// A header under the configured key is no longer accepted by b.
+	c := dialHop(t, w.b)
+	defer c.Close()
+	c.Write(signed(t, testKeyring(t), []string{"a", "b", "c"}, 1, o.addr(), time.Now()))
+	c.(*net.TCPConn).CloseWrite()
+	c.Read(make([]byte, 1))
+	waitFor(t, 5*time.Second, "auth refusal", func() bool { return refusals(w.b.Server, refuseAuth) == 1 })
 }

@@ -24,6 +24,18 @@ type ChainSource interface {
 	Lookup(from, to string, size int64) (pathcomp.ChainEntry, bool)
 }
 
+// MemberSource answers the current member list (FEP id -> hop address);
+// the controller agent satisfies it. The map must not be modified.
+type MemberSource interface {
+	Members() map[string]string
+}
+
+// KeySource answers the current overlay keyring (nil: keep the configured
+// one); the controller agent satisfies it.
+type KeySource interface {
+	Keys() *hop.Keyring
+}
+
 // Server is one proxy daemon. Create it with New, then call Run once (or
 // Close if Run is never called).
 type Server struct {
@@ -39,8 +51,9 @@ type Server struct {
 	m      *metrics
 	refLog *rateLog
 
-	members atomic.Pointer[map[string]string]
+	members atomic.Pointer[memberBox]
 	chains  atomic.Pointer[chainBox]
+	keys    atomic.Pointer[keyBox]
 
 	dialer    net.Dialer
 	header    time.Duration
@@ -65,6 +78,13 @@ type Server struct {
 }
 
 type chainBox struct{ src ChainSource }
+type memberBox struct{ src MemberSource }
+type keyBox struct{ src KeySource }
+
+// staticMembers is a fixed member list.
+type staticMembers map[string]string
+
+func (m staticMembers) Members() map[string]string { return m }
 
 // listener is one bound listening socket with what it serves.
 type listener struct {
@@ -137,13 +157,9 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 			return nil, err
 		}
 		s.kr = kr
-		s.replay = hop.NewReplayCache(cfg.maxSkew(), 1<<18)
 	}
-	members := make(map[string]string, len(cfg.Members))
-	for id, addr := range cfg.Members {
-		members[id] = addr
-	}
-	s.members.Store(&members)
+	s.replay = hop.NewReplayCache(cfg.maxSkew(), 1<<18)
+	s.SetMembers(cfg.Members)
 	if cfg.Table != "" {
 		ix, err := loadTable(cfg.path(cfg.Table))
 		if err != nil {
@@ -289,13 +305,42 @@ func (s *Server) MetricsAddr() net.Addr {
 	return s.metricsLn.Addr()
 }
 
-// SetMembers replaces the member list (FEP id -> hop address) atomically.
+// SetMembers replaces the member list (FEP id -> hop address) atomically
+// with a copy of members.
 func (s *Server) SetMembers(members map[string]string) {
-	m := make(map[string]string, len(members))
+	m := make(staticMembers, len(members))
 	for k, v := range members {
 		m[k] = v
 	}
-	s.members.Store(&m)
+	s.members.Store(&memberBox{m})
+}
+
+// SetMemberSource makes ms the member list, asked on every hop decision.
+func (s *Server) SetMemberSource(ms MemberSource) {
+	if ms == nil {
+		ms = staticMembers{}
+	}
+	s.members.Store(&memberBox{ms})
+}
+
+// SetKeySource makes ks supply the overlay keyring; while it returns nil
+// (or with no source) the configured keys are used.
+func (s *Server) SetKeySource(ks KeySource) {
+	if ks == nil {
+		s.keys.Store(nil)
+		return
+	}
+	s.keys.Store(&keyBox{ks})
+}
+
+// keyring returns the keyring in force, or nil when there is none.
+func (s *Server) keyring() *hop.Keyring {
+	if kb := s.keys.Load(); kb != nil {
+		if kr := kb.src.Keys(); kr != nil {
+			return kr
+		}
+	}
+	return s.kr
 }
 
 // SetChains replaces the chain source atomically; nil means no chains.
@@ -308,7 +353,7 @@ func (s *Server) SetChains(cs ChainSource) {
 }
 
 func (s *Server) member(id string) (string, bool) {
-	a, ok := (*s.members.Load())[id]
+	a, ok := s.members.Load().src.Members()[id]
 	return a, ok
 }
 
@@ -318,7 +363,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.ran.Swap(true) {
 		return errors.New("relay: Run called twice")
 	}
-	s.log.Info("proxy serving", "listeners", len(s.listeners), "members", len(*s.members.Load()))
+	s.log.Info("proxy serving", "listeners", len(s.listeners), "members", len(s.members.Load().src.Members()))
 	for _, l := range s.listeners {
 		s.log.Info("listening", "entry", l.kind.String(), "addr", l.ln.Addr().String())
 		if l.kind != kindSOCKS5 && l.kind != kindConnect {
@@ -539,8 +584,13 @@ func refusalReason(err error) string {
 // serveHop handles a connection from another member: verify the header,
 // then forward to the next member or, as EgP, to the origin.
 func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPConn) {
+	kr := s.keyring()
+	if kr == nil {
+		s.refuse(refuseAuth, c, src, errors.New("no overlay keys"))
+		return "", nil
+	}
 	c.SetReadDeadline(time.Now().Add(s.header))
-	h, err := hop.Read(c, s.kr, time.Now(), s.cfg.maxSkew())
+	h, err := hop.Read(c, kr, time.Now(), s.cfg.maxSkew())
 	if err == nil {
 		err = s.replay.Check(h)
 	}
@@ -607,7 +657,7 @@ func (s *Server) exit(c *net.TCPConn, role string, t Target, client, local netip
 
 // dialHop connects to the next member and sends it the signed header h.
 func (s *Server) dialHop(next, addr string, h *hop.Header) (*net.TCPConn, error) {
-	b, err := h.Marshal(s.kr)
+	b, err := h.Marshal(s.keyring())
 	if err != nil {
 		return nil, fmt.Errorf("marshal hop header: %w", err)
 	}
