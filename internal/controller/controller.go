@@ -159,7 +159,20 @@ func (c *Controller) follow(ctx context.Context, changes <-chan store.Change, di
 			ch = store.ChangeFEPs | store.ChangeTables
 		case got, ok := <-changes:
 			if !ok {
-				return
+				// The store's watch ended (etcd compaction, lost
+				// connection): watch again and reload everything.
+				if ctx.Err() != nil {
+					return
+				}
+				c.log.Warn("store watch ended; watching again")
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				changes = c.st.Watch(ctx)
+				ch = store.ChangeFEPs | store.ChangeRTTs | store.ChangeTables
+				break
 			}
 			ch = got
 		}

@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -37,6 +39,8 @@ type Store struct {
 	id     string
 	ttl    time.Duration
 	log    *slog.Logger
+
+	lastVersion atomic.Int64 // revision of the previous NextVersion, compacted at the next
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -238,6 +242,14 @@ func (s *Store) NextVersion(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("etcd next version: %w", err)
 	}
+	// Every computation rewrites large tables: drop the history older than
+	// the previous version, so etcd does not grow to its quota. Watches start
+	// at the current revision and do not need it.
+	if prev := s.lastVersion.Swap(resp.Header.Revision); prev > 0 {
+		if _, err := s.cli.Compact(ctx, prev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+			s.log.Warn("etcd compaction", "revision", prev, "err", err)
+		}
+	}
 	return uint64(resp.Header.Revision), nil
 }
 
@@ -417,7 +429,8 @@ func (s *Store) UseToken(ctx context.Context, id string, now time.Time) (store.T
 }
 
 // Watch merges etcd watches on FEPs, RTTs, table versions and keys into
-// coalesced notifications until ctx is done or the store is closed.
+// coalesced notifications until ctx is done, the store is closed or one of
+// the etcd watches ends (then the caller should watch again and reload).
 func (s *Store) Watch(ctx context.Context) <-chan store.Change {
 	out := make(chan store.Change, 1)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -451,6 +464,9 @@ func (s *Store) Watch(ctx context.Context) <-chan store.Change {
 					return
 				}
 			}
+			// One watch ended (compaction, lost connection): end them
+			// all, so the caller sees the channel close and watches again.
+			cancel()
 		}()
 	}
 	s.wg.Add(2)
