@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -589,5 +590,53 @@ func TestAppendTableFileMatchesEncodingJSON(t *testing.T) {
 	}
 	if got, want := string(appendTableFile(nil, pathcomp.Model{}, nil, nil)), `{"locations":[],"chains":[]}`; got != want {
 		t.Errorf("empty table = %s; want %s", got, want)
+	}
+}
+
+// followerStore never leads, and its first watch ends at once, as an etcd
+// watch does after a compaction.
+type followerStore struct {
+	Store
+	watches atomic.Int32
+}
+
+func (s *followerStore) Lead(ctx context.Context) (context.Context, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (s *followerStore) Watch(ctx context.Context) <-chan store.Change {
+	if s.watches.Add(1) == 1 {
+		ch := make(chan store.Change)
+		close(ch)
+		return ch
+	}
+	return s.Store.Watch(ctx)
+}
+
+func TestFollowerRewatchesAndLoadsTables(t *testing.T) {
+	st := &followerStore{Store: openBolt(t)}
+	setup(t, st, line[:2], nil)
+	c, err := New(Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	deadline := time.Now().Add(10 * time.Second)
+	for st.watches.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Another controller (the leader) writes a table.
+	if _, err := st.PutTables(testCtx(t), []store.Table{{LoP: "a", Version: 42, Data: api.GzipBytes([]byte(`{"lop":"a","version":42}`))}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	et, err := c.WaitTable(ctx, "a", 0)
+	if err != nil || et.Version != 42 {
+		t.Fatalf("follower table = %v, %v; want version 42 from the store", et, err)
+	}
+	if c.IsLeader() {
+		t.Error("follower claims to lead")
 	}
 }
