@@ -80,12 +80,13 @@ func (s *scheduler) kick() {
 }
 
 // run is the scheduler loop; it returns when the world closes.
-func (s *scheduler) run(done <-chan struct{}) {
+func (s *scheduler) run(done <-chan struct{}, ready func()) {
 	// The thread may get real-time priority: it is never unlocked, so it
 	// exits with the goroutine instead of running other goroutines.
 	runtime.LockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	s.w.setThreadPriority()
+	ready()
 	var batch []schedItem
 	fds := []unix.PollFd{{Fd: int32(s.efd), Events: unix.POLLIN}}
 	var drain [8]byte

@@ -33,7 +33,7 @@ type World struct {
 	offload bool
 	base    time.Time
 	bufs    *bufPools
-	scheds  []*scheduler // delivery threads, sharded by destination host
+	scheds  []*scheduler // delivery threads, by destination host
 	done    chan struct{}
 	wg      sync.WaitGroup
 
@@ -200,13 +200,17 @@ func (w *World) up(ctx context.Context, spec *Spec, stateRoot string) error {
 		return errors.Join(all...)
 	}
 	// Writing a packet to a TUN device runs the destination's receive path
-	// in the writer's thread, so one thread per CPU (at most) delivers.
+	// in the writer's thread, so every destination host gets its own
+	// delivery thread: a bulk flow to one host does not delay packets to
+	// another behind its writes.
 	stopFd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return fmt.Errorf("emu: eventfd: %w", err)
 	}
 	w.stopFd = stopFd
-	for range min(runtime.NumCPU(), len(w.hosts), 8) {
+	var ready sync.WaitGroup
+	ready.Add(2 * len(w.hosts)) // a reader and a delivery thread per host
+	for range len(w.hosts) {
 		sched, err := newScheduler(w)
 		if err != nil {
 			return err
@@ -215,13 +219,16 @@ func (w *World) up(ctx context.Context, spec *Spec, stateRoot string) error {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			sched.run(w.done)
+			sched.run(w.done, ready.Done)
 		}()
 	}
 	for i := range w.hosts {
 		w.wg.Add(1)
-		go w.readLoop(i)
+		go w.readLoop(i, ready.Done)
 	}
+	// Return only when every thread runs: a packet sent right after Up
+	// must not wait for its reader to start.
+	ready.Wait()
 	return nil
 }
 
@@ -285,12 +292,13 @@ func (w *World) setupHost(ctx context.Context, i int, tcp TCP) error {
 // destination. It runs on its own OS thread (real-time priority unless
 // disabled) and waits in ppoll(2), so the Go netpoller's scheduling delays
 // do not add to the emulated delay.
-func (w *World) readLoop(i int) {
+func (w *World) readLoop(i int, ready func()) {
 	defer w.wg.Done()
 	// The thread may get real-time priority: it is never unlocked, so it
 	// exits with the goroutine instead of running other goroutines.
 	runtime.LockOSThread()
 	w.setThreadPriority()
+	ready()
 	h := w.hosts[i]
 	hdr := 0
 	if w.offload {
@@ -374,7 +382,7 @@ func (w *World) pipe(i, j int) *pipe {
 	if p := w.pipes[i][j].Load(); p != nil {
 		return p
 	}
-	p := newPipe(w, w.hosts[j].tun, w.scheds[j%len(w.scheds)], w.links[i][j], uint64(time.Now().UnixNano())+uint64(i)<<32+uint64(j))
+	p := newPipe(w, w.hosts[j].tun, w.scheds[j], w.links[i][j], uint64(time.Now().UnixNano())+uint64(i)<<32+uint64(j))
 	w.pipes[i][j].Store(p)
 	return p
 }
