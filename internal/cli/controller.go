@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -186,6 +188,21 @@ func runController(ctx context.Context, env *Env, args []string) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// SIGHUP asks the leader to recompute at once.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-hup:
+				env.Log.Info("SIGHUP: recomputing")
+				ctl.Trigger()
+			}
+		}
+	}()
 	ctlDone := make(chan error, 1)
 	go func() { ctlDone <- ctl.Run(runCtx) }()
 	srvDone := make(chan error, 1)
