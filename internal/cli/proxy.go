@@ -2,17 +2,25 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"sync"
+	"time"
 
+	"github.com/mosto-net/mosto/internal/agent"
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/probe"
 	"github.com/mosto-net/mosto/internal/relay"
 )
 
 // runProxy runs the split-TCP proxy daemon of one FEP until ctx is
-// cancelled (SIGINT/SIGTERM), then drains.
+// cancelled (SIGINT/SIGTERM), then drains. With a controller section it
+// also runs the agent, which feeds the daemon chains, members and keys.
 func runProxy(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "proxy")
 	config := fs.String("config", "", "proxy configuration file (YAML, see docs/proxy.md)")
-	check := fs.Bool("check", false, "validate the configuration (keys, chain table, listen addresses) and exit")
+	check := fs.Bool("check", false, "validate the configuration (keys, chain table) without binding anything, and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto proxy --config FILE [--check]")
 		fs.PrintDefaults()
@@ -31,6 +39,12 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var acfg *agent.Config
+	if cfg.Controller != nil {
+		if acfg, err = agentConfig(cfg); err != nil {
+			return err
+		}
+	}
 	if *check {
 		if err := relay.Check(cfg); err != nil {
 			return err
@@ -42,5 +56,64 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return srv.Run(ctx)
+	if acfg == nil {
+		return srv.Run(ctx)
+	}
+	ag, err := agent.New(*acfg, env.Log)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	srv.SetChains(ag)
+	srv.SetMemberSource(ag)
+	srv.SetKeySource(ag)
+	actx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go runAgent(actx, &wg, env, ag)
+	err = srv.Run(ctx)
+	stop()
+	wg.Wait()
+	return err
+}
+
+// runAgent runs the controller agent until ctx ends. The daemon keeps
+// serving with the last table if the agent fails.
+func runAgent(ctx context.Context, wg *sync.WaitGroup, env *Env, ag *agent.Agent) {
+	defer wg.Done()
+	if err := ag.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		env.Log.Error("controller agent stopped; serving with the last table", "err", err)
+	}
+}
+
+// agentConfig maps the proxy config's controller section to the agent's.
+func agentConfig(cfg *relay.Config) (*agent.Config, error) {
+	cc := cfg.Controller
+	token, err := cfg.ControllerToken()
+	if err != nil {
+		return nil, err
+	}
+	hopAddr := cc.HopAddr
+	if hopAddr == "" {
+		hopAddr = cfg.Hop.Listen
+		if h, _, err := net.SplitHostPort(hopAddr); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
+			return nil, fmt.Errorf("controller.hop_addr: required when hop.listen (%s) has no specific host", hopAddr)
+		}
+	}
+	ac := &agent.Config{
+		Controller:  cc.URL,
+		Token:       token,
+		DataDir:     cfg.Path(cc.DataDir),
+		LoP:         cc.LoP,
+		ProbeListen: cc.ProbeListen,
+		FEP: api.FEP{
+			ID: cfg.ID, HopAddr: hopAddr, ProbeAddr: cc.ProbeAddr,
+			Location: cc.Location, Lat: cc.Lat, Lon: cc.Lon,
+		},
+		Probe: probe.Config{Interval: time.Duration(cc.ProbeInterval)},
+	}
+	if err := ac.FEP.Validate(); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	return ac, nil
 }

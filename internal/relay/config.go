@@ -42,6 +42,10 @@ type Config struct {
 	SOCKS5      *SOCKS5Config   `yaml:"socks5"`
 	HTTPConnect *ConnectConfig  `yaml:"http_connect"`
 
+	// Controller, if set, joins this proxy to a mosto controller: `mosto
+	// proxy` runs the agent, which supplies chains, members and keys.
+	Controller *ControllerConfig `yaml:"controller"`
+
 	Timeouts TimeoutConfig `yaml:"timeouts"`
 	Limits   LimitConfig   `yaml:"limits"`
 	Socket   SocketConfig  `yaml:"socket"`
@@ -117,6 +121,27 @@ type ConnectConfig struct {
 	Users  map[string]string `yaml:"users"` // basic auth; empty: none
 	Allow  []string          `yaml:"allow"`
 	Size   Size              `yaml:"size"`
+}
+
+// ControllerConfig is the controller section: how the agent (internal/agent)
+// joins, registers this FEP and follows its lookup proxy's chain table.
+type ControllerConfig struct {
+	URL       string `yaml:"url"`        // https://host:port (http:// for labs: no join, no TLS)
+	Token     string `yaml:"token"`      // join token from `mosto token create`, until joined
+	TokenFile string `yaml:"token_file"` // or the token in a file
+	DataDir   string `yaml:"data_dir"`   // key, certificates, last table
+	LoP       string `yaml:"lop"`        // lookup proxy whose table to use; empty: this FEP
+	// HopAddr is the hop address announced to the other FEPs; empty: hop.listen.
+	HopAddr string `yaml:"hop_addr"`
+	// ProbeAddr is the announced UDP measurement endpoint (host:port).
+	ProbeAddr string `yaml:"probe_addr"`
+	// ProbeListen is where the measurement endpoint listens; empty:
+	// probe_addr; "off": none.
+	ProbeListen   string   `yaml:"probe_listen"`
+	ProbeInterval Duration `yaml:"probe_interval"` // between probe rounds; 0: the agent's default
+	Location      string   `yaml:"location"`       // free text
+	Lat           float64  `yaml:"lat"`
+	Lon           float64  `yaml:"lon"`
 }
 
 // TimeoutConfig groups the daemon's timeouts.
@@ -284,8 +309,23 @@ func (c *Config) Validate() error {
 			bad("members.%s: %v", id, err)
 		}
 	}
+	managed := c.Controller != nil // members and keys may come from the controller
+	if cc := c.Controller; cc != nil {
+		if cc.URL == "" {
+			bad("controller.url: missing")
+		}
+		if cc.DataDir == "" {
+			bad("controller.data_dir: missing")
+		}
+		if cc.Token != "" && cc.TokenFile != "" {
+			bad("controller: set at most one of token and token_file")
+		}
+		if cc.HopAddr == "" && c.Hop.Listen == "" {
+			bad("controller.hop_addr: missing (no hop.listen to default to)")
+		}
+	}
 	if c.Keys.Current == nil {
-		if len(c.Members) > 0 || c.Hop.Listen != "" {
+		if !managed && (len(c.Members) > 0 || c.Hop.Listen != "") {
 			bad("keys.current: missing (needed to sign and verify hop headers)")
 		}
 	} else {
@@ -301,14 +341,14 @@ func (c *Config) Validate() error {
 			bad("keys.previous: id %d equals keys.current's", c.Keys.Previous.ID)
 		}
 	}
-	if c.Egress.Default != "" && c.Egress.Default != c.ID && c.Members[c.Egress.Default] == "" {
+	if !managed && c.Egress.Default != "" && c.Egress.Default != c.ID && c.Members[c.Egress.Default] == "" {
 		bad("egress.default: %q is not a member", c.Egress.Default)
 	}
 	for i, r := range c.Egress.Routes {
 		if _, err := parseMatcher(r.Match); err != nil {
 			bad("egress.routes[%d].match: %v", i, err)
 		}
-		if r.FEP == "" || (r.FEP != c.ID && c.Members[r.FEP] == "") {
+		if r.FEP == "" || (!managed && r.FEP != c.ID && c.Members[r.FEP] == "") {
 			bad("egress.routes[%d].fep: %q is not a member", i, r.FEP)
 		}
 	}
@@ -398,6 +438,26 @@ func (k *KeyConfig) secret(dir string) ([]byte, error) {
 		return h, nil
 	}
 	return b, nil
+}
+
+// Path resolves a file name of the config against the config's directory.
+func (c *Config) Path(p string) string { return c.path(p) }
+
+// ControllerToken returns the join token of the controller section (from
+// token or token_file; "" when neither is set).
+func (c *Config) ControllerToken() (string, error) {
+	cc := c.Controller
+	if cc == nil || cc.TokenFile == "" {
+		if cc == nil {
+			return "", nil
+		}
+		return cc.Token, nil
+	}
+	b, err := os.ReadFile(c.path(cc.TokenFile))
+	if err != nil {
+		return "", fmt.Errorf("controller.token_file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 func (c *Config) path(p string) string {

@@ -237,7 +237,7 @@ func (s *Server) bind() error {
 		return nil
 	}
 	if a := s.cfg.Hop.Listen; a != "" {
-		if s.kr == nil {
+		if s.kr == nil && s.cfg.Controller == nil {
 			return errors.New("hop.listen needs keys.current")
 		}
 		if err := listen(a, &listener{kind: kindHop}); err != nil {
