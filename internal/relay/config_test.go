@@ -59,6 +59,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"connect user colon", "id: a\nhttp_connect: {listen: ':1', users: {'a:b': x}}\n", "http_connect.users"},
 		{"negative limit", "id: a\nlimits: {max_conns: -1}\n", "limits"},
 		{"wrong type", "id: [a]\n", "cannot unmarshal"},
+		{"controller url", "id: a\ncontroller: {data_dir: d, hop_addr: 'h:1'}\n", "controller.url: missing"},
+		{"controller data", "id: a\ncontroller: {url: 'http://c:1', hop_addr: 'h:1'}\n", "controller.data_dir: missing"},
+		{"controller hop", "id: a\ncontroller: {url: 'http://c:1', data_dir: d}\n", "controller.hop_addr"},
+		{"controller token", "id: a\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', token: x, token_file: y}\n", "at most one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig(strings.NewReader(tc.yaml), ".")
@@ -67,6 +71,27 @@ func TestParseConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestManagedConfig checks that with a controller section members and keys
+// may come later: a hop listener without keys and an EgP outside members
+// are accepted.
+func TestManagedConfig(t *testing.T) {
+	y := "id: a\nhop: {listen: '127.0.0.1:0'}\negress: {default: z}\ncontroller: {url: 'http://c:1', data_dir: d, token_file: tok}\n"
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "tok"), []byte(" secret-token\n"), 0o600)
+	cfg, err := ParseConfig(strings.NewReader(y), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := cfg.ControllerToken(); err != nil || tok != "secret-token" {
+		t.Errorf("ControllerToken = %q, %v", tok, err)
+	}
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }
 
 func TestNewErrors(t *testing.T) {
