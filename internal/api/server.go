@@ -412,7 +412,10 @@ func (s *server) table(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if r.Context().Err() != nil {
-			return // the client went away
+			// The client went away, or the server is shutting down
+			// (its base context ended): never an empty 200.
+			writeError(w, http.StatusServiceUnavailable, errors.New("controller shutting down"))
+			return
 		}
 		s.fail(w, r, err)
 		return
