@@ -13,5 +13,6 @@
 // net.ipv4.tcp_allowed_congestion_control (only when a world asks for a
 // congestion control that is not allowed yet), and restores it on Close.
 // Addresses come from 10.77.0.0/16 and exist only inside the world's
-// namespaces.
+// namespaces. In its own process, Up gives the emulator's locked threads
+// real-time priority and raises GOMAXPROCS to cover them (see UpOptions).
 package emu
