@@ -450,6 +450,7 @@ func TestDrain(t *testing.T) {
 	ca.Hop.Listen = ""
 	ca.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
 	ca.Timeouts.Drain = Duration(time.Second)
+	ca.Metrics.Listen = "127.0.0.1:0"
 	a := start(t, ca)
 	addr := a.ServiceAddr(0).String()
 	dial := func(msg string) net.Conn {
@@ -476,6 +477,16 @@ func TestDrain(t *testing.T) {
 		}
 		return err != nil
 	})
+	// While draining, /healthz tells load balancers to go elsewhere.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if resp, err := hc.Get("http://" + a.MetricsAddr().String() + "/healthz"); err != nil {
+		t.Errorf("/healthz while draining: %v", err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("/healthz while draining = %d; want 503", resp.StatusCode)
+		}
+	}
 	close(release)
 	if got, err := io.ReadAll(quick); string(got) != "quick" || err != nil {
 		t.Errorf("draining flow = %q, %v; want quick, nil", got, err)
