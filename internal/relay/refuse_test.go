@@ -36,7 +36,7 @@ func signed(t *testing.T, kr *hop.Keyring, route []string, hopIdx int, target st
 func TestRefusals(t *testing.T) {
 	leakCheck(t)
 	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Header = Duration(300 * time.Millisecond) },
+	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Header = Duration(time.Second) },
 		func(s *Server) { s.res = fakeResolver{"mail.example.com": {netip.MustParseAddr("10.0.0.25")}} })
 	kr := testKeyring(t)
 	other, err := hop.NewKeyring(hop.Key{ID: 1, Secret: []byte("another secret of 32 bytes......")}, nil)

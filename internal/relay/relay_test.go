@@ -372,7 +372,7 @@ func TestMetricsAndHealth(t *testing.T) {
 // timeout, while a slow but steady flow is not.
 func TestIdleTimeout(t *testing.T) {
 	leakCheck(t)
-	const idle = 300 * time.Millisecond
+	const idle = 600 * time.Millisecond
 	o := newOrigin(t, func(c *net.TCPConn) {
 		b := make([]byte, 1)
 		for {
@@ -402,7 +402,7 @@ func TestIdleTimeout(t *testing.T) {
 		_, err := quiet.Read(make([]byte, 1))
 		quietDone <- err
 	}()
-	// One byte every idle/3 for 3*idle keeps the steady flow alive.
+	// One byte every idle/4 for over 2*idle keeps the steady flow alive.
 	b := make([]byte, 1)
 	for i := 0; i < 9; i++ {
 		steady.SetDeadline(time.Now().Add(5 * time.Second))
@@ -412,7 +412,7 @@ func TestIdleTimeout(t *testing.T) {
 		if _, err := io.ReadFull(steady, b); err != nil || b[0] != byte(i) {
 			t.Fatalf("steady read %d = %v, %v", i, b, err)
 		}
-		time.Sleep(idle / 3)
+		time.Sleep(idle / 4)
 	}
 	select {
 	case err := <-quietDone:
