@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -75,6 +76,11 @@ type Config struct {
 	Table *pathcomp.TableFile
 	// Tune holds the inter-proxy TCP levers, applied to the FEP hosts only.
 	Tune Tune
+	// Controller, when set, runs a real `mosto controller` in the world and
+	// gives every proxy a `controller:` section instead of a table file;
+	// Start then waits until discovery converged (see WaitConverged).
+	// Exclusive with Table.
+	Controller *ControllerConfig
 }
 
 // Tune is the TCP tuning of the FEPs (the proxies' hosts): levers a mosto
@@ -105,6 +111,9 @@ type Scenario struct {
 	lastCDN    time.Time
 
 	clients map[Mode]*transfer.Client
+
+	ctl  *controllerProc // nil: static table file
+	conv Convergence
 }
 
 type proxyProc struct {
@@ -126,6 +135,9 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 	}
 	if len(cfg.Mosto) == 0 {
 		return nil, errors.New("scenario: no mosto command to run the proxies")
+	}
+	if cfg.Controller != nil && cfg.Table != nil {
+		return nil, errors.New("scenario: a static table and a controller are exclusive")
 	}
 	roles, err := cfg.Roles.resolve(w.Hosts(), w.RTT)
 	if err != nil {
@@ -160,8 +172,12 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 	cl := &countingListener{Listener: ln, n: &s.originConn}
 	go func() { s.originDone <- s.originSrv.Serve(octx, cl) }()
 
-	// Chain table and proxies.
-	if err := s.buildTable(); err != nil {
+	// Chain table (or controller) and proxies.
+	if cfg.Controller != nil {
+		if err := s.startController(ctx); err != nil {
+			return nil, err
+		}
+	} else if err := s.buildTable(); err != nil {
 		return nil, err
 	}
 	if err := s.tune(ctx); err != nil {
@@ -195,6 +211,11 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 	}
 	for _, wt := range waits {
 		if err := s.waitAccept(ctx, wt.host, wt.addr); err != nil {
+			return nil, err
+		}
+	}
+	if s.ctl != nil {
+		if s.conv, err = s.WaitConverged(ctx, 1500*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}
@@ -271,9 +292,10 @@ func (s *Scenario) buildTable() error {
 type proxyConfig struct {
 	ID      string            `yaml:"id"`
 	Hop     map[string]string `yaml:"hop"`
-	Members map[string]string `yaml:"members"`
-	Keys    map[string]any    `yaml:"keys"`
-	Table   string            `yaml:"table"`
+	Members map[string]string `yaml:"members,omitempty"`
+	Keys    map[string]any    `yaml:"keys,omitempty"`
+	Table   string            `yaml:"table,omitempty"`
+	Ctl     map[string]any    `yaml:"controller,omitempty"`
 	Egress  map[string]string `yaml:"egress,omitempty"`
 	Dest    map[string]any    `yaml:"destinations"`
 	Service []map[string]any  `yaml:"services,omitempty"`
@@ -294,12 +316,17 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 		pc := proxyConfig{
 			ID:      f,
 			Hop:     map[string]string{"listen": s.addr(f, hopPort)},
-			Members: members,
-			Keys:    map[string]any{"current": map[string]any{"id": 1, "secret_hex": hex.EncodeToString(key[:])}},
-			Table:   filepath.Join(s.dir, "table.json"),
 			Dest:    map[string]any{"allow": []string{origin}},
 			Timeout: map[string]string{"drain": "1s", "connect": "10s"},
 			Metrics: map[string]string{"listen": s.addr(f, metricsPort)},
+		}
+		if s.ctl != nil {
+			// Members, keys and chains come from the controller.
+			pc.Ctl = s.controllerSection(f)
+		} else {
+			pc.Members = members
+			pc.Keys = map[string]any{"current": map[string]any{"id": 1, "secret_hex": hex.EncodeToString(key[:])}}
+			pc.Table = filepath.Join(s.dir, "table.json")
 		}
 		if cc := s.cfg.Tune.Congestion; cc != "" {
 			pc.Socket = map[string]string{"congestion": cc}
@@ -325,25 +352,10 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			return fmt.Errorf("scenario: %w", err)
 		}
-		p := &proxyProc{fep: f, done: make(chan struct{}), logf: filepath.Join(s.dir, "proxy-"+f+".log")}
-		args := append(append([]string(nil), s.cfg.Mosto[1:]...), "proxy", "--config", path)
-		p.cmd = s.w.Command(context.Background(), f, s.cfg.Mosto[0], args...)
-		p.cmd.Env = append(os.Environ(), s.cfg.Env...)
-		lf, err := os.Create(p.logf)
+		p, err := s.spawn(f, filepath.Join(s.dir, "proxy-"+f+".log"), f, "proxy", "--config", path)
 		if err != nil {
-			return fmt.Errorf("scenario: %w", err)
+			return err
 		}
-		p.cmd.Stdout, p.cmd.Stderr = lf, lf
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := p.cmd.Start(); err != nil {
-			lf.Close()
-			return fmt.Errorf("scenario: start proxy %s: %w", f, err)
-		}
-		go func() {
-			p.err = p.cmd.Wait()
-			lf.Close()
-			close(p.done)
-		}()
 		s.proxies = append(s.proxies, p)
 	}
 	return nil
@@ -484,18 +496,15 @@ func (s *Scenario) Close() error {
 	if s.cdn != nil {
 		errs = append(errs, s.cdn.Stop())
 	}
-	for _, p := range s.proxies {
+	procs := slices.Clone(s.proxies)
+	if s.ctl != nil && s.ctl.proc != nil {
+		procs = append(procs, s.ctl.proc)
+	}
+	for _, p := range procs {
 		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 	}
-	for _, p := range s.proxies {
-		t := time.NewTimer(5 * time.Second)
-		select {
-		case <-p.done:
-		case <-t.C:
-			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-		t.Stop()
+	for _, p := range procs {
+		p.stop(false)
 	}
 	if s.cancel != nil {
 		s.cancel()

@@ -1,0 +1,435 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/pki"
+)
+
+// Ports of the controller mode.
+const (
+	controllerPort = 7443
+	probePort      = 7001
+)
+
+// ControllerConfig runs a real `mosto controller` in the world: the proxies
+// join it over mutual TLS, measure each other and follow its tables.
+type ControllerConfig struct {
+	// Host runs the controller (a FEP host shares it); empty: the first FEP.
+	Host string
+	// ProbeInterval is the agents' probe round interval; 0: 2s.
+	ProbeInterval time.Duration
+	// Debounce is the controller's --debounce; 0: 300ms.
+	Debounce time.Duration
+	// Converge bounds the wait for discovery to converge; 0: 60s.
+	Converge time.Duration
+}
+
+// controllerProc is the running controller of a Scenario.
+type controllerProc struct {
+	host   string
+	dir    string
+	url    string
+	token  string
+	client *api.Client
+	proc   *proxyProc // the process (reuses the proxy process plumbing)
+}
+
+func (c ControllerConfig) withDefaults() ControllerConfig {
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = 2 * time.Second
+	}
+	if c.Debounce <= 0 {
+		c.Debounce = 300 * time.Millisecond
+	}
+	if c.Converge <= 0 {
+		c.Converge = 60 * time.Second
+	}
+	return c
+}
+
+// mosto runs the mosto binary outside the world (file-only subcommands).
+func (s *Scenario) mosto(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, s.cfg.Mosto[0], append(append([]string(nil), s.cfg.Mosto[1:]...), args...)...)
+	cmd.Env = append(os.Environ(), s.cfg.Env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("mosto %s: %v: %s", strings.Join(args, " "), err, tail(errb.String(), 400))
+	}
+	return out.String(), nil
+}
+
+// startController initializes the controller's data directory (CA, admin
+// certificate, a reusable join token), starts `mosto controller` in its
+// host's namespace and waits until its API answers.
+func (s *Scenario) startController(ctx context.Context) error {
+	cc := s.cfg.Controller.withDefaults()
+	host := cc.Host
+	if host == "" {
+		host = s.roles.FEPs[0]
+	}
+	if !slices.Contains(s.w.Hosts(), host) {
+		return fmt.Errorf("scenario: controller host %q is not in the world", host)
+	}
+	c := &controllerProc{host: host, dir: filepath.Join(s.dir, "controller")}
+	ip := s.w.Addr(host).String()
+	if _, err := s.mosto(ctx, "controller", "init", "--data", c.dir, "--hosts", ip); err != nil {
+		return fmt.Errorf("scenario: %w", err)
+	}
+	tok, err := s.mosto(ctx, "token", "create", "--data", c.dir, "--reusable", "--ttl", "2h")
+	if err != nil {
+		return fmt.Errorf("scenario: %w", err)
+	}
+	c.token = strings.TrimSpace(tok)
+	pdir := filepath.Join(c.dir, "pki")
+	var pem [3][]byte
+	for i, f := range []string{"ca.crt", "admin.crt", "admin.key"} {
+		if pem[i], err = os.ReadFile(filepath.Join(pdir, f)); err != nil {
+			return fmt.Errorf("scenario: controller admin credentials: %w", err)
+		}
+	}
+	tcfg, err := pki.ClientTLSConfig(pem[0], pem[1], pem[2])
+	if err != nil {
+		return fmt.Errorf("scenario: controller admin credentials: %w", err)
+	}
+	addr := s.addr(host, controllerPort)
+	c.url = "https://" + addr
+	dial := func(ctx context.Context, network, a string) (net.Conn, error) {
+		return s.w.Dial(ctx, s.roles.Client, network, a)
+	}
+	c.client = &api.Client{BaseURL: c.url, HTTP: &http.Client{Transport: &http.Transport{
+		DialContext: dial, TLSClientConfig: tcfg, ForceAttemptHTTP2: false, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}}}
+	s.ctl = c
+	if err := s.runController(); err != nil {
+		return err
+	}
+	return s.waitAccept(ctx, s.roles.Client, addr)
+}
+
+// runController starts the controller process on the prepared directory.
+func (s *Scenario) runController() error {
+	c := s.ctl
+	cc := s.cfg.Controller.withDefaults()
+	sizes := make([]string, len(s.cfg.Sizes))
+	for i, v := range s.cfg.Sizes {
+		sizes[i] = strconv.FormatInt(v, 10)
+	}
+	n := strconv.Itoa(len(s.roles.FEPs))
+	p, err := s.spawn("controller", filepath.Join(s.dir, "controller.log"), c.host, "controller",
+		"--data", c.dir, "--listen", s.addr(c.host, controllerPort), "--sizes", strings.Join(sizes, ","),
+		"--debounce", cc.Debounce.String(), "--period", "1h", "--near", n, "--far", "0")
+	if err != nil {
+		return err
+	}
+	c.proc = p
+	return nil
+}
+
+// spawn starts `mosto args...` in host's namespace, logging to logf.
+func (s *Scenario) spawn(name, logf, host string, args ...string) (*proxyProc, error) {
+	p := &proxyProc{fep: name, done: make(chan struct{}), logf: logf}
+	all := append(append([]string(nil), s.cfg.Mosto[1:]...), args...)
+	p.cmd = s.w.Command(context.Background(), host, s.cfg.Mosto[0], all...)
+	p.cmd.Env = append(os.Environ(), s.cfg.Env...)
+	lf, err := os.OpenFile(logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = lf, lf
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("scenario: start %s: %w", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// stop ends p (SIGTERM, SIGKILL after 5 s; kill: SIGKILL at once).
+func (p *proxyProc) stop(kill bool) {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	syscall.Kill(-p.cmd.Process.Pid, sig)
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// controllerSection is the `controller:` section of a proxy's config.
+func (s *Scenario) controllerSection(fep string) map[string]any {
+	cc := s.cfg.Controller.withDefaults()
+	return map[string]any{
+		"url":            s.ctl.url,
+		"token":          s.ctl.token,
+		"data_dir":       s.agentDir(fep),
+		"probe_addr":     s.addr(fep, probePort),
+		"probe_interval": cc.ProbeInterval.String(),
+		"location":       fep,
+	}
+}
+
+func (s *Scenario) agentDir(fep string) string { return filepath.Join(s.dir, "agent-"+fep) }
+
+// UsesController reports whether the proxies follow a controller.
+func (s *Scenario) UsesController() bool { return s.ctl != nil }
+
+// ControllerHost returns the host running the controller ("" without one).
+func (s *Scenario) ControllerHost() string {
+	if s.ctl == nil {
+		return ""
+	}
+	return s.ctl.host
+}
+
+// API returns an admin client of the controller's API (nil without one).
+func (s *Scenario) API() *api.Client {
+	if s.ctl == nil {
+		return nil
+	}
+	return s.ctl.client
+}
+
+// Convergence is what waiting for discovery found.
+type Convergence struct {
+	Took     time.Duration     // from the call until converged
+	Versions map[string]uint64 // table version per LoP (every FEP is its own LoP)
+	Matrix   api.Matrix
+}
+
+// ProxyTableVersion returns the version of the table a proxy's agent holds
+// (its persisted table; 0: none yet).
+func (s *Scenario) ProxyTableVersion(fep string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(s.agentDir(fep), "table.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var t api.Table
+	if err := json.Unmarshal(b, &t); err != nil {
+		return 0, fmt.Errorf("scenario: table of %s: %w", fep, err)
+	}
+	return t.Version, nil
+}
+
+// WaitConverged waits until discovery converged: every FEP pair measured in
+// at least one direction, a table for every FEP, every proxy holding the
+// controller's current version of its table, and no version change for
+// stable. It then loads the InP's table as the scenario's table.
+func (s *Scenario) WaitConverged(ctx context.Context, stable time.Duration) (Convergence, error) {
+	if s.ctl == nil {
+		return Convergence{}, errors.New("scenario: no controller")
+	}
+	start := time.Now()
+	deadline := start.Add(s.cfg.Controller.withDefaults().Converge)
+	var last map[string]uint64
+	var since time.Time
+	why := "not polled"
+	for {
+		cv, reason, err := s.poll(ctx)
+		switch {
+		case err != nil:
+			why = err.Error()
+			last = nil
+		case reason != "":
+			why = reason
+			last = nil
+		case last == nil || !mapsEqual(last, cv.Versions):
+			last, since, why = cv.Versions, time.Now(), "versions changing"
+		case time.Since(since) >= stable:
+			cv.Took = time.Since(start)
+			if err := s.loadControllerTable(ctx); err != nil {
+				return cv, err
+			}
+			return cv, nil
+		}
+		if time.Now().After(deadline) {
+			return Convergence{}, fmt.Errorf("scenario: discovery did not converge within %v: %s", s.cfg.Controller.withDefaults().Converge, why)
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return Convergence{}, err
+		}
+	}
+}
+
+// poll reads the controller's matrix and tables and the proxies' versions;
+// reason says what is missing.
+func (s *Scenario) poll(ctx context.Context) (Convergence, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := s.ctl.client.Matrix(ctx)
+	if err != nil {
+		return Convergence{}, "", fmt.Errorf("matrix: %w", err)
+	}
+	idx := make(map[string]int)
+	for i, n := range m.Names {
+		idx[n] = i
+	}
+	for _, a := range s.roles.FEPs {
+		for _, b := range s.roles.FEPs {
+			if a >= b {
+				continue
+			}
+			i, ok1 := idx[a]
+			j, ok2 := idx[b]
+			if !ok1 || !ok2 {
+				return Convergence{}, fmt.Sprintf("FEP %s or %s not registered", a, b), nil
+			}
+			if m.RTTMS[i][j] == nil && m.RTTMS[j][i] == nil {
+				return Convergence{}, fmt.Sprintf("pair %s-%s not measured", a, b), nil
+			}
+		}
+	}
+	cv := Convergence{Versions: make(map[string]uint64), Matrix: m}
+	for _, f := range s.roles.FEPs {
+		t, err := s.ctl.client.Table(ctx, f, 0, 0)
+		if err != nil {
+			return Convergence{}, "", fmt.Errorf("table of %s: %w", f, err)
+		}
+		if t == nil {
+			return Convergence{}, "no table for " + f, nil
+		}
+		pv, err := s.ProxyTableVersion(f)
+		if err != nil {
+			return Convergence{}, "", err
+		}
+		if pv != t.Version {
+			return Convergence{}, fmt.Sprintf("proxy %s holds version %d, controller %d", f, pv, t.Version), nil
+		}
+		cv.Versions[f] = t.Version
+	}
+	return cv, "", nil
+}
+
+// loadControllerTable makes the InP's table (from the controller's API)
+// the scenario's table.
+func (s *Scenario) loadControllerTable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	t, err := s.ctl.client.Table(ctx, s.roles.InP, 0, 0)
+	if err != nil {
+		return fmt.Errorf("scenario: table of %s: %w", s.roles.InP, err)
+	}
+	if t == nil {
+		return fmt.Errorf("scenario: controller has no table for %s", s.roles.InP)
+	}
+	tf := t.Table
+	tf.Version = t.Version
+	ix, err := pathcomp.NewIndex(&tf)
+	if err != nil {
+		return fmt.Errorf("scenario: controller table of %s: %w", s.roles.InP, err)
+	}
+	s.table, s.index = &tf, ix
+	return nil
+}
+
+// TableVersion returns the version of the table ComputedChain reads (the
+// static table's, or the InP's table from the controller).
+func (s *Scenario) TableVersion() uint64 {
+	if s.table == nil {
+		return 0
+	}
+	return s.table.Version
+}
+
+// ReloadTable reads the InP's current table from the controller again.
+func (s *Scenario) ReloadTable(ctx context.Context) error {
+	if s.ctl == nil {
+		return errors.New("scenario: no controller")
+	}
+	return s.loadControllerTable(ctx)
+}
+
+// KillController ends the controller process with SIGKILL.
+func (s *Scenario) KillController() error {
+	if s.ctl == nil || s.ctl.proc == nil {
+		return errors.New("scenario: no controller running")
+	}
+	s.ctl.proc.stop(true)
+	s.ctl.proc = nil
+	return nil
+}
+
+// RestartController starts the controller again on its data directory.
+func (s *Scenario) RestartController(ctx context.Context) error {
+	if s.ctl == nil || s.ctl.proc != nil {
+		return errors.New("scenario: no stopped controller")
+	}
+	if err := s.runController(); err != nil {
+		return err
+	}
+	return s.waitAccept(ctx, s.roles.Client, s.addr(s.ctl.host, controllerPort))
+}
+
+// RestartProxy stops the proxy of fep (SIGTERM) and starts it again with the
+// same configuration, then waits until its metrics listener answers.
+func (s *Scenario) RestartProxy(ctx context.Context, fep string) error {
+	i := slices.IndexFunc(s.proxies, func(p *proxyProc) bool { return p.fep == fep })
+	if i < 0 {
+		return fmt.Errorf("scenario: no proxy %q", fep)
+	}
+	s.proxies[i].stop(false)
+	p, err := s.spawn(fep, s.proxies[i].logf, fep, "proxy", "--config", filepath.Join(s.dir, "proxy-"+fep+".yaml"))
+	if err != nil {
+		return err
+	}
+	s.proxies[i] = p
+	return s.waitAccept(ctx, s.roles.Client, s.addr(fep, metricsPort))
+}
+
+func mapsEqual(a, b map[string]uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Converged returns what the wait for discovery found in Start.
+func (s *Scenario) Converged() Convergence { return s.conv }
