@@ -113,14 +113,16 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 			}
 			return nil, usageErrorf("%v", err)
 		}
-		args = fs.Args()
-		if len(args) == 0 {
+		rest := fs.Args()
+		// flag.Parse consumes a "--" terminator: everything after it is
+		// positional, even when it looks like a flag.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
 			return pos, nil
 		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
 }
