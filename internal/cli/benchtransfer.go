@@ -34,7 +34,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	inp := fs.String("inp", "", "ingress FEP (default: nearest the client)")
 	egp := fs.String("egp", "", "egress FEP (default: nearest the origin)")
 	single := fs.String("single", "", "FEP of the single-proxy mode (default: Washington if present, else the FEP minimizing its longer leg)")
-	table := fs.String("table", "", "chain table file (mosto plan table --json) instead of computing one from the world's RTTs")
+	table := fs.String("table", "", "chain table file (mosto plan table --json) given to every proxy (implies --static-table)")
+	static := fs.Bool("static-table", false, "no controller: give every proxy a chain table file computed by pathcomp from the world's RTTs")
+	probeEvery := fs.Duration("probe-interval", 2*time.Second, "with the controller: the agents' probe round interval")
 	initcwnd := fs.Int("fep-initcwnd", 0, "lever: initcwnd and initrwnd (segments) of the FEPs' routes; 0: kernel default")
 	rmem := fs.Int("fep-rmem", 0, "lever: tcp_rmem default (initial receive buffer, bytes) on the FEPs; 0: unchanged")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
@@ -55,6 +57,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	}
 	if *runs < 1 {
 		return usageErrorf("--runs must be at least 1")
+	}
+	if *probeEvery < 100*time.Millisecond {
+		return usageErrorf("--probe-interval must be at least 100ms")
 	}
 	if *cdnIdle < time.Millisecond {
 		return usageErrorf("--cdn-idle must be at least 1ms")
@@ -139,8 +144,12 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("bring up world: %w", err)
 	}
 	defer w.Close()
-	sc, err := scenario.Start(ctx, w, scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
-		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc}}, env.Log)
+	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
+		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc}}
+	if tf == nil && !*static {
+		scfg.Controller = &scenario.ControllerConfig{ProbeInterval: *probeEvery}
+	}
+	sc, err := scenario.Start(ctx, w, scfg, env.Log)
 	if err != nil {
 		return err
 	}
@@ -148,6 +157,8 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	r := sc.Roles()
 	fmt.Fprintf(env.Stderr, "bench transfer: world %q, client %s, origin %s, ingress %s, egress %s, single %s; %d sizes x %d modes x %d runs\n",
 		spec.Name, r.Client, r.Origin, r.InP, r.EgP, r.Single, len(sizes), len(modes), *runs)
+	source := chainSource(sc, *table)
+	fmt.Fprintln(env.Stderr, source)
 	for _, m := range modes {
 		if m == scenario.CDNCold {
 			continue
@@ -176,6 +187,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "# mosto bench transfer\n\nWorld `%s`; client %s, origin %s; ingress FEP %s, egress FEP %s, single proxy %s; nginx upstream idle timeout %v.\n\nCommand: `mosto bench transfer %s`\n\n",
 		spec.Name, r.Client, r.Origin, r.InP, r.EgP, r.Single, *cdnIdle, strings.Join(args, " "))
+	fmt.Fprintf(&md, "%s\n\n", source)
 	if err := res.WriteMarkdown(&md); err != nil {
 		return err
 	}

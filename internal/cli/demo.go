@@ -18,7 +18,8 @@ import (
 
 // runDemo brings up the demo world (client near Dublin, origin in San
 // Francisco, eight FEPs between), starts a proxy per FEP with a chain table
-// computed from the world's RTTs, fetches 10-500 KB objects directly, through
+// from a real `mosto controller` running in the world (or, with
+// --static-table, a table file computed from the world's RTTs), fetches 10-500 KB objects directly, through
 // mosto and through an nginx front-end, prints the medians and tears down.
 func runDemo(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "demo")
@@ -26,8 +27,10 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	sizesFlag := fs.String("sizes", "10KB,50KB,100KB,200KB,500KB", "object sizes (comma-separated, 1 KB = 1000 B)")
 	noCDN := fs.Bool("no-cdn", false, "skip the nginx CDN front-end")
 	single := fs.Bool("single", false, "also fetch through the single proxy in Washington (the paper's Virginia)")
+	static := fs.Bool("static-table", false, "no controller: give every proxy a chain table file computed by pathcomp from the world's RTTs")
+	probeEvery := fs.Duration("probe-interval", 2*time.Second, "with the controller: the agents' probe round interval")
 	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, "usage: mosto demo [--runs N] [--sizes LIST] [--no-cdn] [--single]\n\nNeeds root (network namespaces, TUN devices, sysctls). Takes about a minute.")
+		fmt.Fprintln(env.Stderr, "usage: mosto demo [--runs N] [--sizes LIST] [--no-cdn] [--single] [--static-table] [--probe-interval D]\n\nNeeds root (network namespaces, TUN devices, sysctls). Takes about a minute.")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -39,6 +42,9 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	}
 	if *runs < 1 {
 		return usageErrorf("--runs must be at least 1")
+	}
+	if *probeEvery < 100*time.Millisecond {
+		return usageErrorf("--probe-interval must be at least 100ms")
 	}
 	sizes, err := transfer.ParseSizes(*sizesFlag)
 	if err != nil {
@@ -67,16 +73,21 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("bring up the demo world: %w", err)
 	}
 	defer w.Close()
-	sc, err := scenario.Start(ctx, w, scenario.Config{Roles: scenario.Roles{Single: "Washington"}, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: 5 * time.Second}, env.Log)
+	scfg := scenario.Config{Roles: scenario.Roles{Single: "Washington"}, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: 5 * time.Second}
+	if !*static {
+		scfg.Controller = &scenario.ControllerConfig{ProbeInterval: *probeEvery}
+	}
+	sc, err := scenario.Start(ctx, w, scfg, env.Log)
 	if err != nil {
 		return err
 	}
 	defer sc.Close()
 	roles := sc.Roles()
 	rtt, _ := sc.OriginRTT()
-	fmt.Fprintf(env.Stdout, "world up in %v: %d hosts; client-origin RTT %.1f ms; ingress FEP %s, egress FEP %s, single proxy %s\n",
+	fmt.Fprintf(env.Stdout, "world, origin, proxies up in %v: %d hosts; client-origin RTT %.1f ms; ingress FEP %s, egress FEP %s, single proxy %s\n",
 		time.Since(start).Round(100*time.Millisecond), len(w.Hosts()), float64(rtt)/1e6, roles.InP, roles.EgP, roles.Single)
-	fmt.Fprintln(env.Stdout, "controller: not started — the chain table was computed by pathcomp from the world's RTTs and given to every proxy as a file")
+	fmt.Fprintln(env.Stdout, chainSource(sc, ""))
+	fmt.Fprint(env.Stdout, chainsPerSize(sc, sizes))
 
 	modes := []scenario.Mode{scenario.Direct, scenario.Chain}
 	if *single {
@@ -141,6 +152,46 @@ func printDemo(env *Env, res *scenario.Results, modes []scenario.Mode) {
 		all = append(all, res.Median(scenario.Direct, size)/res.Median(scenario.Chain, size))
 	}
 	fmt.Fprintf(env.Stdout, "mosto chain vs direct: median speedup %.2fx over all sizes\n", stats.Median(all))
+}
+
+// chainSource says where the proxies' chains come from; table is the
+// --table file of a static run, if any.
+func chainSource(sc *scenario.Scenario, table string) string {
+	if !sc.UsesController() {
+		if table != "" {
+			return "chains: static table file " + table + " given to every proxy (no controller)"
+		}
+		return "chains: no controller (--static-table) — the chain table was computed by pathcomp from the world's RTTs and given to every proxy as a file"
+	}
+	cv := sc.Converged()
+	m := cv.Matrix
+	measured := 0
+	for i := range m.RTTMS {
+		for j := range m.RTTMS[i] {
+			if m.RTTMS[i][j] != nil {
+				measured++
+			}
+		}
+	}
+	return fmt.Sprintf("chains: from the controller — `mosto controller` on %s (bbolt store, mutual TLS); %d proxies joined with a token, "+
+		"measured %d of %d directed pairs and received their tables; discovery converged %v after the proxies started",
+		sc.ControllerHost(), len(cv.Versions), measured, len(m.Names)*(len(m.Names)-1), cv.Took.Round(100*time.Millisecond))
+}
+
+// chainsPerSize lists the chain of the ingress FEP's table per size.
+func chainsPerSize(sc *scenario.Scenario, sizes []int64) string {
+	r := sc.Roles()
+	var b strings.Builder
+	fmt.Fprintf(&b, "table of %s (version %d), chain to %s per size:\n", r.InP, sc.TableVersion(), r.EgP)
+	for _, size := range sizes {
+		e, ok := sc.ComputedEntry(size)
+		if !ok {
+			fmt.Fprintf(&b, "  %6s  no chain (flows go direct)\n", transfer.FormatSize(size))
+			continue
+		}
+		fmt.Fprintf(&b, "  %6s  %s\n", transfer.FormatSize(size), strings.Join(e.Path, ">"))
+	}
+	return b.String()
 }
 
 // needPrivileges explains what cmd (which brings up an emulated world) needs
