@@ -39,6 +39,10 @@ type Options struct {
 	// for every link, without the A_h/B_h pruning. It computes the same
 	// fronts; it exists for tests and benchmarks.
 	Plain bool
+	// MaxProxies bounds the intermediate locations of every chain (at most
+	// MaxProxies+1 links); 0 means unlimited. The fronts are then the exact
+	// hop-bounded Pareto fronts (see Precompute). At most MaxProxiesLimit.
+	MaxProxies int
 }
 
 // Limits of the precomputation. RTTs are quantised to whole microseconds and
@@ -49,6 +53,8 @@ const (
 	// MaxRTT is the largest finite RTT, in milliseconds, Precompute accepts
 	// (about 66 minutes: in microseconds it fits a uint32).
 	MaxRTT = 4e6
+	// MaxProxiesLimit is the largest Options.MaxProxies Precompute accepts.
+	MaxProxiesLimit = 14
 )
 
 const (

@@ -13,15 +13,21 @@ import (
 type Fronts struct {
 	n     int
 	model Model
+	// levels is the number of hop levels stored per pair: 1 when chains
+	// are unlimited (the events of a pair's best chains), MaxProxies+1 when
+	// bounded (level k holds the events of the best chains of at most k
+	// links; level levels is the pair's front).
+	levels  int
+	bounded bool
 
 	// Links sorted by nondecreasing RTT; index h is l_h of Appendix A.
 	linkA, linkB []uint16
 	linkRTT      []int64 // microseconds
 
-	// Events, grouped per unordered pair (CSR over the triangular pair
-	// index) and, within a pair, in the order they happened (link index
-	// increasing, key decreasing).
-	start []uint32 // len pairs+1
+	// Events, grouped per unordered pair and level (CSR over the slot
+	// pairIndex*levels + level-1) and, within a slot, in the order they
+	// happened (link index increasing, key decreasing).
+	start []uint32 // len pairs*levels+1
 	key   []int64  // sum<<hopBits | hops
 	link  []uint32 // h<<1 | orientation (1: the lower location's side of the link is linkB[h])
 	emax  []uint32 // linkRTT[h] (the entry's Max, microseconds), kept beside key for lookups
@@ -42,6 +48,9 @@ func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
 	if err := checkMatrix(rtt); err != nil {
 		return nil, err
 	}
+	if opt.MaxProxies < 0 || opt.MaxProxies > MaxProxiesLimit {
+		return nil, fmt.Errorf("pathcomp: max proxies %d; want 0 (unlimited) to %d", opt.MaxProxies, MaxProxiesLimit)
+	}
 	n := len(rtt)
 	// Sort the links by RTT (then by pair, for determinism) as packed
 	// uint64s: rtt (at most 32 bits) << 24 | pair index (at most 23 bits).
@@ -58,6 +67,7 @@ func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
 	f := &Fronts{
 		n:       n,
 		model:   opt.Model,
+		levels:  1,
 		linkA:   make([]uint16, len(packed)),
 		linkB:   make([]uint16, len(packed)),
 		linkRTT: make([]int64, len(packed)),
@@ -66,9 +76,13 @@ func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
 		p := v & (1<<24 - 1)
 		f.linkA[h], f.linkB[h], f.linkRTT[h] = pairLo[p], pairHi[p], int64(v>>24)
 	}
-	if opt.Plain {
+	switch {
+	case opt.MaxProxies > 0:
+		f.levels, f.bounded = opt.MaxProxies+1, true
+		f.compact(f.runBounded(!opt.Plain))
+	case opt.Plain:
 		f.compact(f.runPlain())
-	} else {
+	default:
 		f.compact(f.runPruned())
 	}
 	return f, nil
@@ -87,27 +101,30 @@ func pairTable(n int) (lo, hi []uint16) {
 	return lo, hi
 }
 
-// eventLog records, in order, every improvement of a pair's best (sum, hops):
-// the new key, and pair index << plPairShift | lower side's hops << 24 |
-// link index << 1 | orientation (link indices stay below 2^23 since n <=
-// MaxLocations).
+// eventLog records, in order, every improvement of a pair's best (sum, hops)
+// (per hop level when bounded): the new key, and slot << plPairShift | lower
+// side's hops << 24 | link index << 1 | orientation, where slot is pair index
+// * levels + level-1 (link indices stay below 2^23 since n <= MaxLocations,
+// slots below 2^27 since levels <= MaxProxiesLimit+1).
 // It grows in fixed chunks, so that growing never copies.
 type eventLog struct {
-	key   [][]int64
-	pl    [][]uint64
-	count int
-	chunk int // entries per chunk
+	key    [][]int64
+	pl     [][]uint64
+	count  int
+	chunk  int // entries per chunk
+	levels int
 }
 
 // newEventLog sizes the chunks for n locations: about four entries per pair,
 // between 1<<10 and 1<<18 entries.
-func newEventLog(n int) eventLog {
-	return eventLog{chunk: min(max(4*n*(n-1)/2, 1<<10), 1<<18)}
+func newEventLog(n, levels int) eventLog {
+	return eventLog{chunk: min(max(4*n*(n-1)/2, 1<<10), 1<<18), levels: levels}
 }
 
-// add logs that the pair {i, j} improved to key at link h; iOnA tells
-// whether i's part of the path ends at a_h, iHops is that part's hop count.
-func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool, iHops int64) {
+// add logs that the pair {i, j} improved to key at link h (at hop level
+// level; 1 when unbounded); iOnA tells whether i's part of the path ends at
+// a_h, iHops is that part's hop count.
+func (lg *eventLog) add(n, i, j, level int, key int64, h int, iOnA bool, iHops int64) {
 	lo, hi := i, j
 	orient := uint32(0) // lower location on the a side
 	loHops := iHops
@@ -125,7 +142,7 @@ func (lg *eventLog) add(n, i, j int, key int64, h int, iOnA bool, iHops int64) {
 	}
 	c := len(lg.key) - 1
 	lg.key[c] = append(lg.key[c], key)
-	lg.pl[c] = append(lg.pl[c], uint64(pairIndex(n, lo, hi))<<plPairShift|uint64(loHops)<<24|uint64(h)<<1|uint64(orient))
+	lg.pl[c] = append(lg.pl[c], uint64(pairIndex(n, lo, hi)*lg.levels+level-1)<<plPairShift|uint64(loHops)<<24|uint64(h)<<1|uint64(orient))
 	lg.count++
 }
 
@@ -148,7 +165,7 @@ func newDist(n int) []int64 {
 func (f *Fronts) runPruned() eventLog {
 	n := f.n
 	d := newDist(n)
-	lg := newEventLog(n)
+	lg := newEventLog(n, 1)
 	as := make([]int, 0, n)
 	bs := make([]int, 0, n)
 	for h := range f.linkRTT {
@@ -175,7 +192,7 @@ func (f *Fronts) runPruned() eventLog {
 				if c := base + rowB[j]; c < di[j] {
 					di[j] = c
 					d[j*n+i] = c
-					lg.add(n, i, j, c, h, true, rowA[i]&hopMask)
+					lg.add(n, i, j, 1, c, h, true, rowA[i]&hopMask)
 				}
 			}
 		}
@@ -188,7 +205,7 @@ func (f *Fronts) runPruned() eventLog {
 func (f *Fronts) runPlain() eventLog {
 	n := f.n
 	d := newDist(n)
-	lg := newEventLog(n)
+	lg := newEventLog(n, 1)
 	sa := make([]int64, n)
 	sb := make([]int64, n)
 	for h := range f.linkRTT {
@@ -205,11 +222,11 @@ func (f *Fronts) runPlain() eventLog {
 				case c1 < di[j] && c1 <= c2:
 					di[j] = c1
 					d[j*n+i] = c1
-					lg.add(n, i, j, c1, h, true, sa[i]&hopMask)
+					lg.add(n, i, j, 1, c1, h, true, sa[i]&hopMask)
 				case c2 < di[j]:
 					di[j] = c2
 					d[j*n+i] = c2
-					lg.add(n, i, j, c2, h, false, sb[i]&hopMask)
+					lg.add(n, i, j, 1, c2, h, false, sb[i]&hopMask)
 				}
 			}
 		}
@@ -219,7 +236,7 @@ func (f *Fronts) runPlain() eventLog {
 
 // compact turns the event log into per-pair arrays.
 func (f *Fronts) compact(lg eventLog) {
-	pairs := f.n * (f.n - 1) / 2
+	pairs := f.n * (f.n - 1) / 2 * f.levels
 	f.start = make([]uint32, pairs+1)
 	for _, chunk := range lg.pl {
 		for _, v := range chunk {
@@ -267,15 +284,29 @@ func (f *Fronts) Bytes() int {
 	return 4*len(f.start) + 8*len(f.key) + 4*len(f.link) + 4*len(f.emax) + 2*len(f.loHops) + 12*len(f.linkRTT)
 }
 
-// events returns the event range of the pair {i, j}, i != j, and whether i is
-// the lower index.
+// events returns the event range of the front of the pair {i, j}, i != j.
 func (f *Fronts) events(i, j int) (lo, hi int) {
+	return f.levelEvents(i, j, f.levels)
+}
+
+// levelEvents returns the event range of the pair {i, j}, i != j, at hop
+// level level (1 when unbounded).
+func (f *Fronts) levelEvents(i, j, level int) (lo, hi int) {
 	a, b := i, j
 	if a > b {
 		a, b = b, a
 	}
-	p := pairIndex(f.n, a, b)
+	p := pairIndex(f.n, a, b)*f.levels + level - 1
 	return int(f.start[p]), int(f.start[p+1])
+}
+
+// MaxProxies returns the bound on intermediate locations the fronts were
+// computed with (0: unlimited).
+func (f *Fronts) MaxProxies() int {
+	if !f.bounded {
+		return 0
+	}
+	return f.levels - 1
 }
 
 func (f *Fronts) valid(i, j int) bool {
@@ -339,10 +370,10 @@ func (f *Fronts) chain(dst []int, i, j, e int) Chain {
 	return c
 }
 
-// lastEvent returns the last event of the pair {i, j} created at a link index
-// <= h, or -1.
-func (f *Fronts) lastEvent(i, j, h int) int {
-	lo, hi := f.events(i, j)
+// lastEvent returns the last event of the pair {i, j} at hop level level
+// created at a link index <= h, or -1.
+func (f *Fronts) lastEvent(i, j, level, h int) int {
+	lo, hi := f.levelEvents(i, j, level)
 	for e := hi - 1; e >= lo; e-- {
 		if int(f.link[e]>>1) <= h {
 			return e
@@ -383,15 +414,23 @@ func (f *Fronts) appendPart(dst []int, u, v, hops, h int) []int {
 	case 1:
 		return append(dst, u, v)
 	}
-	return f.appendBest(dst, u, v, h)
+	level := 1
+	if f.bounded {
+		// The part was the best of at most some k >= hops links; having
+		// hops links, it is also the best of at most hops links (keys
+		// order by sum, then hops), which level hops holds.
+		level = hops
+	}
+	return f.appendBest(dst, u, v, level, h)
 }
 
-// appendBest appends the best path from i to j using links 0..h.
-func (f *Fronts) appendBest(dst []int, i, j, h int) []int {
+// appendBest appends the best path from i to j of at most level links
+// (unbounded: level 1) using links 0..h.
+func (f *Fronts) appendBest(dst []int, i, j, level, h int) []int {
 	if i == j {
 		return append(dst, i)
 	}
-	e := f.lastEvent(i, j, h)
+	e := f.lastEvent(i, j, level, h)
 	if e < 0 {
 		panic(fmt.Sprintf("pathcomp: no path %d -> %d below link %d", i, j, h)) // an internal invariant
 	}

@@ -47,10 +47,11 @@ func randomMatrix(rng *rand.Rand, n, kind int, missing float64) [][]float64 {
 // pathStat is the measure of one simple path.
 type pathStat struct{ sum, mx, hops int64 }
 
-// allPathStats enumerates every simple path from i and returns, per
-// destination and per possible Max value (ascending), the path with the
-// smallest sum, and the fewest hops among those (sum < 0: no such path).
-func allPathStats(rtt [][]float64, i int) [][]pathStat {
+// allPathStats enumerates every simple path from i of at most maxHops links
+// (0: any) and returns, per destination and per possible Max value
+// (ascending), the path with the smallest sum, and the fewest hops among
+// those (sum < 0: no such path).
+func allPathStats(rtt [][]float64, i, maxHops int) [][]pathStat {
 	n := len(rtt)
 	var vals []int64
 	for u := range rtt {
@@ -85,6 +86,9 @@ func allPathStats(rtt [][]float64, i int) [][]pathStat {
 	on[i] = true
 	var walk func(u int, sum int64, mr int, hops int64)
 	walk = func(u int, sum int64, mr int, hops int64) {
+		if maxHops > 0 && hops >= int64(maxHops) {
+			return
+		}
 		for v := 0; v < n; v++ {
 			r := rank[u][v]
 			if on[v] || r < 0 {
@@ -138,8 +142,17 @@ func twiceCost(c Chain, rounds int) int64 {
 func checkAgainstBruteForce(t testing.TB, rtt [][]float64, f *Fronts) {
 	t.Helper()
 	n := len(rtt)
+	maxHops := 0
+	if f.MaxProxies() > 0 {
+		maxHops = f.MaxProxies() + 1
+	}
+	rounds := make([]int, 12)
+	for r := range rounds {
+		rounds[r] = r + 1
+	}
+	picks := make([]int, len(rounds))
 	for i := 0; i < n; i++ {
-		stats := allPathStats(rtt, i)
+		stats := allPathStats(rtt, i, maxHops)
 		for j := 0; j < n; j++ {
 			paths := stats[j]
 			front := f.Front(i, j)
@@ -162,8 +175,17 @@ func checkAgainstBruteForce(t testing.TB, rtt [][]float64, f *Fronts) {
 				}
 				checkPath(t, rtt, i, j, g)
 			}
+			okEach := f.BestEach(i, j, rounds, picks)
+			if okEach != (len(paths) > 0 && i != j) {
+				t.Fatalf("BestEach(%d,%d) ok = %v with %d paths", i, j, okEach, len(paths))
+			}
 			for r := 1; r <= 12; r++ {
 				c, ok := f.Best(i, j, r)
+				if okEach {
+					if pc := f.AppendPick(nil, i, j, picks[r-1]); pc.Sum != c.Sum || pc.Max != c.Max || !slices.Equal(pc.Path, c.Path) {
+						t.Fatalf("AppendPick(BestEach(%d,%d)[%d]) = %v; Best %v", i, j, r, pc, c)
+					}
+				}
 				if ok != (len(paths) > 0) {
 					t.Fatalf("Best(%d,%d,%d) ok = %v with %d paths", i, j, r, ok, len(paths))
 				}
