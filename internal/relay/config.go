@@ -50,6 +50,8 @@ type Config struct {
 	Limits   LimitConfig   `yaml:"limits"`
 	Socket   SocketConfig  `yaml:"socket"`
 	Metrics  MetricsConfig `yaml:"metrics"`
+	// Pool keeps pre-established connections to members and origins.
+	Pool PoolConfig `yaml:"pool"`
 
 	// dir is the directory relative file names are resolved against.
 	dir string
@@ -60,6 +62,31 @@ type HopConfig struct {
 	Listen string `yaml:"listen"`
 	// MaxSkew is the largest clock difference accepted in a header's time.
 	MaxSkew Duration `yaml:"max_skew"`
+	// MemberIdle is how long a hop connection from a member's address (an
+	// IP literal of members) may wait for the first byte of its header: the
+	// members' pooled connections wait here. Once the first byte arrived,
+	// and for every other source, the header timeout applies. 0: the header
+	// timeout for all.
+	MemberIdle Duration `yaml:"member_idle"`
+}
+
+// PoolConfig sizes the pools of pre-established connections (0: no pool).
+// A pooled connection is used by one flow, then closed with it.
+type PoolConfig struct {
+	// Hop is the number of idle connections kept to every member. The
+	// members must accept them idle: their hop.member_idle must exceed
+	// HopMaxIdle.
+	Hop int `yaml:"hop"`
+	// HopMaxIdle is the age after which a pooled hop connection is
+	// replaced; 0: DefaultHopMaxIdle.
+	HopMaxIdle Duration `yaml:"hop_max_idle"`
+	// Origin is the number of idle connections kept, at the EgP, to every
+	// origin address it connected to in the last 10 minutes.
+	Origin int `yaml:"origin"`
+	// OriginMaxIdle is the age after which a pooled origin connection is
+	// replaced, below the origins' keep-alive timeouts; 0:
+	// DefaultOriginMaxIdle.
+	OriginMaxIdle Duration `yaml:"origin_max_idle"`
 }
 
 // KeysConfig holds the current overlay key and, during rotation, the previous one.
@@ -167,6 +194,11 @@ type SocketConfig struct {
 	NoDelay      *bool  `yaml:"nodelay"`
 	Congestion   string `yaml:"congestion"`    // TCP_CONGESTION, e.g. bbr, cubic
 	NotSentLowat Size   `yaml:"notsent_lowat"` // TCP_NOTSENT_LOWAT; 0: kernel default
+	// FastOpen enables TCP Fast Open: TCP_FASTOPEN on the listeners and
+	// TCP_FASTOPEN_CONNECT on hop and origin connections, so a hop header
+	// rides in the SYN once the kernel holds the peer's cookie (needs
+	// sysctl net.ipv4.tcp_fastopen=3 on both ends).
+	FastOpen bool `yaml:"fastopen"`
 	// KeepAlive is the TCP keepalive idle time and interval; 0: off (the
 	// idle timeout ends dead flows, and keepalive costs syscalls per flow).
 	KeepAlive Duration `yaml:"keepalive"`
@@ -186,6 +218,10 @@ const (
 	DefaultMaxSkew           = 30 * time.Second
 	DefaultMaxConns          = 32768
 	DefaultMaxConnsPerSource = 1024
+	DefaultHopMaxIdle        = 30 * time.Second
+	DefaultOriginMaxIdle     = 20 * time.Second
+	// MaxPool bounds pool.hop and pool.origin.
+	MaxPool = 64
 )
 
 // Duration is a time.Duration written as "5s", "1m30s".
@@ -402,6 +438,15 @@ func (c *Config) Validate() error {
 	if c.Socket.RcvBuf > 1<<30 || c.Socket.SndBuf > 1<<30 || c.Socket.NotSentLowat > 1<<30 {
 		bad("socket: buffer sizes must be <= 1GB")
 	}
+	if c.Pool.Hop < 0 || c.Pool.Hop > MaxPool || c.Pool.Origin < 0 || c.Pool.Origin > MaxPool {
+		bad("pool: hop and origin must be 0-%d", MaxPool)
+	}
+	if c.Pool.Hop > 0 && c.Pool.HopMaxIdle != 0 && time.Duration(c.Pool.HopMaxIdle) < 100*time.Millisecond {
+		bad("pool.hop_max_idle: %v is below 100ms", time.Duration(c.Pool.HopMaxIdle))
+	}
+	if c.Pool.Origin > 0 && c.Pool.OriginMaxIdle != 0 && time.Duration(c.Pool.OriginMaxIdle) < 100*time.Millisecond {
+		bad("pool.origin_max_idle: %v is below 100ms", time.Duration(c.Pool.OriginMaxIdle))
+	}
 	if len(c.Socket.Congestion) > 15 {
 		bad("socket.congestion: %q is too long", c.Socket.Congestion)
 	}
@@ -493,6 +538,12 @@ func (c *Config) connectTimeout() time.Duration {
 func (c *Config) idleTimeout() time.Duration { return orDefault(c.Timeouts.Idle, DefaultIdleTimeout) }
 func (c *Config) drainTimeout() time.Duration {
 	return orDefault(c.Timeouts.Drain, DefaultDrainTimeout)
+}
+func (c *Config) hopMaxIdle() time.Duration {
+	return orDefault(c.Pool.HopMaxIdle, DefaultHopMaxIdle)
+}
+func (c *Config) originMaxIdle() time.Duration {
+	return orDefault(c.Pool.OriginMaxIdle, DefaultOriginMaxIdle)
 }
 func (c *Config) maxSkew() time.Duration { return orDefault(c.Hop.MaxSkew, DefaultMaxSkew) }
 

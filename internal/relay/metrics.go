@@ -53,6 +53,7 @@ type metrics struct {
 	refusals *prometheus.CounterVec
 	direct   *prometheus.CounterVec
 	connect  *prometheus.HistogramVec
+	pool     *prometheus.CounterVec
 
 	// Children of the per-role vectors, resolved once so the flow path
 	// neither hashes labels nor grows its goroutine stacks doing so.
@@ -92,8 +93,12 @@ func newMetrics() *metrics {
 			Help:    "Time to connect to the next hop, by peer (a FEP id, or origin).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
 		}, []string{"peer"}),
+		pool: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mosto_relay_pool_total",
+			Help: "Pooled connections asked for, by pool (hop, origin) and result (hit, miss, stale).",
+		}, []string{"pool", "result"}),
 	}
-	m.reg.MustRegister(m.flows, m.bytes, m.active, m.refusals, m.direct, m.connect,
+	m.reg.MustRegister(m.flows, m.bytes, m.active, m.refusals, m.direct, m.connect, m.pool,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.roles = make(map[string]*roleMetrics, 3)

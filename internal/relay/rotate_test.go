@@ -51,7 +51,7 @@ func roundTripMayFail(t *testing.T, addr string) {
 func TestSocketOptions(t *testing.T) {
 	nd := false
 	sc := SocketConfig{RcvBuf: 256 << 10, SndBuf: 512 << 10, Congestion: "reno", NotSentLowat: 64 << 10, NoDelay: &nd}
-	ln, err := (&net.ListenConfig{Control: sc.control()}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{Control: sc.control(sockListen)}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen with options: %v", err)
 	}
@@ -81,7 +81,7 @@ func TestSocketOptions(t *testing.T) {
 		}
 	})
 	bad := SocketConfig{Congestion: "no-such-cc"}
-	if _, err := (&net.ListenConfig{Control: bad.control()}).Listen(t.Context(), "tcp", "127.0.0.1:0"); err == nil {
+	if _, err := (&net.ListenConfig{Control: bad.control(sockListen)}).Listen(t.Context(), "tcp", "127.0.0.1:0"); err == nil {
 		t.Error("unknown congestion control accepted")
 	}
 }

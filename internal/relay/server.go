@@ -55,13 +55,16 @@ type Server struct {
 	chains  atomic.Pointer[chainBox]
 	keys    atomic.Pointer[keyBox]
 
-	dialer    net.Dialer
-	header    time.Duration
-	idle      time.Duration
-	limits    *connLimiter
-	listeners []*listener
-	httpSrv   *http.Server
-	metricsLn net.Listener
+	dialer     net.Dialer
+	poolDialer net.Dialer // no TCP_FASTOPEN_CONNECT: a pooled connection is opened at once
+	hopPool    *connPool  // nil: no pool of member connections
+	originPool *connPool  // nil: no pool of origin connections
+	header     time.Duration
+	idle       time.Duration
+	limits     *connLimiter
+	listeners  []*listener
+	httpSrv    *http.Server
+	metricsLn  net.Listener
 
 	// flowCtx is cancelled when flows must stop (after the drain timeout).
 	flowCtx    context.Context
@@ -140,7 +143,15 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	s.refLog = newRateLog(s.log, 10*time.Second)
 	s.bufs.New = newSmallBuf
 	s.flowCtx, s.flowCancel = context.WithCancel(context.Background())
-	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control(), KeepAlive: cfg.Socket.keepAlive()}
+	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control(sockDial), KeepAlive: cfg.Socket.keepAlive()}
+	s.poolDialer = s.dialer
+	s.poolDialer.Control = cfg.Socket.control(sockPoolDial)
+	if n := cfg.Pool.Hop; n > 0 {
+		s.hopPool = newConnPool("hop", n, cfg.hopMaxIdle(), s.dialPooled, s.memberAddrs, s.m.pool, s.log)
+	}
+	if n := cfg.Pool.Origin; n > 0 {
+		s.originPool = newConnPool("origin", n, cfg.originMaxIdle(), s.dialPooled, nil, s.m.pool, s.log)
+	}
 	maxConns := cfg.Limits.MaxConns
 	if maxConns == 0 {
 		maxConns = DefaultMaxConns
@@ -226,7 +237,7 @@ func loadTable(path string) (*pathcomp.Index, error) {
 }
 
 func (s *Server) bind() error {
-	lc := net.ListenConfig{Control: s.cfg.Socket.control(), KeepAlive: s.cfg.Socket.keepAlive()}
+	lc := net.ListenConfig{Control: s.cfg.Socket.control(sockListen), KeepAlive: s.cfg.Socket.keepAlive()}
 	listen := func(addr string, l *listener) error {
 		ln, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {
@@ -313,6 +324,9 @@ func (s *Server) SetMembers(members map[string]string) {
 		m[k] = v
 	}
 	s.members.Store(&memberBox{m})
+	if s.hopPool != nil {
+		s.hopPool.refill()
+	}
 }
 
 // SetMemberSource makes ms the member list, asked on every hop decision.
@@ -321,6 +335,9 @@ func (s *Server) SetMemberSource(ms MemberSource) {
 		ms = staticMembers{}
 	}
 	s.members.Store(&memberBox{ms})
+	if s.hopPool != nil {
+		s.hopPool.refill()
+	}
 }
 
 // SetKeySource makes ks supply the overlay keyring; while it returns nil
@@ -352,6 +369,32 @@ func (s *Server) SetChains(cs ChainSource) {
 	s.chains.Store(&chainBox{cs})
 }
 
+// memberAddrs returns the hop addresses of the other members (the hop
+// pool's targets).
+func (s *Server) memberAddrs() []string {
+	ms := s.members.Load().src.Members()
+	out := make([]string, 0, len(ms))
+	for id, a := range ms {
+		if id != s.self {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// isMemberIP reports whether ip is the host of a member's hop address
+// (given as an IP literal; host names never match).
+func (s *Server) isMemberIP(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, a := range s.members.Load().src.Members() {
+		ap, err := netip.ParseAddrPort(a)
+		if err == nil && ap.Addr().Unmap() == ip {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Server) member(id string) (string, bool) {
 	a, ok := s.members.Load().src.Members()[id]
 	return a, ok
@@ -376,6 +419,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	var acceptWG sync.WaitGroup
 	fatal := make(chan error, len(s.listeners)+1)
+	poolCtx, stopPools := context.WithCancel(context.Background())
+	defer stopPools()
+	var poolWG sync.WaitGroup
+	for _, p := range []*connPool{s.hopPool, s.originPool} {
+		if p != nil {
+			poolWG.Add(1)
+			go s.runPool(&poolWG, poolCtx, p)
+		}
+	}
 	for _, l := range s.listeners {
 		acceptWG.Add(1)
 		go s.acceptLoop(&acceptWG, l, fatal)
@@ -392,6 +444,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.draining.Store(true)
 	s.closeListeners()
+	stopPools()
+	poolWG.Wait()
 	s.log.Info("proxy draining", "active", s.limits.total(), "timeout", s.cfg.drainTimeout())
 	if !s.waitFlows(s.cfg.drainTimeout()) {
 		s.log.Warn("drain timeout: resetting remaining connections", "active", s.limits.total())
@@ -443,6 +497,12 @@ func (s *Server) waitFlows(d time.Duration) bool {
 	case <-t.C:
 		return false
 	}
+}
+
+// runPool runs one connection pool until ctx ends.
+func (s *Server) runPool(wg *sync.WaitGroup, ctx context.Context, p *connPool) {
+	defer wg.Done()
+	p.run(ctx)
 }
 
 func waitGroupDone(wg *sync.WaitGroup, done chan<- struct{}) {
@@ -589,6 +649,12 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPC
 		s.refuse(refuseAuth, c, src, errors.New("no overlay keys"))
 		return "", nil
 	}
+	if mi := time.Duration(s.cfg.Hop.MemberIdle); mi > 0 && s.isMemberIP(src.Addr()) {
+		// A member's pooled connection waits here until a flow uses it.
+		if !s.awaitFirstByte(c, src, mi) {
+			return "", nil
+		}
+	}
 	c.SetReadDeadline(time.Now().Add(s.header))
 	h, err := hop.Read(c, kr, time.Now(), s.cfg.maxSkew())
 	if err == nil {
@@ -622,6 +688,28 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPC
 		return "", nil
 	}
 	return roleEgP, s.exit(c, roleEgP, t, h.Source, h.Dest, log)
+}
+
+// awaitFirstByte waits up to d for c's first byte. A connection closed
+// before sending anything (a pooled connection its owner retired) is closed
+// without counting a refusal.
+func (s *Server) awaitFirstByte(c *net.TCPConn, src netip.AddrPort, d time.Duration) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		resetClose(c)
+		return false
+	}
+	c.SetReadDeadline(time.Now().Add(d))
+	n, err := waitReadable(rc)
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.refuse(refuseHeaderTimeout, c, src, err)
+		return false
+	case err != nil || n == 0:
+		c.Close()
+		return false
+	}
+	return true
 }
 
 // forward connects to the next member, sends it h and relays.
@@ -661,6 +749,16 @@ func (s *Server) dialHop(next, addr string, h *hop.Header) (*net.TCPConn, error)
 	if err != nil {
 		return nil, fmt.Errorf("marshal hop header: %w", err)
 	}
+	if up := s.fromPool(s.hopPool, addr); up != nil {
+		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+		if _, err := up.Write(b); err == nil {
+			up.SetWriteDeadline(time.Time{})
+			return up, nil
+		}
+		// The pooled connection broke since the check: dial a fresh one.
+		s.untrack(up)
+		resetClose(up)
+	}
 	up, err := s.dial(next, addr)
 	if err != nil {
 		return nil, err
@@ -685,9 +783,14 @@ func (s *Server) dialOrigin(t Target, client, local netip.AddrPort) (*net.TCPCon
 	if err != nil {
 		return nil, err
 	}
-	up, err := s.dial("origin", dst.String())
-	if err != nil {
-		return nil, err
+	up := s.fromPool(s.originPool, dst.String())
+	if up == nil {
+		if up, err = s.dial("origin", dst.String()); err != nil {
+			return nil, err
+		}
+		if s.originPool != nil {
+			s.originPool.learn(dst.String())
+		}
 	}
 	if listAllowsAny(s.ppDest, t, dst.Addr()) {
 		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
@@ -710,6 +813,32 @@ func listAllowsAny(ms []matcher, t Target, ip netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// fromPool takes a pooled connection to addr from p (nil when p is nil or
+// has none ready) and tracks it like a dialed one.
+func (s *Server) fromPool(p *connPool, addr string) *net.TCPConn {
+	if p == nil {
+		return nil
+	}
+	c := p.get(addr)
+	if c == nil {
+		return nil
+	}
+	if s.cfg.Socket.NoDelay != nil {
+		c.SetNoDelay(*s.cfg.Socket.NoDelay)
+	}
+	s.track(c)
+	return c
+}
+
+// dialPooled opens a connection for a pool (untracked: the pool owns it).
+func (s *Server) dialPooled(ctx context.Context, addr string) (*net.TCPConn, error) {
+	nc, err := s.poolDialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return nc.(*net.TCPConn), nil
 }
 
 // dial connects to addr (peer names the next hop for the metrics) and

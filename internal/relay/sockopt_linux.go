@@ -8,18 +8,42 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// fastOpenQueue is the TCP_FASTOPEN queue length of the listeners: SYNs
+// with data pending accept beyond it fall back to a normal handshake.
+const fastOpenQueue = 1024
+
+// Socket kinds for control.
+const (
+	sockListen   = iota // a listener: TCP_FASTOPEN
+	sockDial            // a flow's connection: TCP_FASTOPEN_CONNECT
+	sockPoolDial        // a pooled connection: opened now, no deferred SYN
+)
+
 // control returns a net.Dialer/ListenConfig Control function applying the
 // configured socket options before connect or listen (buffer sizes must be
 // set before the handshake to affect window scaling). Accepted sockets
 // inherit them from the listener.
-func (c SocketConfig) control() func(network, address string, rc syscall.RawConn) error {
-	if c.RcvBuf == 0 && c.SndBuf == 0 && c.Congestion == "" && c.NotSentLowat == 0 {
+func (c SocketConfig) control(kind int) func(network, address string, rc syscall.RawConn) error {
+	fastOpen := c.FastOpen && kind != sockPoolDial
+	if c.RcvBuf == 0 && c.SndBuf == 0 && c.Congestion == "" && c.NotSentLowat == 0 && !fastOpen {
 		return nil
 	}
 	return func(network, address string, rc syscall.RawConn) error {
 		var serr error
 		err := rc.Control(func(fd uintptr) {
 			serr = c.apply(int(fd))
+			if serr != nil || !fastOpen {
+				return
+			}
+			if kind == sockListen {
+				if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_FASTOPEN, fastOpenQueue); err != nil {
+					serr = fmt.Errorf("set TCP_FASTOPEN: %w", err)
+				}
+				return
+			}
+			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_FASTOPEN_CONNECT, 1); err != nil {
+				serr = fmt.Errorf("set TCP_FASTOPEN_CONNECT: %w", err)
+			}
 		})
 		if err != nil {
 			return err
