@@ -186,7 +186,7 @@ func sizeClasses(model pathcomp.Model, sizes []int64) []sizeClass {
 }
 
 func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, error) {
-	fronts, err := pathcomp.Precompute(m.RTT, pathcomp.Options{Model: cfg.Model})
+	fronts, err := pathcomp.Precompute(m.RTT, pathcomp.Options{Model: cfg.Model, MaxProxies: max(cfg.MaxProxies, 0)})
 	if err != nil {
 		return nil, fmt.Errorf("precompute chains: %w", err)
 	}
@@ -212,16 +212,21 @@ func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, err
 
 // chains appends the entries from InP i to every EgP. For each pair it keeps
 // one entry per run of size classes with the same chain (the largest class
-// of the run), which Index.Lookup resolves to the same path. Because a
-// chain's cost is linear in the rounds, the classes where one chain is best
-// form an interval: when the same chain wins at both ends of a range of
-// classes, it wins in between, so the range is not searched further. A
-// direct connection that was never measured is estimated from the
-// coordinates (EstimateRTTms) and chosen when not worse than every measured
-// chain.
+// of the run), which Index.Lookup resolves to the same path. One scan of the
+// pair's front chooses the chain of every class (Fronts.BestEach) and each
+// distinct chain's path is rebuilt once. A direct connection that was never
+// measured is estimated from the coordinates (EstimateRTTms) and chosen when
+// not worse than every measured chain.
 func (p *plan) chains(i int, dst []pathcomp.ChainEntry, buf []int) ([]pathcomp.ChainEntry, []int) {
 	fi := p.feps[i]
-	best := make([]pathcomp.Chain, len(p.classes))
+	nc := len(p.classes)
+	rounds := make([]int, nc)
+	for k, cl := range p.classes {
+		rounds[k] = cl.rounds
+	}
+	picks := make([]int, nc)
+	best := make([]pathcomp.Chain, nc)
+	ids := make([]int, nc) // the pick of best[k], -1 for the direct connection
 	for j := range p.feps {
 		if j == i {
 			continue
@@ -232,48 +237,33 @@ func (p *plan) chains(i int, dst []pathcomp.ChainEntry, buf []int) ([]pathcomp.C
 			fj := p.feps[j]
 			direct = EstimateRTTms(fi.Lat, fi.Lon, fj.Lat, fj.Lon)
 		}
-		known := make([]bool, len(p.classes))
-		get := func(k int) pathcomp.Chain {
-			if known[k] {
-				return best[k]
-			}
-			cl := p.classes[k]
-			c, ok := p.fronts.BestAppend(buf, i, j, cl.rounds)
-			if ok {
+		dc := pathcomp.Chain{Sum: direct, Max: direct}
+		ok := p.fronts.BestEach(i, j, rounds, picks)
+		for k, cl := range p.classes {
+			var c pathcomp.Chain
+			switch {
+			case !ok:
+			case k > 0 && ids[k-1] == picks[k]:
+				c = best[k-1]
+			default:
+				c = p.fronts.AppendPick(buf, i, j, picks[k])
 				buf = c.Path
-			}
-			dc := pathcomp.Chain{Sum: direct, Max: direct}
-			if !ok || estimated && p.model.Cost(dc, cl.rounds) <= p.model.Cost(c, cl.rounds) {
-				dc.Path = []int{i, j}
-				c = dc
-			} else {
 				c.Path = slices.Clone(c.Path)
 			}
-			best[k], known[k] = c, true
-			return c
-		}
-		var fill func(lo, hi int)
-		fill = func(lo, hi int) {
-			a, b := get(lo), get(hi)
-			if hi-lo <= 1 {
-				return
-			}
-			if a.Sum == b.Sum && a.Max == b.Max && slices.Equal(a.Path, b.Path) {
-				for k := lo + 1; k < hi; k++ {
-					best[k], known[k] = a, true
+			if !ok || estimated && p.model.Cost(dc, cl.rounds) <= p.model.Cost(c, cl.rounds) {
+				if dc.Path == nil {
+					dc.Path = []int{i, j}
 				}
-				return
+				best[k], ids[k] = dc, -1
+				continue
 			}
-			mid := (lo + hi) / 2
-			fill(lo, mid)
-			fill(mid, hi)
+			best[k], ids[k] = c, picks[k]
 		}
-		fill(0, len(p.classes)-1)
-		for k := range p.classes {
-			if k+1 < len(p.classes) && slices.Equal(best[k].Path, best[k+1].Path) {
+		for k, cl := range p.classes {
+			if k+1 < nc && ids[k] == ids[k+1] {
 				continue // the next (larger) class has the same path
 			}
-			c, cl := best[k], p.classes[k]
+			c := best[k]
 			path := make([]string, len(c.Path))
 			for x, y := range c.Path {
 				path[x] = p.m.Names[y]

@@ -40,7 +40,8 @@ func syntheticWorld(n int) ([]api.FEP, []store.RTT) {
 }
 
 // BenchmarkComputePhases times the phases of one computation for
-// MOSTO_BENCH_FEPS FEPs (default 1000):
+// MOSTO_BENCH_FEPS FEPs (default 1000), with at most MOSTO_BENCH_MAXPROXIES
+// proxies per chain (default DefaultMaxProxies; -1: unlimited):
 //
 //	MOSTO_BENCH_FEPS=1000 go test -run XXX -bench ComputePhases -benchtime 1x ./internal/controller/
 func BenchmarkComputePhases(b *testing.B) {
@@ -48,8 +49,12 @@ func BenchmarkComputePhases(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("MOSTO_BENCH_FEPS")); err == nil && v > 1 {
 		n = v
 	}
+	mp, _ := strconv.Atoi(os.Getenv("MOSTO_BENCH_MAXPROXIES"))
 	feps, rtts := syntheticWorld(n)
-	cfg, _ := Config{Store: openBolt(b)}.withDefaults()
+	cfg, err := Config{Store: openBolt(b), MaxProxies: mp}.withDefaults()
+	if err != nil {
+		b.Fatal(err)
+	}
 	keys := store.Keys{Current: make([]byte, 32)}
 	for b.Loop() {
 		c0 := cpuTime()
@@ -88,6 +93,7 @@ func BenchmarkComputePhases(b *testing.B) {
 		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
+		b.Logf("max proxies %d", cfg.MaxProxies)
 		b.Logf("%d FEPs, %d links: matrix+precompute %s (CPU %s), chains+encode+gzip %s (CPU %s, %d MB gzip, %d kB JSON per table), Go heap peak-ish %d MB",
 			n, p.fronts.Links(), t2.Sub(t0).Round(time.Millisecond), (c2 - c0).Round(time.Millisecond),
 			t3.Sub(t2).Round(time.Millisecond), (c3 - c2).Round(time.Millisecond), total>>20, len(lc.body)>>10, ms.HeapSys>>20)

@@ -24,6 +24,11 @@ import (
 // default model 50 KB and 100 KB both need 3 rounds).
 var DefaultSizes = []int64{14_000, 50_000, 100_000, 450_000, 1_000_000, 5_000_000, 15_000_000}
 
+// DefaultMaxProxies is the default bound on the intermediate proxies of a
+// chain: each proxy costs CPU and is one more point of failure, and with
+// only near pairs measured an unbounded planner chains a dozen of them.
+const DefaultMaxProxies = 4
+
 // Config configures a Controller.
 type Config struct {
 	Store Store
@@ -34,8 +39,12 @@ type Config struct {
 	Debounce time.Duration
 	Sizes    []int64        // default DefaultSizes
 	Model    pathcomp.Model // slow-start model
-	Topology Topology       // InP -> LoP mapping and egress destinations
-	Targets  TargetPolicy
+	// MaxProxies bounds the intermediate proxies of every chain: 0 means
+	// DefaultMaxProxies, a negative value unlimited; at most
+	// pathcomp.MaxProxiesLimit.
+	MaxProxies int
+	Topology   Topology // InP -> LoP mapping and egress destinations
+	Targets    TargetPolicy
 	// Threshold for a significant RTT change: more than Rel of the old value
 	// and more than AbsMS; defaults 0.10 and 2 ms.
 	Rel   float64
@@ -63,6 +72,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.Sizes) == 0 {
 		c.Sizes = DefaultSizes
+	}
+	switch {
+	case c.MaxProxies == 0:
+		c.MaxProxies = DefaultMaxProxies
+	case c.MaxProxies > pathcomp.MaxProxiesLimit:
+		return c, fmt.Errorf("controller: max proxies %d: want at most %d (or negative: unlimited)", c.MaxProxies, pathcomp.MaxProxiesLimit)
 	}
 	for _, s := range c.Sizes {
 		if s <= 0 {

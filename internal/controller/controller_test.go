@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http/httptest"
 	"path/filepath"
@@ -638,5 +639,62 @@ func TestFollowerRewatchesAndLoadsTables(t *testing.T) {
 	}
 	if c.IsLeader() {
 		t.Error("follower claims to lead")
+	}
+}
+
+func TestMaxProxies(t *testing.T) {
+	// p0 .. p6 in a row 143 km apart, neighbours measured at 1 ms (far
+	// below the estimate for unmeasured pairs); p0-p6 measured at 100 ms.
+	var feps []api.FEP
+	var rtts []store.RTT
+	for k := 0; k < 7; k++ {
+		feps = append(feps, fepAt(fmt.Sprintf("p%d", k), 50, 8+2*float64(k)))
+		if k > 0 {
+			rtts = append(rtts, sample(fmt.Sprintf("p%d", k-1), fmt.Sprintf("p%d", k), 1))
+		}
+	}
+	rtts = append(rtts, sample("p0", "p6", 100))
+	tests := []struct {
+		name       string
+		maxProxies int
+		bound      int // proxies no chain may exceed
+		to         string
+		want       []string
+	}{
+		{"unlimited", -1, 5, "p6", []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6"}},
+		{"default", 0, DefaultMaxProxies, "p6", []string{"p0", "p6"}},
+		{"two", 2, 2, "p6", []string{"p0", "p6"}},
+		{"two within reach", 2, 2, "p3", []string{"p0", "p1", "p2", "p3"}},
+		{"five", 5, 5, "p6", []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openBolt(t)
+			setup(t, st, feps, rtts)
+			c, err := New(Config{Store: st, MaxProxies: tc.maxProxies})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Compute(testCtx(t), true); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range feps {
+				tab := decodeTable(t, c, f.ID)
+				for _, e := range tab.Table.Chains {
+					if len(e.Path)-2 > tc.bound {
+						t.Errorf("table %s: chain %v has %d proxies; want at most %d", f.ID, e.Path, len(e.Path)-2, tc.bound)
+					}
+				}
+			}
+			tab := decodeTable(t, c, "p0")
+			for _, size := range []int64{14_000, 15_000_000} {
+				if got := pathOf(tab, "p0", tc.to, size); !slices.Equal(got, tc.want) {
+					t.Errorf("p0 -> %s (%d B) = %v; want %v", tc.to, size, got, tc.want)
+				}
+			}
+		})
+	}
+	if _, err := New(Config{Store: openBolt(t), MaxProxies: pathcomp.MaxProxiesLimit + 1}); err == nil {
+		t.Errorf("New(MaxProxies: %d) succeeded; want an error", pathcomp.MaxProxiesLimit+1)
 	}
 }
