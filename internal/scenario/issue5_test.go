@@ -1,0 +1,192 @@
+package scenario_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/scenario"
+	"github.com/mosto-net/mosto/internal/testenv"
+)
+
+// issue5Cities are the FEPs of the issue 5 world (WonderProxy locations).
+var issue5Cities = []string{"Frankfurt", "London", "Paris", "Amsterdam", "NewYork", "Chicago", "Dallas", "SanJose", "Tokyo", "Singapore"}
+
+// TestIssue5Figures measures issue 5's figures with the real controller and
+// ten real proxies at WonderProxy cities in the emulator:
+//  1. the matrix the agents measured (read from the controller's API) vs the
+//     emulated RTTs;
+//  2. after the delay of the first link of the InP's chain triples
+//     (World.SetLink), the time until the controller has a new table and
+//     until every proxy holds its LoP's current version;
+//  3. with the controller killed, flows keep being relayed on the cached
+//     tables (no failed flow), also after a proxy restarted meanwhile.
+//
+// Run with -v to see the figures (docs/demo.md records them).
+func TestIssue5Figures(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if testing.Short() {
+		t.Skip("about 40 s of emulated network; skipped with -short")
+	}
+	spec := &emu.Spec{Name: "issue5", Dataset: "wonderproxy", TCP: emu.TCP{SlowStartAfterIdle: new(0)}}
+	spec.Hosts = append(spec.Hosts, emu.HostSpec{Name: "client", Location: "London"}, emu.HostSpec{Name: "origin", Location: "SanJose"})
+	for _, c := range issue5Cities {
+		spec.Hosts = append(spec.Hosts, emu.HostSpec{Name: c, Location: c})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const interval = 2 * time.Second
+	sizes := []int64{30_000, 200_000}
+	start := time.Now()
+	w, sc := startWithController(t, ctx, spec, scenario.Roles{}, sizes)
+	cv := sc.Converged()
+	r := sc.Roles()
+	t.Logf("10 FEPs + controller up; discovery converged %v after the proxies started (%v in all); InP %s, EgP %s, probe interval %v",
+		cv.Took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), r.InP, r.EgP, interval)
+
+	// 1. Measured vs emulated matrix.
+	m := cv.Matrix
+	var n, within5, within1ms int
+	worstRel, worstAbs := 0.0, 0.0
+	worst := ""
+	for i, a := range m.Names {
+		for j, b := range m.Names {
+			if m.RTTMS[i][j] == nil {
+				continue
+			}
+			got, want := *m.RTTMS[i][j], float64(w.RTT(a, b))/1e6
+			d := math.Abs(got - want)
+			n++
+			if d <= 0.05*want {
+				within5++
+			}
+			if d <= max(0.05*want, 1) {
+				within1ms++
+			} else {
+				t.Errorf("%s -> %s: measured %.2f ms, emulated %.2f ms (off by more than max(5%%, 1 ms))", a, b, got, want)
+			}
+			if rel := d / want; rel > worstRel {
+				worstRel, worst = rel, fmt.Sprintf("%s->%s %.2f vs %.2f ms", a, b, got, want)
+			}
+			worstAbs = max(worstAbs, d)
+		}
+	}
+	if n < len(issue5Cities)*(len(issue5Cities)-1)/2 {
+		t.Errorf("only %d directed pairs measured", n)
+	}
+	t.Logf("matrix: %d of %d directed pairs measured; %d within 5%%, %d within max(5%%, 1 ms); worst relative error %.1f%% (%s); worst absolute %.2f ms",
+		n, len(m.Names)*(len(m.Names)-1), within5, within1ms, 100*worstRel, worst, worstAbs)
+
+	// 2. A delay change reaches every LoP.
+	big := sizes[len(sizes)-1]
+	chain, v0 := controllerChain(t, ctx, sc, big)
+	a, b := chain[0], chain[1]
+	l, err := w.Link(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := w.RTT(a, b)
+	l.DelayMS *= 3
+	changed := time.Now()
+	if err := w.SetLink(a, b, l); err != nil {
+		t.Fatal(err)
+	}
+	var tMatrix, tTable, tAll time.Duration
+	var v1 uint64
+	for tAll == 0 {
+		if time.Since(changed) > 30*time.Second {
+			t.Fatalf("no new table at every LoP 30 s after %s-%s changed (matrix %v, table %v)", a, b, tMatrix, tTable)
+		}
+		if tMatrix == 0 {
+			if mx, err := sc.API().Matrix(ctx); err == nil {
+				i, j := slices.Index(mx.Names, a), slices.Index(mx.Names, b)
+				for _, p := range [][2]int{{i, j}, {j, i}} {
+					if v := mx.RTTMS[p[0]][p[1]]; v != nil && *v > 2*float64(old)/1e6 {
+						tMatrix = time.Since(changed)
+					}
+				}
+			}
+		}
+		if tTable == 0 {
+			if tab, err := sc.API().Table(ctx, r.InP, v0, 0); err == nil && tab != nil {
+				tTable, v1 = time.Since(changed), tab.Version
+			}
+		}
+		if tTable > 0 {
+			all := true
+			for _, f := range r.FEPs {
+				tab, err := sc.API().Table(ctx, f, 0, 0)
+				if err != nil || tab == nil {
+					t.Fatalf("table of %s: %v", f, err)
+				}
+				if pv, err := sc.ProxyTableVersion(f); err != nil || pv != tab.Version {
+					all = false
+				}
+			}
+			if all {
+				tAll = time.Since(changed)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := sc.ReloadTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	newChain, v2 := controllerChain(t, ctx, sc, big)
+	t.Logf("delay change %s-%s: RTT %.1f -> %.1f ms; in the controller's matrix after %v, new table v%d for %s after %v, every proxy holds its LoP's current table after %v (probe interval %v); chain %v -> %v (v%d)",
+		a, b, float64(old)/1e6, float64(w.RTT(a, b))/1e6, tMatrix.Round(time.Millisecond), v1, r.InP, tTable.Round(time.Millisecond), tAll.Round(time.Millisecond), interval, chain, newChain, v2)
+	if len(newChain) > 1 && newChain[0] == a && newChain[1] == b {
+		t.Errorf("new chain %v still starts with the slowed link %s-%s", newChain, a, b)
+	}
+	if limit := interval + interval/5 + 3*time.Second; tAll > limit {
+		t.Errorf("new tables reached every LoP after %v; want within one probe interval (+ jitter) + confirmation + debounce + computation (%v)", tAll, limit)
+	}
+
+	// 3. Controller down: flows keep going on the cached tables.
+	if err := sc.KillController(); err != nil {
+		t.Fatal(err)
+	}
+	failed, flows := 0, 0
+	run := func(phase string, k int) {
+		t.Helper()
+		for i := range k {
+			size := sizes[i%len(sizes)]
+			want, _ := sc.ComputedChain(size)
+			before, err := sc.Hops(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flows++
+			if _, err := sc.Fetch(ctx, scenario.Chain, size, uint64(100+flows)); err != nil {
+				failed++
+				t.Errorf("%s: flow %d failed: %v", phase, i, err)
+				continue
+			}
+			after, err := sc.Hops(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := scenario.UsedChain(before, after, r.InP); !ok || !slices.Equal(got, want) {
+				t.Errorf("%s: flow %d took %v (complete %v); the cached table says %v", phase, i, got, ok, want)
+			}
+		}
+	}
+	run("controller down", 6)
+	// Restart the InP and a transit proxy of the chain while the controller is down.
+	restart := []string{r.InP}
+	if c, _ := sc.ComputedChain(big); len(c) > 2 {
+		restart = append(restart, c[1])
+	}
+	for _, f := range restart {
+		if err := sc.RestartProxy(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("controller down, "+fmt.Sprint(restart)+" restarted", 6)
+	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("controller killed: %d flows through the chain, %d failed; proxies %v restarted meanwhile and routed on their persisted tables", flows, failed, restart)
+}
