@@ -39,6 +39,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	probeEvery := fs.Duration("probe-interval", 2*time.Second, "with the controller: the agents' probe round interval")
 	initcwnd := fs.Int("fep-initcwnd", 0, "lever: initcwnd and initrwnd (segments) of the FEPs' routes; 0: kernel default")
 	rmem := fs.Int("fep-rmem", 0, "lever: tcp_rmem default (initial receive buffer, bytes) on the FEPs; 0: unchanged")
+	hopPool := fs.Int("fep-pool", 0, "lever: pre-established connections each proxy keeps to every member (proxy pool.hop); 0: none")
+	originPool := fs.Int("fep-origin-pool", 0, "lever: pre-established connections the EgP keeps to the origin (proxy pool.origin); 0: none")
+	fastOpen := fs.Bool("fep-fastopen", false, "lever: TCP Fast Open on the proxies' sockets (socket.fastopen, tcp_fastopen=3 on the FEPs)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
 	cdnIdle := fs.Duration("cdn-idle", 2*time.Second, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this")
 	fs.Usage = func() {
@@ -145,7 +148,8 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	}
 	defer w.Close()
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
-		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc}}
+		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
+			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen}}
 	if tf == nil && !*static {
 		scfg.Controller = &scenario.ControllerConfig{ProbeInterval: *probeEvery}
 	}

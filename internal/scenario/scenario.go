@@ -89,6 +89,9 @@ type Tune struct {
 	InitCwnd   int    // route initcwnd in segments (and initrwnd); 0: kernel default
 	RmemInit   int    // tcp_rmem default (initial receive buffer) in bytes; 0: unchanged
 	Congestion string // TCP_CONGESTION of every hop and origin socket; "": default
+	HopPool    int    // proxy pool.hop: idle connections kept to every member; 0: none
+	OriginPool int    // proxy pool.origin: idle connections kept to the origin; 0: none
+	FastOpen   bool   // proxy socket.fastopen and net.ipv4.tcp_fastopen=3 on the FEPs
 }
 
 // Scenario is a running experiment in a world.
@@ -301,7 +304,8 @@ type proxyConfig struct {
 	Service []map[string]any  `yaml:"services,omitempty"`
 	Timeout map[string]string `yaml:"timeouts"`
 	Metrics map[string]string `yaml:"metrics"`
-	Socket  map[string]string `yaml:"socket,omitempty"`
+	Socket  map[string]any    `yaml:"socket,omitempty"`
+	Pool    map[string]int    `yaml:"pool,omitempty"`
 }
 
 func (s *Scenario) startProxies(ctx context.Context) error {
@@ -329,7 +333,18 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			pc.Table = filepath.Join(s.dir, "table.json")
 		}
 		if cc := s.cfg.Tune.Congestion; cc != "" {
-			pc.Socket = map[string]string{"congestion": cc}
+			pc.Socket = map[string]any{"congestion": cc}
+		}
+		if t := s.cfg.Tune; t.HopPool > 0 || t.OriginPool > 0 {
+			pc.Pool = map[string]int{"hop": t.HopPool, "origin": t.OriginPool}
+			// Members' pooled connections wait idle (pool.hop_max_idle 30 s).
+			pc.Hop["member_idle"] = "60s"
+		}
+		if s.cfg.Tune.FastOpen {
+			if pc.Socket == nil {
+				pc.Socket = map[string]any{}
+			}
+			pc.Socket["fastopen"] = true
 		}
 		// The InP sends flows for the origin to the EgP through a chain; the
 		// single proxy (and every other FEP) connects to the origin itself.
@@ -541,6 +556,11 @@ func (s *Scenario) tune(ctx context.Context) error {
 		return fmt.Errorf("scenario: bad tuning %+v", t)
 	}
 	for _, f := range s.roles.FEPs {
+		if t.FastOpen {
+			if out, err := s.w.Command(ctx, f, "sysctl", "-w", "net.ipv4.tcp_fastopen=3").CombinedOutput(); err != nil {
+				return fmt.Errorf("scenario: tcp_fastopen on %s: %v: %s", f, err, out)
+			}
+		}
 		if t.InitCwnd > 0 {
 			out, err := s.w.Command(ctx, f, "ip", "route", "show", emu.Prefix.String()).Output()
 			if err != nil {
