@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"runtime"
 	"slices"
@@ -164,6 +165,8 @@ type plan struct {
 	lopOf   []int
 	keys    api.Keys
 	egress  []api.Egress
+	rounds  []int    // rounds of each class
+	qnames  [][]byte // JSON string of each FEP id
 }
 
 type sizeClass struct {
@@ -202,6 +205,13 @@ func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, err
 	if len(keys.Previous) > 0 {
 		p.keys.Previous = hex.EncodeToString(keys.Previous)
 	}
+	for _, cl := range p.classes {
+		p.rounds = append(p.rounds, cl.rounds)
+	}
+	p.qnames = make([][]byte, len(m.Names))
+	for i, id := range m.Names {
+		p.qnames[i] = appendJSONString(nil, id)
+	}
 	for _, d := range cfg.Topology.Egress {
 		if k := Closest(d.Lat, d.Lon, feps, nil); k >= 0 {
 			p.egress = append(p.egress, api.Egress{Prefix: d.Prefix, FEP: feps[k].ID})
@@ -210,74 +220,101 @@ func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, err
 	return p, nil
 }
 
-// chains appends the entries from InP i to every EgP. For each pair it keeps
-// one entry per run of size classes with the same chain (the largest class
-// of the run), which Index.Lookup resolves to the same path. One scan of the
-// pair's front chooses the chain of every class (Fronts.BestEach) and each
-// distinct chain's path is rebuilt once. A direct connection that was never
-// measured is estimated from the coordinates (EstimateRTTms) and chosen when
-// not worse than every measured chain.
-func (p *plan) chains(i int, dst []pathcomp.ChainEntry, buf []int) ([]pathcomp.ChainEntry, []int) {
-	fi := p.feps[i]
+// tableEntry is one chain of a LoP's table by location and class index;
+// its path is the span [off, off+n) of the table's path buffer, its costs
+// are in whole microseconds.
+type tableEntry struct {
+	from, to, class int32
+	off, n          int32
+	cost, sum, max  int64
+}
+
+// tableRows are the entries of one LoP's table and their paths.
+type tableRows struct {
+	entries []tableEntry
+	paths   []int32
+}
+
+// chainScratch is the reusable memory of plan.chains.
+type chainScratch struct {
+	picks []int
+	ids   []int   // the pick chosen for each class, -1: the direct connection
+	best  []chain // the chain chosen for each class
+	bufs  [][]int // path memory of each class
+}
+
+// chain is a chain's path and measures, costs in microseconds.
+type chain struct {
+	path     []int
+	sum, max int64
+}
+
+func (p *plan) newScratch() *chainScratch {
 	nc := len(p.classes)
-	rounds := make([]int, nc)
-	for k, cl := range p.classes {
-		rounds[k] = cl.rounds
-	}
-	picks := make([]int, nc)
-	best := make([]pathcomp.Chain, nc)
-	ids := make([]int, nc) // the pick of best[k], -1 for the direct connection
+	return &chainScratch{picks: make([]int, nc), ids: make([]int, nc), best: make([]chain, nc), bufs: make([][]int, nc)}
+}
+
+// chains appends to rows the entries from InP i to every EgP. For each pair
+// it keeps one entry per run of size classes with the same chain (the
+// largest class of the run), which Index.Lookup resolves to the same path.
+// One scan of the pair's front chooses the chain of every class
+// (Fronts.BestEach) and each distinct chain's path is rebuilt once. A direct
+// connection that was never measured is estimated from the coordinates
+// (EstimateRTTms) and chosen when not worse than every measured chain.
+func (p *plan) chains(i int, rows *tableRows, sc *chainScratch) {
+	fi := p.feps[i]
+	direct := [2]int{i, 0}
 	for j := range p.feps {
 		if j == i {
 			continue
 		}
-		direct := p.m.RTT[i][j]
-		estimated := math.IsInf(direct, 1)
+		d := p.m.RTT[i][j]
+		estimated := math.IsInf(d, 1)
 		if estimated {
 			fj := p.feps[j]
-			direct = EstimateRTTms(fi.Lat, fi.Lon, fj.Lat, fj.Lon)
+			d = EstimateRTTms(fi.Lat, fi.Lon, fj.Lat, fj.Lon)
 		}
-		dc := pathcomp.Chain{Sum: direct, Max: direct}
-		ok := p.fronts.BestEach(i, j, rounds, picks)
-		for k, cl := range p.classes {
-			var c pathcomp.Chain
+		direct[1] = j
+		dc := chain{path: direct[:], sum: micros(d), max: micros(d)}
+		ok := p.fronts.BestEach(i, j, p.rounds, sc.picks)
+		for k, r := range p.rounds {
+			var c chain
 			switch {
 			case !ok:
-			case k > 0 && ids[k-1] == picks[k]:
-				c = best[k-1]
+			case k > 0 && sc.ids[k-1] == sc.picks[k]:
+				c = sc.best[k-1]
 			default:
-				c = p.fronts.AppendPick(buf, i, j, picks[k])
-				buf = c.Path
-				c.Path = slices.Clone(c.Path)
+				pc := p.fronts.AppendPick(sc.bufs[k], i, j, sc.picks[k])
+				sc.bufs[k] = pc.Path
+				c = chain{path: pc.Path, sum: micros(pc.Sum), max: micros(pc.Max)}
 			}
-			if !ok || estimated && p.model.Cost(dc, cl.rounds) <= p.model.Cost(c, cl.rounds) {
-				if dc.Path == nil {
-					dc.Path = []int{i, j}
-				}
-				best[k], ids[k] = dc, -1
+			if !ok || estimated && twiceCost(dc, r) <= twiceCost(c, r) {
+				sc.best[k], sc.ids[k] = dc, -1
 				continue
 			}
-			best[k], ids[k] = c, picks[k]
+			sc.best[k], sc.ids[k] = c, sc.picks[k]
 		}
-		for k, cl := range p.classes {
-			if k+1 < nc && ids[k] == ids[k+1] {
+		for k, r := range p.rounds {
+			if k+1 < len(p.rounds) && sc.ids[k] == sc.ids[k+1] {
 				continue // the next (larger) class has the same path
 			}
-			c := best[k]
-			path := make([]string, len(c.Path))
-			for x, y := range c.Path {
-				path[x] = p.m.Names[y]
-			}
-			dst = append(dst, pathcomp.ChainEntry{
-				From: p.m.Names[i], To: p.m.Names[j], Size: cl.size, Rounds: cl.rounds, Path: path,
-				CostMS: round3(p.model.Cost(c, cl.rounds)), SumMS: round3(c.Sum), MaxMS: round3(c.Max),
+			c := sc.best[k]
+			rows.entries = append(rows.entries, tableEntry{
+				from: int32(i), to: int32(j), class: int32(k), off: int32(len(rows.paths)), n: int32(len(c.path)),
+				cost: (twiceCost(c, r) + 1) / 2, sum: c.sum, max: c.max,
 			})
+			for _, x := range c.path {
+				rows.paths = append(rows.paths, int32(x))
+			}
 		}
 	}
-	return dst, buf
 }
 
-func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+// twiceCost is twice Model.Cost of c for r rounds, in microseconds.
+func twiceCost(c chain, r int) int64 { return c.sum + int64(2*(r-1))*c.max }
+
+// micros rounds milliseconds to whole microseconds.
+func micros(ms float64) int64 { return int64(math.Round(ms * 1000)) }
 
 // lopContent is the version-independent part of one LoP's table, encoded.
 type lopContent struct {
@@ -286,33 +323,31 @@ type lopContent struct {
 	hash [32]byte
 }
 
-// content builds the encoded content of LoP l's table.
-func (p *plan) content(l int, inps []int) (lopContent, error) {
-	var entries []pathcomp.ChainEntry
-	var buf []int
+// content builds the encoded content of LoP l's table, appending to b[:0].
+func (p *plan) content(b []byte, l int, inps []int, sc *chainScratch) (lopContent, error) {
+	var rows tableRows
 	for _, i := range inps {
-		entries, buf = p.chains(i, entries, buf)
+		p.chains(i, &rows, sc)
 	}
-	used := map[string]bool{p.m.Names[l]: true}
+	used := make([]bool, len(p.feps))
+	used[l] = true
 	for _, i := range inps {
-		used[p.m.Names[i]] = true
+		used[i] = true
 	}
-	for _, e := range entries {
-		for _, id := range e.Path {
-			used[id] = true
-		}
+	for _, x := range rows.paths {
+		used[x] = true
 	}
 	for _, e := range p.egress {
-		used[e.FEP] = true
+		used[p.m.index[e.FEP]] = true
 	}
-	members := make(map[string]string, len(used))
-	locs := make([]string, 0, len(used))
-	for id := range used {
-		locs = append(locs, id)
-		members[id] = p.feps[p.m.index[id]].HopAddr
+	// FEPs (so m.Names) are sorted by id: index order is id order.
+	var locs []int
+	for x, u := range used {
+		if u {
+			locs = append(locs, x)
+		}
 	}
-	slices.Sort(locs)
-	b := make([]byte, 0, 64+len(entries)*160)
+	b = slices.Grow(b[:0], 64+len(rows.entries)*120)
 	keys, err := json.Marshal(p.keys)
 	if err != nil {
 		return lopContent{}, fmt.Errorf("encode keys: %w", err)
@@ -320,13 +355,13 @@ func (p *plan) content(l int, inps []int) (lopContent, error) {
 	b = append(b, `"keys":`...)
 	b = append(b, keys...)
 	b = append(b, `,"members":{`...)
-	for k, id := range locs {
+	for k, x := range locs {
 		if k > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, id)
+		b = append(b, p.qnames[x]...)
 		b = append(b, ':')
-		b = appendJSONString(b, members[id])
+		b = appendJSONString(b, p.feps[x].HopAddr)
 	}
 	b = append(b, '}')
 	if len(p.egress) > 0 {
@@ -338,26 +373,32 @@ func (p *plan) content(l int, inps []int) (lopContent, error) {
 		b = append(b, eg...)
 	}
 	b = append(b, `,"table":`...)
-	b = appendTableFile(b, p.model, locs, entries)
+	b = appendTableFile(b, p.model, p.qnames, p.classes, locs, rows)
 	return lopContent{lop: p.m.Names[l], body: b, hash: sha256.Sum256(b)}, nil
 }
 
-// assemble returns the full JSON of an api.Table from its content.
-func assemble(c lopContent, version uint64, computed time.Time) []byte {
-	var b bytes.Buffer
-	b.Grow(len(c.body) + 128)
-	b.WriteString(`{"lop":`)
-	q, _ := json.Marshal(c.lop)
-	b.Write(q)
-	b.WriteString(`,"version":`)
-	b.WriteString(strconv.FormatUint(version, 10))
-	b.WriteString(`,"computed":`)
-	t, _ := computed.UTC().MarshalJSON()
-	b.Write(t)
-	b.WriteByte(',')
-	b.Write(c.body)
-	b.WriteString("}\n")
-	return b.Bytes()
+// writeTable writes the full JSON of an api.Table from its content.
+func writeTable(w io.Writer, c lopContent, version uint64, computed time.Time) error {
+	h := make([]byte, 0, 128)
+	h = append(h, `{"lop":`...)
+	h = appendJSONString(h, c.lop)
+	h = append(h, `,"version":`...)
+	h = strconv.AppendUint(h, version, 10)
+	h = append(h, `,"computed":`...)
+	t, err := computed.UTC().MarshalJSON()
+	if err != nil {
+		return fmt.Errorf("encode time: %w", err)
+	}
+	h = append(h, t...)
+	h = append(h, ',')
+	if _, err := w.Write(h); err != nil {
+		return err
+	}
+	if _, err := w.Write(c.body); err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, "}\n")
+	return err
 }
 
 // builtTable is one LoP's table, ready to store.
@@ -385,21 +426,29 @@ func (p *plan) tables(prev map[string][32]byte, version uint64, computed time.Ti
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Per worker: one compressor, reset per table, and the
+			// memory of the JSON body and of the chain search.
 			var zbuf bytes.Buffer
-			zw, _ := gzip.NewWriterLevel(&zbuf, gzip.BestSpeed) // one compressor per worker, reset per table
+			zw, _ := gzip.NewWriterLevel(&zbuf, gzip.BestSpeed)
+			var body []byte
+			sc := p.newScratch()
 			for l := range next {
-				lc, err := p.content(l, inps[l])
+				lc, err := p.content(body, l, inps[l], sc)
 				if err != nil {
 					errs[l] = err
 					continue
 				}
+				body = lc.body
 				if h, ok := prev[lc.lop]; ok && h == lc.hash {
 					continue
 				}
 				zbuf.Reset()
 				zw.Reset(&zbuf)
-				zw.Write(assemble(lc, version, computed))
-				if err := zw.Close(); err != nil {
+				err = writeTable(zw, lc, version, computed)
+				if err == nil {
+					err = zw.Close()
+				}
+				if err != nil {
 					errs[l] = fmt.Errorf("compress table %s: %w", lc.lop, err)
 					continue
 				}
@@ -425,9 +474,11 @@ func (p *plan) tables(prev map[string][32]byte, version uint64, computed time.Ti
 }
 
 // appendTableFile appends the JSON of pathcomp.TableFile{ICW, MSS (of
-// model), Locations: locs, Chains: entries} (without version), as encoding/json would, but several
-// times faster: tables of 1000 FEPs hold millions of entries.
-func appendTableFile(b []byte, model pathcomp.Model, locs []string, entries []pathcomp.ChainEntry) []byte {
+// model), Locations: locs, Chains: rows} (without version), as encoding/json
+// would for the rows' values rounded to whole microseconds, but several
+// times faster: tables of 1000 FEPs hold millions of entries. qnames are
+// the JSON strings of the location names.
+func appendTableFile(b []byte, model pathcomp.Model, qnames [][]byte, classes []sizeClass, locs []int, rows tableRows) []byte {
 	b = append(b, '{')
 	if model.ICW != 0 {
 		b = append(b, `"icw":`...)
@@ -440,41 +491,64 @@ func appendTableFile(b []byte, model pathcomp.Model, locs []string, entries []pa
 		b = append(b, ',')
 	}
 	b = append(b, `"locations":[`...)
-	for k, l := range locs {
+	for k, x := range locs {
 		if k > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, l)
+		b = append(b, qnames[x]...)
 	}
 	b = append(b, `],"chains":[`...)
-	for k, e := range entries {
+	for k, e := range rows.entries {
 		if k > 0 {
 			b = append(b, ',')
 		}
+		cl := classes[e.class]
 		b = append(b, `{"from":`...)
-		b = appendJSONString(b, e.From)
+		b = append(b, qnames[e.from]...)
 		b = append(b, `,"to":`...)
-		b = appendJSONString(b, e.To)
+		b = append(b, qnames[e.to]...)
 		b = append(b, `,"size":`...)
-		b = strconv.AppendInt(b, e.Size, 10)
+		b = strconv.AppendInt(b, cl.size, 10)
 		b = append(b, `,"rounds":`...)
-		b = strconv.AppendInt(b, int64(e.Rounds), 10)
+		b = strconv.AppendInt(b, int64(cl.rounds), 10)
 		b = append(b, `,"path":[`...)
-		for x, id := range e.Path {
+		for x, id := range rows.paths[e.off : e.off+e.n] {
 			if x > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, id)
+			b = append(b, qnames[id]...)
 		}
 		b = append(b, `],"cost_ms":`...)
-		b = appendJSONFloat(b, e.CostMS)
+		b = appendMillis(b, e.cost)
 		b = append(b, `,"sum_ms":`...)
-		b = appendJSONFloat(b, e.SumMS)
+		b = appendMillis(b, e.sum)
 		b = append(b, `,"max_ms":`...)
-		b = appendJSONFloat(b, e.MaxMS)
+		b = appendMillis(b, e.max)
 		b = append(b, '}')
 	}
 	return append(b, "]}"...)
+}
+
+// appendMillis appends us microseconds (>= 0) as milliseconds the way
+// encoding/json writes the float64 nearest to us/1000: shortest form, no
+// trailing zeros (exact below 2^53/1000 us, far above MaxRTT sums).
+func appendMillis(b []byte, us int64) []byte {
+	if us < 0 {
+		return appendJSONFloat(b, float64(us)/1000)
+	}
+	b = strconv.AppendInt(b, us/1000, 10)
+	frac := us % 1000
+	if frac == 0 {
+		return b
+	}
+	b = append(b, '.', byte('0'+frac/100))
+	if frac%100 != 0 {
+		b = append(b, byte('0'+frac/10%10))
+		if frac%10 != 0 {
+			b = append(b, byte('0'+frac%10))
+		}
+	}
+	return b
 }
 
 // appendJSONString appends s as a JSON string; ids and addresses are plain

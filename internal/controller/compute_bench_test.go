@@ -77,7 +77,7 @@ func BenchmarkComputePhases(b *testing.B) {
 		for _, bt := range changed {
 			total += len(bt.gz)
 		}
-		lc, err := p.content(0, []int{0})
+		lc, err := p.content(nil, 0, []int{0}, p.newScratch())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
@@ -575,22 +576,59 @@ func TestInitialKeysSeedStore(t *testing.T) {
 }
 
 func TestAppendTableFileMatchesEncodingJSON(t *testing.T) {
-	entries := []pathcomp.ChainEntry{
-		{From: "a", To: "b", Size: 14000, Rounds: 1, Path: []string{"a", "b"}, CostMS: 5, SumMS: 10, MaxMS: 10},
-		{From: "a", To: "c<&>\"é", Size: 15_000_000, Rounds: 11, Path: []string{"a", "x.y_z-1", "c<&>\"é"}, CostMS: 123.456, SumMS: 0.000001, MaxMS: 1e22},
+	names := []string{"a", "b", "c<&>\"é", "x.y_z-1"}
+	qnames := make([][]byte, len(names))
+	for k, n := range names {
+		qnames[k] = appendJSONString(nil, n)
 	}
-	locs := []string{"a", "b", "c<&>\"é", "x.y_z-1"}
+	classes := []sizeClass{{14000, 1}, {15_000_000, 11}}
+	rows := tableRows{
+		entries: []tableEntry{
+			{from: 0, to: 1, class: 0, off: 0, n: 2, cost: 5000, sum: 10000, max: 10000},
+			{from: 0, to: 2, class: 1, off: 2, n: 3, cost: 123456, sum: 1, max: 4_000_000_000_000},
+			{from: 3, to: 2, class: 1, off: 5, n: 2, cost: 10, sum: 100, max: 0},
+		},
+		paths: []int32{0, 1, 0, 3, 2, 3, 2},
+	}
+	var entries []pathcomp.ChainEntry
+	for _, e := range rows.entries {
+		var path []string
+		for _, x := range rows.paths[e.off : e.off+e.n] {
+			path = append(path, names[x])
+		}
+		cl := classes[e.class]
+		entries = append(entries, pathcomp.ChainEntry{From: names[e.from], To: names[e.to], Size: cl.size, Rounds: cl.rounds,
+			Path: path, CostMS: float64(e.cost) / 1000, SumMS: float64(e.sum) / 1000, MaxMS: float64(e.max) / 1000})
+	}
+	locs := []int{0, 1, 2, 3}
 	for _, m := range []pathcomp.Model{{}, {ICW: 4, MSS: 1200}} {
-		want, err := json.Marshal(pathcomp.TableFile{ICW: m.ICW, MSS: m.MSS, Locations: locs, Chains: entries})
+		want, err := json.Marshal(pathcomp.TableFile{ICW: m.ICW, MSS: m.MSS, Locations: names, Chains: entries})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := appendTableFile(nil, m, locs, entries); !bytes.Equal(got, want) {
+		if got := appendTableFile(nil, m, qnames, classes, locs, rows); !bytes.Equal(got, want) {
 			t.Errorf("appendTableFile(%+v) =\n%s\nwant\n%s", m, got, want)
 		}
 	}
-	if got, want := string(appendTableFile(nil, pathcomp.Model{}, nil, nil)), `{"locations":[],"chains":[]}`; got != want {
+	if got, want := string(appendTableFile(nil, pathcomp.Model{}, nil, nil, nil, tableRows{})), `{"locations":[],"chains":[]}`; got != want {
 		t.Errorf("empty table = %s; want %s", got, want)
+	}
+}
+
+func TestAppendMillis(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	values := []int64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 1001, 1010, 1100, 123456, 4_000_000_000, 1 << 40, -1500}
+	for k := 0; k < 20000; k++ {
+		values = append(values, rng.Int64N(1<<(1+rng.IntN(45))))
+	}
+	for _, us := range values {
+		want, err := json.Marshal(float64(us) / 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendMillis(nil, us); !bytes.Equal(got, want) {
+			t.Fatalf("appendMillis(%d) = %s; want %s", us, got, want)
+		}
 	}
 }
 
