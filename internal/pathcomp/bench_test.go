@@ -28,6 +28,30 @@ func BenchmarkPrecompute(b *testing.B) {
 	}
 }
 
+// BenchmarkPrecomputeBounded compares, side by side, unlimited chains with
+// hop-bounded ones (MaxProxies 4) on complete synthetic matrices:
+//
+//	go test -run XXX -bench PrecomputeBounded -benchtime 1x ./internal/pathcomp/
+func BenchmarkPrecomputeBounded(b *testing.B) {
+	for _, n := range []int{246, 500, 1000} {
+		rtt := SyntheticRTT(n, 1)
+		for _, mp := range []int{0, 4} {
+			b.Run(fmt.Sprintf("n=%d/maxproxies=%d", n, mp), func(b *testing.B) {
+				var f *Fronts
+				for b.Loop() {
+					var err error
+					f, err = Precompute(rtt, Options{MaxProxies: mp})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(f.Entries())/float64(n*(n-1)/2), "entries/pair")
+				b.ReportMetric(float64(f.Bytes())/(1<<20), "MiB")
+			})
+		}
+	}
+}
+
 func BenchmarkBestAppend(b *testing.B) {
 	f, err := Precompute(SyntheticRTT(246, 1), Options{})
 	if err != nil {

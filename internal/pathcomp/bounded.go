@@ -7,68 +7,72 @@ package pathcomp
 // runs i .. a - b .. j with p links on i's side and q on j's, p+q+1 <= k,
 // and both parts are the best of at most p and q links before h (it uses
 // h once: walks using it twice are no better than the shortened walk, which
-// has fewer links). Each part is read from a snapshot of rows a and b taken
-// before the step. The front of a pair is the sequence of improvements of
+// has fewer links). The parts' keys are collected before the step writes. The front of a pair is the sequence of improvements of
 // D_L; the improvements of the lower levels are logged too, since a path
 // is rebuilt from the best parts of a given number of links.
 //
 // With prune, only i in B_p (the link improves i's best walk of at most
 // p+1 links to b: D_p[i][a] + w < D_{p+1}[i][b]) and j in A_q (symmetric)
 // are combined: for any other i, the old walk i .. b .. j of at most p+1+q
-// links is at least as good as the new one. Without prune every pair is
-// tried (for tests and benchmarks).
+// links is at least as good as the new one. B_0 is {a} (and A_0 {b}): the
+// link is the only walk of one link between a and b. Without prune every
+// pair is tried (for tests and benchmarks).
 func (f *Fronts) runBounded(prune bool) eventLog {
 	n, levels := f.n, f.levels
 	lg := newEventLog(n, levels)
-	// d[k] is D_k for k = 1..levels (d[0] unused: D_0 is 0 on the diagonal,
-	// +Inf elsewhere, and is read through at()).
+	// d[k] is D_k for k = 1..levels; d[0] is one row of D_0 (0 at one
+	// index, +Inf elsewhere), shared by rows a and b via zeroA, zeroB.
 	d := make([][]int64, levels+1)
 	for k := 1; k <= levels; k++ {
 		d[k] = newDist(n)
 	}
-	// Snapshots of rows a and b per level (index 0: D_0).
-	sa := make([][]int64, levels+1)
-	sb := make([][]int64, levels+1)
-	for k := range sa {
-		sa[k] = make([]int64, n)
-		sb[k] = make([]int64, n)
+	zeroA := make([]int64, n)
+	zeroB := make([]int64, n)
+	for x := range zeroA {
+		zeroA[x], zeroB[x] = infKey, infKey
 	}
-	bs := make([][]int, levels) // B_p, p = 0..levels-1
-	as := make([][]int, levels) // A_q
+	ra := make([][]int64, levels+1) // rows a, b of D_0 .. D_levels
+	rb := make([][]int64, levels+1)
+	ra[0], rb[0] = zeroA, zeroB
+	bs := make([]levelSet, levels) // B_p, p = 0..levels-1, with D_p[x][a]
+	as := make([]levelSet, levels) // A_q, with D_q[x][b]
 	for h := range f.linkRTT {
 		a, b := int(f.linkA[h]), int(f.linkB[h])
 		w := f.linkRTT[h]<<hopBits | 1
-		for k := range sa[0] {
-			sa[0][k], sb[0][k] = infKey, infKey
-		}
-		sa[0][a], sb[0][b] = 0, 0
+		zeroA[a], zeroB[b] = 0, 0
 		for k := 1; k <= levels; k++ {
-			copy(sa[k], d[k][a*n:(a+1)*n])
-			copy(sb[k], d[k][b*n:(b+1)*n])
+			ra[k] = d[k][a*n : (a+1)*n]
+			rb[k] = d[k][b*n : (b+1)*n]
 		}
-		for p := 0; p < levels; p++ {
-			bs[p], as[p] = bs[p][:0], as[p][:0]
-			for x := 0; x < n; x++ {
-				if !prune || sa[p][x]+w < sb[p+1][x] {
-					bs[p] = append(bs[p], x)
-				}
-				if !prune || sb[p][x]+w < sa[p+1][x] {
-					as[p] = append(as[p], x)
-				}
+		// The sets are collected (with their values) before any write:
+		// that is the state before link h.
+		for p := range bs {
+			bs[p].reset()
+			as[p].reset()
+			if !prune {
+				bs[p].all(ra[p])
+				as[p].all(rb[p])
 			}
 		}
+		if prune {
+			bs[0].add(a, 0)
+			as[0].add(b, 0)
+			collect(bs, ra, rb, w)
+			collect(as, rb, ra, w)
+		}
+		zeroA[a], zeroB[b] = infKey, infKey
 		for p := 0; p < levels; p++ {
-			for _, i := range bs[p] {
-				if sa[p][i] >= infKey {
-					continue
-				}
-				base := sa[p][i] + w
+			bp := &bs[p]
+			for x, i := range bp.idx {
+				vi := bp.val[x]
+				base := vi + w
 				for q := 0; p+q+1 <= levels; q++ {
-					for _, j := range as[q] {
-						if sb[q][j] >= infKey || i == j {
+					aq := &as[q]
+					for y, j := range aq.idx {
+						if i == j {
 							continue
 						}
-						c := base + sb[q][j]
+						c := base + aq.val[y]
 						for k := p + q + 1; k <= levels; k++ {
 							dk := d[k]
 							if c >= dk[i*n+j] {
@@ -76,7 +80,7 @@ func (f *Fronts) runBounded(prune bool) eventLog {
 							}
 							dk[i*n+j] = c
 							dk[j*n+i] = c
-							lg.add(n, i, j, k, c, h, true, sa[p][i]&hopMask)
+							lg.add(n, i, j, k, c, h, true, vi&hopMask)
 						}
 					}
 				}
@@ -84,6 +88,55 @@ func (f *Fronts) runBounded(prune bool) eventLog {
 		}
 	}
 	return lg
+}
+
+// levelSet is a set of locations with the key of each one's walk to an end
+// of the current link.
+type levelSet struct {
+	idx []int
+	val []int64
+}
+
+func (s *levelSet) reset() { s.idx, s.val = s.idx[:0], s.val[:0] }
+
+func (s *levelSet) add(x int, v int64) {
+	s.idx = append(s.idx, x)
+	s.val = append(s.val, v)
+}
+
+// all adds every x with a finite row[x].
+func (s *levelSet) all(row []int64) {
+	for x, v := range row {
+		if v < infKey {
+			s.add(x, v)
+		}
+	}
+}
+
+// collect fills sets[p], p >= 1, with the x such that the new link of
+// weight w improves x's best walk of at most p+1 links to the link's far
+// end (ra: rows of the near end per level, rb: of the far end) via a walk
+// of exactly p links to the near end: ra[p][x] + w < rb[p+1][x] and
+// ra[p][x] < ra[p-1][x]. An x with ra[p][x] == ra[p-1][x] is left out: its
+// candidates equal those it makes in sets[p-1], which then holds it and
+// combines with one more level on the other side. Since the part of such a
+// walk k links from the near end is in sets[k] (a suffix of a best walk is a
+// best walk, and it improves the far end too, or the whole walk would not),
+// an empty level leaves all higher ones empty and ends the scan.
+func collect(sets []levelSet, ra, rb [][]int64, w int64) {
+	for p := 1; p < len(sets); p++ {
+		r, prev, far := ra[p], ra[p-1], rb[p+1]
+		far = far[:len(r)]
+		prev = prev[:len(r)]
+		for x, v := range r {
+			if v < prev[x] && v+w < far[x] {
+				sets[p].add(x, v)
+			}
+		}
+		if len(sets[p].idx) == 0 {
+			return
+		}
+	}
 }
 
 // BestEach chooses, for every rounds[k], the chain from i to j with the
