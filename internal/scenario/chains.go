@@ -3,6 +3,7 @@ package scenario
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,27 +16,54 @@ import (
 // or "origin"), from the proxies' mosto_relay_connect_seconds metric.
 type Hops map[string]map[string]float64
 
-// Hops reads every proxy's metrics.
+// Hops reads every proxy's metrics (all at once: each read crosses the
+// emulated network from the client).
 func (s *Scenario) Hops(ctx context.Context) (Hops, error) {
 	hc := &http.Client{Transport: &http.Transport{DialContext: s.clients[Direct].Dial, DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	out := make(Hops)
+	type res struct {
+		fep string
+		m   map[string]float64
+		err error
+	}
+	ch := make(chan res, len(s.proxies))
 	for _, p := range s.proxies {
-		req, err := http.NewRequestWithContext(ctx, "GET", "http://"+s.addr(p.fep, metricsPort)+"/metrics", nil)
-		if err != nil {
-			return nil, err
+		go func() {
+			m, err := s.hops(ctx, hc, p.fep)
+			ch <- res{p.fep, m, err}
+		}()
+	}
+	out := make(Hops)
+	var errs []error
+	for range s.proxies {
+		r := <-ch
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
 		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("scenario: metrics of %s: %w", p.fep, err)
-		}
-		m, err := parseConnectCounts(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("scenario: metrics of %s: %w", p.fep, err)
-		}
-		out[p.fep] = m
+		out[r.fep] = r.m
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// hops reads the connection counts of one proxy.
+func (s *Scenario) hops(ctx context.Context, hc *http.Client, fep string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+s.addr(fep, metricsPort)+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: metrics of %s: %w", fep, err)
+	}
+	defer resp.Body.Close()
+	m, err := parseConnectCounts(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: metrics of %s: %w", fep, err)
+	}
+	return m, nil
 }
 
 const connectMetric = "mosto_relay_connect_seconds_count{"
