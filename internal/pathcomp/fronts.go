@@ -374,12 +374,20 @@ func (f *Fronts) chain(dst []int, i, j, e int) Chain {
 // created at a link index <= h, or -1.
 func (f *Fronts) lastEvent(i, j, level, h int) int {
 	lo, hi := f.levelEvents(i, j, level)
-	for e := hi - 1; e >= lo; e-- {
-		if int(f.link[e]>>1) <= h {
-			return e
+	// Events run in link order: find the first one after h.
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if int(f.link[mid]>>1) <= h {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
 	}
-	return -1
+	start, _ := f.levelEvents(i, j, level)
+	if lo == start {
+		return -1
+	}
+	return lo - 1
 }
 
 // appendEvent appends the path of event e of the pair {i, j}, from i to j.

@@ -394,6 +394,8 @@ func FuzzFronts(f *testing.F) {
 	f.Add([]byte{3, 1, 2, 3})
 	f.Add([]byte{5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{6, 255, 10, 20, 30, 40, 50, 255, 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add([]byte{5, 1, 9, 9, 9, 1, 9, 9, 1, 9, 1, 1})                // a line of cheap links, 1 proxy
+	f.Add([]byte{6, 1, 8, 8, 8, 8, 1, 8, 8, 8, 1, 8, 8, 1, 8, 1, 2}) // 2 proxies
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
@@ -415,11 +417,16 @@ func FuzzFronts(f *testing.F) {
 				rtt[i][j], rtt[j][i] = v, v
 			}
 		}
-		p, err := Precompute(rtt, Options{})
+		// The byte after the matrix, if any, bounds the proxies (0-3).
+		mp := 0
+		if k < len(data) {
+			mp = int(data[k]) % 4
+		}
+		p, err := Precompute(rtt, Options{MaxProxies: mp})
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := Precompute(rtt, Options{Plain: true})
+		q, err := Precompute(rtt, Options{Plain: true, MaxProxies: mp})
 		if err != nil {
 			t.Fatal(err)
 		}
