@@ -29,13 +29,17 @@ func BenchmarkPrecompute(b *testing.B) {
 }
 
 // BenchmarkPrecomputeBounded compares, side by side, unlimited chains with
-// hop-bounded ones (MaxProxies 4) on complete synthetic matrices:
+// hop-bounded ones (MaxProxies 4 and 2) on complete synthetic matrices. For
+// the bounded runs it reports the mean predicted cost of the best chains
+// relative to the unlimited ones (rounds 1, 5 and 10, every pair) and the
+// mean proxies per chain:
 //
 //	go test -run XXX -bench PrecomputeBounded -benchtime 1x ./internal/pathcomp/
 func BenchmarkPrecomputeBounded(b *testing.B) {
 	for _, n := range []int{246, 500, 1000} {
 		rtt := SyntheticRTT(n, 1)
-		for _, mp := range []int{0, 4} {
+		var free *Fronts
+		for _, mp := range []int{0, 4, 2} {
 			b.Run(fmt.Sprintf("n=%d/maxproxies=%d", n, mp), func(b *testing.B) {
 				var f *Fronts
 				for b.Loop() {
@@ -47,6 +51,28 @@ func BenchmarkPrecomputeBounded(b *testing.B) {
 				}
 				b.ReportMetric(float64(f.Entries())/float64(n*(n-1)/2), "entries/pair")
 				b.ReportMetric(float64(f.Bytes())/(1<<20), "MiB")
+				if mp == 0 {
+					free = f
+				}
+				var ratio, proxies float64
+				count := 0
+				for i := 0; i < n; i++ {
+					for j := i + 1; j < n; j++ {
+						for _, r := range []int{1, 5, 10} {
+							c, _ := f.Best(i, j, r)
+							proxies += float64(c.Proxies())
+							if free != nil {
+								fc, _ := free.Best(i, j, r)
+								ratio += f.Model().Cost(c, r) / f.Model().Cost(fc, r)
+							}
+							count++
+						}
+					}
+				}
+				b.ReportMetric(proxies/float64(count), "proxies/chain")
+				if free != nil {
+					b.ReportMetric(ratio/float64(count), "cost/unlimited")
+				}
 			})
 		}
 	}
