@@ -84,7 +84,7 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	defer sc.Close()
 	roles := sc.Roles()
 	rtt, _ := sc.OriginRTT()
-	fmt.Fprintf(env.Stdout, "world, origin, proxies up in %v: %d hosts; client-origin RTT %.1f ms; ingress FEP %s, egress FEP %s, single proxy %s\n",
+	fmt.Fprintf(env.Stdout, "world, origin and proxies ready in %v: %d hosts; client-origin RTT %.1f ms; ingress FEP %s, egress FEP %s, single proxy %s\n",
 		time.Since(start).Round(100*time.Millisecond), len(w.Hosts()), float64(rtt)/1e6, roles.InP, roles.EgP, roles.Single)
 	fmt.Fprintln(env.Stdout, chainSource(sc, ""))
 	fmt.Fprint(env.Stdout, chainsPerSize(sc, sizes))
