@@ -552,7 +552,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // tune applies Config.Tune in every FEP namespace.
 func (s *Scenario) tune(ctx context.Context) error {
 	t := s.cfg.Tune
-	if t.InitCwnd < 0 || t.InitCwnd > 1000 || t.RmemInit < 0 {
+	if t.InitCwnd < 0 || t.InitCwnd > 10000 || t.RmemInit < 0 {
 		return fmt.Errorf("scenario: bad tuning %+v", t)
 	}
 	for _, f := range s.roles.FEPs {
