@@ -274,6 +274,9 @@ func (s *Scenario) WaitConverged(ctx context.Context, stable time.Duration) (Con
 			}
 			return cv, nil
 		}
+		if err := s.exited(); err != nil {
+			return Convergence{}, err
+		}
 		if time.Now().After(deadline) {
 			return Convergence{}, fmt.Errorf("scenario: discovery did not converge within %v: %s", s.cfg.Controller.withDefaults().Converge, why)
 		}
@@ -406,6 +409,28 @@ func (s *Scenario) RestartProxy(ctx context.Context, fep string) error {
 	}
 	s.proxies[i] = p
 	return s.waitAccept(ctx, s.roles.Client, s.addr(fep, metricsPort))
+}
+
+// exited returns an error naming the first proxy (or the controller) that
+// exited, with the end of its log.
+func (s *Scenario) exited() error {
+	procs := slices.Clone(s.proxies)
+	if s.ctl != nil && s.ctl.proc != nil {
+		procs = append(procs, s.ctl.proc)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+			what := "proxy " + p.fep
+			if s.ctl != nil && p == s.ctl.proc {
+				what = "controller"
+			}
+			log, _ := os.ReadFile(p.logf)
+			return fmt.Errorf("scenario: %s exited (%v): %s", what, p.err, tail(string(log), 600))
+		default:
+		}
+	}
+	return nil
 }
 
 func mapsEqual(a, b map[string]uint64) bool {

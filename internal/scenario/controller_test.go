@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,5 +120,17 @@ func TestDemoWorldController(t *testing.T) {
 			t.Errorf("%d B: proxies used %v; controller table v%d says %v", size, got, ver, want)
 		}
 		t.Logf("%d B: chain %v (controller table v%d), bytes checked", size, got, ver)
+	}
+}
+
+// TestStartRefusesTableAndController checks that a static table and a
+// controller cannot be asked for together (before any world is touched).
+func TestStartRefusesTableAndController(t *testing.T) {
+	_, err := scenario.Start(context.Background(), nil, scenario.Config{
+		Sizes: []int64{1000}, Mosto: []string{"mosto"},
+		Table: &pathcomp.TableFile{}, Controller: &scenario.ControllerConfig{},
+	}, nil)
+	if err == nil || !strings.Contains(err.Error(), "exclusive") {
+		t.Errorf("Start with a table and a controller = %v; want an error saying they are exclusive", err)
 	}
 }

@@ -388,13 +388,8 @@ func (s *Scenario) waitAccept(ctx context.Context, host, addr string) error {
 			c.Close()
 			return nil
 		}
-		for _, p := range s.proxies {
-			select {
-			case <-p.done:
-				log, _ := os.ReadFile(p.logf)
-				return fmt.Errorf("scenario: proxy %s exited (%v): %s", p.fep, p.err, tail(string(log), 600))
-			default:
-			}
+		if err := s.exited(); err != nil {
+			return err
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("scenario: %s does not accept connections from %s: %w", addr, host, err)
