@@ -34,6 +34,9 @@ func (f *Fronts) runBounded(prune bool) eventLog {
 	ra := make([][]int64, levels+1) // rows a, b of D_0 .. D_levels
 	rb := make([][]int64, levels+1)
 	ra[0], rb[0] = zeroA, zeroB
+	// adj[x]: the locations linked to x by the links added so far, where
+	// row x of D_1 is finite (besides x itself).
+	adj := make([][]int32, n)
 	bs := make([]levelSet, levels) // B_p, p = 0..levels-1, with D_p[x][a]
 	as := make([]levelSet, levels) // A_q, with D_q[x][b]
 	for h := range f.linkRTT {
@@ -57,9 +60,11 @@ func (f *Fronts) runBounded(prune bool) eventLog {
 		if prune {
 			bs[0].add(a, 0)
 			as[0].add(b, 0)
-			collect(bs, ra, rb, w)
-			collect(as, rb, ra, w)
+			collect(bs, ra, rb, adj[a], w)
+			collect(as, rb, ra, adj[b], w)
 		}
+		adj[a] = append(adj[a], int32(b))
+		adj[b] = append(adj[b], int32(a))
 		zeroA[a], zeroB[b] = infKey, infKey
 		for p := 0; p < levels; p++ {
 			bp := &bs[p]
@@ -122,9 +127,22 @@ func (s *levelSet) all(row []int64) {
 // combines with one more level on the other side. Since the part of such a
 // walk k links from the near end is in sets[k] (a suffix of a best walk is a
 // best walk, and it improves the far end too, or the whole walk would not),
-// an empty level leaves all higher ones empty and ends the scan.
-func collect(sets []levelSet, ra, rb [][]int64, w int64) {
-	for p := 1; p < len(sets); p++ {
+// an empty level leaves all higher ones empty and ends the scan. Level 1
+// scans only nbrs, the near end's neighbours.
+func collect(sets []levelSet, ra, rb [][]int64, nbrs []int32, w int64) {
+	if len(sets) < 2 {
+		return
+	}
+	r, far := ra[1], rb[2]
+	for _, x := range nbrs {
+		if v := r[x]; v+w < far[x] {
+			sets[1].add(int(x), v)
+		}
+	}
+	if len(sets[1].idx) == 0 {
+		return
+	}
+	for p := 2; p < len(sets); p++ {
 		r, prev, far := ra[p], ra[p-1], rb[p+1]
 		far = far[:len(r)]
 		prev = prev[:len(r)]
