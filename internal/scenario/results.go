@@ -31,6 +31,9 @@ type Results struct {
 	Chains  map[int64][]string // chain the InP's flow took, per size (from metrics)
 	Planned map[int64][]string // chain the table holds, per size
 	Model   map[int64]float64  // the table's predicted time of that chain (ms), per size
+	// Source says where the table came from (the controller, with its
+	// version, or pathcomp over the configured RTTs).
+	Source string
 	// NotCold counts cdn-cold fetches during which nginx reused an upstream
 	// connection, and NotWarm cdn-warm fetches that opened a new one.
 	NotCold, NotWarm int
@@ -49,6 +52,12 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 	r := &Results{Modes: p.Modes, Sizes: p.Sizes, Runs: p.Runs, MS: make(map[Mode]map[int64][]float64),
 		Chains: make(map[int64][]string), Planned: make(map[int64][]string), Model: make(map[int64]float64)}
 	r.RTT, r.RateBps = s.OriginRTT()
+	r.Source = fmt.Sprintf("computed by pathcomp from the world's RTTs, table version %d", s.TableVersion())
+	if s.ctl != nil {
+		r.Source = fmt.Sprintf("from the controller's table version %d for %s, computed from the RTTs the proxies measured", s.TableVersion(), s.roles.InP)
+	} else if s.cfg.Table != nil {
+		r.Source = fmt.Sprintf("from the given table file, version %d", s.TableVersion())
+	}
 	for _, m := range p.Modes {
 		r.MS[m] = make(map[int64][]float64)
 	}
@@ -214,7 +223,11 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 		return err
 	}
 	if len(r.Planned) > 0 {
-		fmt.Fprint(w, "\nChains (computed by pathcomp from the world's RTTs; used = what the proxies' metrics show for the first mosto-chain fetch; model = the table's predicted time, 1/2 sum + (rounds-1) max of the hop RTTs, which leaves out connection set-up):\n\n")
+		src := r.Source
+		if src == "" {
+			src = "computed = the table's chain"
+		}
+		fmt.Fprintf(w, "\nChains (%s; used = what the proxies' metrics show for the first mosto-chain fetch; model = the table's predicted time, 1/2 sum + (rounds-1) max of the hop RTTs, which leaves out connection set-up):\n\n", src)
 		ct := &report.Table{Header: []string{"size", "computed", "used", "model ms", "measured median ms"},
 			Align: []report.Align{report.Left, report.Left, report.Left, report.Right, report.Right}}
 		for _, size := range r.Sizes {
