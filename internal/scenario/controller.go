@@ -226,19 +226,29 @@ type Convergence struct {
 	Matrix   api.Matrix
 }
 
-// ProxyTableVersion returns the version of the table a proxy's agent holds
-// (its persisted table; 0: none yet).
-func (s *Scenario) ProxyTableVersion(fep string) (uint64, error) {
+// ProxyTable returns the table a proxy's agent holds (its persisted
+// table.json in the agent's data directory); nil: none yet.
+func (s *Scenario) ProxyTable(fep string) (*api.Table, error) {
 	b, err := os.ReadFile(filepath.Join(s.agentDir(fep), "table.json"))
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var t api.Table
 	if err := json.Unmarshal(b, &t); err != nil {
-		return 0, fmt.Errorf("scenario: table of %s: %w", fep, err)
+		return nil, fmt.Errorf("scenario: table of %s: %w", fep, err)
+	}
+	return &t, nil
+}
+
+// ProxyTableVersion returns the version of the table a proxy's agent holds
+// (0: none yet).
+func (s *Scenario) ProxyTableVersion(fep string) (uint64, error) {
+	t, err := s.ProxyTable(fep)
+	if t == nil || err != nil {
+		return 0, err
 	}
 	return t.Version, nil
 }
