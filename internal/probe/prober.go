@@ -30,12 +30,14 @@ type ReportFunc func(ctx context.Context, samples []Sample) error
 type Config struct {
 	Measurer Measurer      // nil: &UDPEcho{}
 	Interval time.Duration // between rounds; 0 means 10s
-	Jitter   float64       // each wait is Interval*(1±Jitter); 0 means 0.2, <0 none
+	Jitter   float64       // each wait is Interval*(1±Jitter); 0 means 0.1, <0 none
 	Probes   int           // probes per peer per round (the round sample is their minimum); 0 means 3
 	Window   int           // round samples per estimator; 0 means 3
 	// ConfirmAfter is the delay of a confirmation round, which re-measures
 	// only the peers whose latest sample moved beyond the threshold
-	// (Tracker.Suspects); 0 means 1s, <0 disables confirmation rounds.
+	// (Tracker.Suspects); 0 means Interval/10 capped at 1s (so a change is
+	// reported within about 1.2 probe intervals), <0 disables confirmation
+	// rounds.
 	ConfirmAfter time.Duration
 	Threshold    Threshold     // 0 means 10% or 2 ms, whichever is larger
 	Refresh      time.Duration // full report period; 0 means 10m, <0 never
@@ -64,7 +66,7 @@ func NewProber(cfg Config, log *slog.Logger) *Prober {
 		cfg.Interval = 10 * time.Second
 	}
 	if cfg.Jitter == 0 {
-		cfg.Jitter = 0.2
+		cfg.Jitter = 0.1
 	}
 	if cfg.Jitter < 0 {
 		cfg.Jitter = 0
@@ -79,7 +81,7 @@ func NewProber(cfg Config, log *slog.Logger) *Prober {
 		cfg.Window = 3
 	}
 	if cfg.ConfirmAfter == 0 {
-		cfg.ConfirmAfter = time.Second
+		cfg.ConfirmAfter = min(time.Second, cfg.Interval/10)
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = 10 * time.Minute
