@@ -16,6 +16,7 @@ import (
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/httpconnect"
 	"github.com/mosto-net/mosto/internal/socks5"
+	"golang.org/x/sys/unix"
 )
 
 // Intent is where a flow accepted by an entry wants to go. Every entry
@@ -39,11 +40,15 @@ func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) *ne
 			return nil
 		}
 		in.Target, in.Size = t, int64(l.service.Size)
-		up, err := s.open(in)
+		// The client's first bytes, if already here, leave with the hop
+		// header (in the SYN with Fast Open).
+		early := queued(c, earlyMax)
+		up, err := s.open(in, early)
 		if err != nil {
 			s.entryFailed(c, in, err)
 			return nil
 		}
+		s.m.roles[roleInP].up.Add(float64(len(early)))
 		return up
 	case kindSOCKS5:
 		return s.serveSOCKS5(l, c, in)
@@ -99,7 +104,7 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPCon
 		return nil
 	}
 	in.Target, in.Size = t, int64(s.cfg.SOCKS5.Size)
-	up, err := s.open(in)
+	up, err := s.open(in, nil)
 	if err != nil {
 		code := socks5.ReplyCode(err)
 		if errors.Is(err, errPolicy) {
@@ -157,7 +162,7 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPCo
 		return nil
 	}
 	in.Target, in.Size = t, int64(s.cfg.HTTPConnect.Size)
-	up, err := s.open(in)
+	up, err := s.open(in, nil)
 	if err != nil {
 		code := http.StatusBadGateway
 		switch {
@@ -192,16 +197,18 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPCo
 // open connects the upstream side of a flow for the InP: through the chain
 // to the EgP closest to the target, or straight to the origin when this FEP
 // is the EgP or no chain is known.
-func (s *Server) open(in Intent) (*net.TCPConn, error) {
+// early holds client bytes already read from the client's connection:
+// they are sent first on the returned connection.
+func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
 	egp := s.egress.lookup(in.Target)
 	if egp == s.self {
 		s.m.direct.WithLabelValues("self_egress").Inc()
-		return s.dialOrigin(in.Target, in.Client, in.Local)
+		return s.dialOriginEarly(in, early)
 	}
 	route, reason := s.route(egp, in.Size)
 	if route == nil {
 		s.m.direct.WithLabelValues(reason).Inc()
-		return s.dialOrigin(in.Target, in.Client, in.Local)
+		return s.dialOriginEarly(in, early)
 	}
 	next := route[1]
 	addr, _ := s.member(next)
@@ -216,17 +223,55 @@ func (s *Server) open(in Intent) (*net.TCPConn, error) {
 	}
 	rand.Read(h.FlowID[:])
 	log := s.log.With("flow", flowString(h.FlowID))
-	up, err := s.dialHop(next, addr, h)
+	up, err := s.dialHop(next, addr, h, early)
 	if err != nil {
 		// The first hop is down: serve the flow directly rather than not at all.
 		log.Debug("first hop unreachable, going direct", "next", next, "err", err)
 		s.m.direct.WithLabelValues("hop_unreachable").Inc()
-		return s.dialOrigin(in.Target, in.Client, in.Local)
+		return s.dialOriginEarly(in, early)
 	}
 	if log.Enabled(context.Background(), slog.LevelDebug) {
 		log.Debug("flow", "role", roleInP, "client", in.Client.String(), "target", in.Target.String(), "route", route)
 	}
 	return up, nil
+}
+
+// dialOriginEarly connects to the origin for in and sends early first.
+func (s *Server) dialOriginEarly(in Intent, early []byte) (*net.TCPConn, error) {
+	up, err := s.dialOrigin(in.Target, in.Client, in.Local)
+	if err != nil || len(early) == 0 {
+		return up, err
+	}
+	up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+	if _, err := up.Write(early); err != nil {
+		s.untrack(up)
+		resetClose(up)
+		return nil, fmt.Errorf("send early bytes to %s: %w", in.Target, err)
+	}
+	up.SetWriteDeadline(time.Time{})
+	return up, nil
+}
+
+// earlyMax bounds the client bytes sent along with a hop header.
+const earlyMax = 16 << 10
+
+// queued reads and returns up to max bytes already queued on c, without
+// waiting (nil when none).
+func queued(c *net.TCPConn, max int) []byte {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	n := 0
+	rc.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	if n <= 0 {
+		return nil
+	}
+	b := make([]byte, min(n, max))
+	m, _ := c.Read(b) // returns at once: the bytes are queued
+	return b[:m]
 }
 
 // route returns the chain from this FEP to egp for a transfer of size

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func poolCount(s *Server, pool, result string) float64 {
@@ -66,9 +68,7 @@ func TestHopPoolChain(t *testing.T) {
 			t.Errorf("%s: %v header timeouts; pooled connections must wait", s.cfg.ID, n)
 		}
 	}
-	if got := flows(w.c.Server, roleEgP, outcomeOK); got != 3 {
-		t.Errorf("EgP ok flows = %v; want 3", got)
-	}
+	waitFor(t, 5*time.Second, "3 ok flows at the EgP", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 3 })
 	// The EgP learned the origin: later flows use its origin pool.
 	waitFor(t, 5*time.Second, "origin pool filled", func() bool { return w.c.originPool.idleCount(o.addr()) == 1 })
 	hashTrip(t, w.a.ServiceAddr(0).String(), 1000)
@@ -218,9 +218,7 @@ func TestOriginPoolDiscardsClosed(t *testing.T) {
 	if n := poolCount(s.Server, "origin", poolStale); n < 2 {
 		t.Errorf("stale origin connections = %v; want >= 2", n)
 	}
-	if n := flows(s.Server, roleInP, outcomeOK); n != 3 {
-		t.Errorf("ok flows = %v; want 3", n)
-	}
+	waitFor(t, 5*time.Second, "3 ok flows", func() bool { return flows(s.Server, roleInP, outcomeOK) == 3 })
 }
 
 // TestPoolConfig checks the validation of the pool section.
@@ -247,3 +245,43 @@ func TestPoolConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestQueued: queued returns the bytes already received without waiting,
+// and nil at once when there are none.
+func TestQueued(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	s := sc.(*net.TCPConn)
+	start := time.Now()
+	if b := queued(s, 10); b != nil || time.Since(start) > time.Second {
+		t.Fatalf("queued on a silent connection = %q after %v; want nil at once", b, time.Since(start))
+	}
+	c.Write([]byte("hello, world"))
+	waitFor(t, 2*time.Second, "bytes queued", func() bool {
+		n, _ := s.SyscallConn()
+		avail := 0
+		n.Control(func(fd uintptr) { avail, _ = unixInq(fd) })
+		return avail == 12
+	})
+	if b := queued(s, 5); string(b) != "hello" {
+		t.Errorf("queued(max 5) = %q; want hello", b)
+	}
+	if b := queued(s, 100); string(b) != ", world" {
+		t.Errorf("queued(max 100) = %q; want \", world\"", b)
+	}
+}
+
+func unixInq(fd uintptr) (int, error) { return unix.IoctlGetInt(int(fd), unix.SIOCINQ) }

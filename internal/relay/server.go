@@ -714,13 +714,17 @@ func (s *Server) awaitFirstByte(c *net.TCPConn, src netip.AddrPort, d time.Durat
 
 // forward connects to the next member, sends it h and relays.
 func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header, log *slog.Logger) *net.TCPConn {
-	up, err := s.dialHop(next, addr, h)
+	// The flow's first bytes that came with the header (in its SYN with
+	// Fast Open) leave with the next header.
+	early := queued(c, earlyMax)
+	up, err := s.dialHop(next, addr, h, early)
 	if err != nil {
 		log.Debug("connect next hop", "next", next, "addr", addr, "err", err)
 		s.endFlow(role, outcomeDialError)
 		resetClose(c)
 		return nil
 	}
+	s.m.roles[role].up.Add(float64(len(early)))
 	log.Debug("hop", "role", role, "next", next, "route", h.Route)
 	return up
 }
@@ -743,12 +747,14 @@ func (s *Server) exit(c *net.TCPConn, role string, t Target, client, local netip
 	return up
 }
 
-// dialHop connects to the next member and sends it the signed header h.
-func (s *Server) dialHop(next, addr string, h *hop.Header) (*net.TCPConn, error) {
+// dialHop connects to the next member and sends it the signed header h
+// followed by the flow's early bytes in one write.
+func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.TCPConn, error) {
 	b, err := h.Marshal(s.keyring())
 	if err != nil {
 		return nil, fmt.Errorf("marshal hop header: %w", err)
 	}
+	b = append(b, early...)
 	if up := s.fromPool(s.hopPool, addr); up != nil {
 		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
 		if _, err := up.Write(b); err == nil {
