@@ -99,5 +99,47 @@ func BenchmarkComputePhases(b *testing.B) {
 			t3.Sub(t2).Round(time.Millisecond), (c3 - c2).Round(time.Millisecond), total>>20, len(lc.body)>>10, ms.HeapSys>>20)
 		b.Logf("table of %s: %d entries for %d EgPs (%.1f per pair), %.1f hops per chain", lc.lop, entries, n-1,
 			float64(entries)/float64(n-1), float64(hops)/float64(max(1, entries)))
+		if cfg.MaxProxies >= 0 {
+			// The price of the bound: predicted costs of the chosen chains
+			// against unlimited chains, from the first 20 InPs.
+			ucfg := cfg
+			ucfg.MaxProxies = -1
+			up, err := newPlan(ucfg, feps, m, keys)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ratio, worst float64
+			count := 0
+			for i := 0; i < min(20, n); i++ {
+				bc, uc := classCosts(p, i), classCosts(up, i)
+				for x := range bc {
+					r := bc[x] / uc[x]
+					ratio += r
+					worst = max(worst, r)
+					count++
+				}
+			}
+			b.Logf("cost of the chosen chains vs unlimited (20 InPs, every EgP and class): mean %.4f, worst %.3f", ratio/float64(count), worst)
+		}
 	}
+}
+
+// classCosts returns the predicted cost (us) of InP i's chain to every EgP
+// for every size class, in EgP then class order, from the entries
+// plan.chains emits (one per run of classes with the same chain).
+func classCosts(p *plan, i int) []float64 {
+	var rows tableRows
+	p.chains(i, &rows, p.newScratch())
+	var out []float64
+	next := 0 // the first class of the current EgP not yet covered
+	for _, e := range rows.entries {
+		for k := next; k <= int(e.class); k++ {
+			out = append(out, float64(twiceCost(chain{sum: e.sum, max: e.max}, p.classes[k].rounds)))
+		}
+		next = int(e.class) + 1
+		if next == len(p.classes) {
+			next = 0
+		}
+	}
+	return out
 }

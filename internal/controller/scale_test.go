@@ -30,7 +30,9 @@ import (
 // against a controller on loopback HTTP: they register, fetch their targets
 // and report RTTs; then every FEP long-polls its table while one more FEP
 // joins (which changes every table). It logs the recomputation time, the
-// time for new tables to reach every LoP and the process RSS. Run it with
+// time for new tables to reach every LoP and the process RSS. With
+// MOSTO_SCALE_PROC=1, MOSTO_SCALE_MAXPROXIES sets the controller's
+// Config.MaxProxies (-1: unlimited). Run it with
 //
 //	MOSTO_SCALE=1 go test -run TestScale -v ./internal/controller/
 func TestScale(t *testing.T) {
@@ -258,7 +260,8 @@ func TestScaleChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Store: st, Debounce: time.Hour, Period: time.Hour})
+	mp, _ := strconv.Atoi(os.Getenv("MOSTO_SCALE_MAXPROXIES"))
+	c, err := New(Config{Store: st, Debounce: time.Hour, Period: time.Hour, MaxProxies: mp})
 	if err != nil {
 		t.Fatal(err)
 	}
