@@ -276,7 +276,8 @@ func (f *Fronts) Model() Model { return f.model }
 func (f *Fronts) Links() int { return len(f.linkRTT) }
 
 // Entries returns the number of stored front entries over all pairs (each
-// unordered pair once, including entries later dominated at equal Max).
+// unordered pair once, including entries later dominated at equal Max; with
+// a hop bound, the entries of every hop level).
 func (f *Fronts) Entries() int { return len(f.key) }
 
 // Bytes returns the approximate memory held by f.
