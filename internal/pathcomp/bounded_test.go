@@ -8,12 +8,12 @@ import (
 
 func TestBoundedMatchesBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	count := 900
+	count := 2000
 	switch {
 	case testing.Short():
-		count = 120
+		count = 200
 	case raceEnabled:
-		count = 300
+		count = 1000
 	}
 	for it := 0; it < count; it++ {
 		n := 1 + rng.IntN(8)
