@@ -177,6 +177,10 @@ type TimeoutConfig struct {
 	Connect Duration `yaml:"connect"` // dialing the next hop or the origin
 	Idle    Duration `yaml:"idle"`    // no data in either direction
 	Drain   Duration `yaml:"drain"`   // waiting for flows on shutdown
+	// Early is how long a service entry waits for the client's first bytes
+	// to send them with the hop header (in the SYN with Fast Open); 0:
+	// DefaultEarlyWait with socket.fastopen, no wait without.
+	Early Duration `yaml:"early"`
 }
 
 // LimitConfig bounds concurrent connections.
@@ -218,6 +222,7 @@ const (
 	DefaultMaxSkew           = 30 * time.Second
 	DefaultMaxConns          = 32768
 	DefaultMaxConnsPerSource = 1024
+	DefaultEarlyWait         = 20 * time.Millisecond
 	DefaultHopMaxIdle        = 30 * time.Second
 	DefaultOriginMaxIdle     = 20 * time.Second
 	// MaxPool bounds pool.hop and pool.origin.
@@ -538,6 +543,12 @@ func (c *Config) connectTimeout() time.Duration {
 func (c *Config) idleTimeout() time.Duration { return orDefault(c.Timeouts.Idle, DefaultIdleTimeout) }
 func (c *Config) drainTimeout() time.Duration {
 	return orDefault(c.Timeouts.Drain, DefaultDrainTimeout)
+}
+func (c *Config) earlyWait() time.Duration {
+	if c.Timeouts.Early == 0 && !c.Socket.FastOpen {
+		return 0
+	}
+	return orDefault(c.Timeouts.Early, DefaultEarlyWait)
 }
 func (c *Config) hopMaxIdle() time.Duration {
 	return orDefault(c.Pool.HopMaxIdle, DefaultHopMaxIdle)

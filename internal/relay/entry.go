@@ -42,7 +42,7 @@ func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) *ne
 		in.Target, in.Size = t, int64(l.service.Size)
 		// The client's first bytes, if already here, leave with the hop
 		// header (in the SYN with Fast Open).
-		early := queued(c, earlyMax)
+		early := s.clientFirstBytes(c)
 		up, err := s.open(in, early)
 		if err != nil {
 			s.entryFailed(c, in, err)
@@ -250,6 +250,20 @@ func (s *Server) dialOriginEarly(in Intent, early []byte) (*net.TCPConn, error) 
 	}
 	up.SetWriteDeadline(time.Time{})
 	return up, nil
+}
+
+// clientFirstBytes returns the client's bytes already queued on c. With
+// Fast Open it first waits up to the early timeout for them, so they ride
+// in the SYNs along the chain instead of following one handshake behind.
+func (s *Server) clientFirstBytes(c *net.TCPConn) []byte {
+	if d := s.cfg.earlyWait(); d > 0 {
+		if rc, err := c.SyscallConn(); err == nil {
+			c.SetReadDeadline(time.Now().Add(d))
+			waitReadable(rc)
+			c.SetReadDeadline(time.Time{})
+		}
+	}
+	return queued(c, earlyMax)
 }
 
 // earlyMax bounds the client bytes sent along with a hop header.

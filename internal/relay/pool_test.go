@@ -285,3 +285,26 @@ func TestQueued(t *testing.T) {
 }
 
 func unixInq(fd uintptr) (int, error) { return unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
+
+// TestEarlyWait: service entries wait for the client's first bytes only
+// with Fast Open or an explicit timeouts.early.
+func TestEarlyWait(t *testing.T) {
+	tests := []struct {
+		name     string
+		fastOpen bool
+		early    time.Duration
+		want     time.Duration
+	}{
+		{"plain", false, 0, 0},
+		{"fast open default", true, 0, DefaultEarlyWait},
+		{"fast open set", true, 5 * time.Millisecond, 5 * time.Millisecond},
+		{"set without fast open", false, 3 * time.Millisecond, 3 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		cfg := baseConfig("a")
+		cfg.Socket.FastOpen, cfg.Timeouts.Early = tc.fastOpen, Duration(tc.early)
+		if got := cfg.earlyWait(); got != tc.want {
+			t.Errorf("%s: earlyWait() = %v; want %v", tc.name, got, tc.want)
+		}
+	}
+}
