@@ -37,6 +37,7 @@ func (f *Fronts) runBounded(prune bool) eventLog {
 	// adj[x]: the locations linked to x by the links added so far, where
 	// row x of D_1 is finite (besides x itself).
 	adj := make([][]int32, n)
+	linked := newBitMatrix(n)      // the same as a bit matrix
 	bs := make([]levelSet, levels) // B_p, p = 0..levels-1, with D_p[x][a]
 	as := make([]levelSet, levels) // A_q, with D_q[x][b]
 	for h := range f.linkRTT {
@@ -60,11 +61,13 @@ func (f *Fronts) runBounded(prune bool) eventLog {
 		if prune {
 			bs[0].add(a, 0)
 			as[0].add(b, 0)
-			collect(bs, ra, rb, adj[a], w)
-			collect(as, rb, ra, adj[b], w)
+			collect(bs, ra, rb, adj[a], linked.row(b), w)
+			collect(as, rb, ra, adj[b], linked.row(a), w)
 		}
 		adj[a] = append(adj[a], int32(b))
 		adj[b] = append(adj[b], int32(a))
+		linked.set(a, b)
+		linked.set(b, a)
 		zeroA[a], zeroB[b] = infKey, infKey
 		for p := 0; p < levels; p++ {
 			bp := &bs[p]
@@ -127,16 +130,33 @@ func (s *levelSet) all(row []int64) {
 // combines with one more level on the other side. Since the part of such a
 // walk k links from the near end is in sets[k] (a suffix of a best walk is a
 // best walk, and it improves the far end too, or the whole walk would not),
-// an empty level leaves all higher ones empty and ends the scan. Level 1
-// scans only nbrs, the near end's neighbours.
-func collect(sets []levelSet, ra, rb [][]int64, nbrs []int32, w int64) {
-	if len(sets) < 2 {
-		return
-	}
+// an empty level leaves all higher ones empty and ends the scan.
+//
+// Level 1 holds only neighbours of the near end (nbrs) that are not linked
+// to the far end (farLinked, a bit row): links are added by nondecreasing
+// RTT, so a link x - far, added before, is no longer than w and has one
+// link, which beats x - near - far. On complete matrices most links find
+// level 1 empty this way without touching a row of D.
+func collect(sets []levelSet, ra, rb [][]int64, nbrs []int32, farLinked []uint64, w int64) {
 	r, far := ra[1], rb[2]
-	for _, x := range nbrs {
-		if v := r[x]; v+w < far[x] {
-			sets[1].add(int(x), v)
+	if 8*len(nbrs) < len(r) {
+		for _, x := range nbrs {
+			if farLinked[x>>6]&(1<<(x&63)) != 0 {
+				continue
+			}
+			if v := r[x]; v+w < far[x] {
+				sets[1].add(int(x), v)
+			}
+		}
+	} else {
+		// Many neighbours: a sequential pass (which the prefetcher
+		// follows) beats jumping around the rows; r is finite exactly
+		// at the neighbours and 0 at the near end itself.
+		far = far[:len(r)]
+		for x, v := range r {
+			if v != 0 && farLinked[x>>6]&(1<<(x&63)) == 0 && v+w < far[x] {
+				sets[1].add(x, v)
+			}
 		}
 	}
 	if len(sets[1].idx) == 0 {
@@ -156,6 +176,21 @@ func collect(sets []levelSet, ra, rb [][]int64, nbrs []int32, w int64) {
 		}
 	}
 }
+
+// bitMatrix is an n x n matrix of bits, row by row.
+type bitMatrix struct {
+	words int
+	bits  []uint64
+}
+
+func newBitMatrix(n int) bitMatrix {
+	w := (n + 63) / 64
+	return bitMatrix{words: w, bits: make([]uint64, n*w)}
+}
+
+func (m bitMatrix) row(i int) []uint64 { return m.bits[i*m.words : (i+1)*m.words] }
+
+func (m bitMatrix) set(i, j int) { m.bits[i*m.words+j>>6] |= 1 << (j & 63) }
 
 // BestEach chooses, for every rounds[k], the chain from i to j with the
 // smallest Model.Cost (ties: fewer proxies) in one scan of the pair's front,
