@@ -269,23 +269,28 @@ func (s *Server) clientFirstBytes(c *net.TCPConn) []byte {
 // earlyMax bounds the client bytes sent along with a hop header.
 const earlyMax = 16 << 10
 
-// queued reads and returns up to max bytes already queued on c, without
-// waiting (nil when none).
+// queued reads and returns up to max bytes already received on c, without
+// waiting (nil when none). It reads with MSG_DONTWAIT rather than asking
+// SIOCINQ, which answers 0 while a Fast Open connection is still in
+// SYN_RECV although its SYN's data is there.
 func queued(c *net.TCPConn, max int) []byte {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil
 	}
+	b := make([]byte, max)
 	n := 0
-	rc.Control(func(fd uintptr) {
-		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	rc.Read(func(fd uintptr) bool {
+		m, _, err := unix.Recvfrom(int(fd), b, unix.MSG_DONTWAIT)
+		if err == nil && m > 0 {
+			n = m
+		}
+		return true // never wait
 	})
-	if n <= 0 {
+	if n == 0 {
 		return nil
 	}
-	b := make([]byte, min(n, max))
-	m, _ := c.Read(b) // returns at once: the bytes are queued
-	return b[:m]
+	return b[:n]
 }
 
 // route returns the chain from this FEP to egp for a transfer of size
