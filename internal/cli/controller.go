@@ -47,6 +47,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	rotate := fs.Duration("key-rotation", 24*time.Hour, "rotate the hop HMAC key this often (0 disables)")
 	near := fs.Int("near", 8, "each FEP measures its N nearest peers")
 	far := fs.Int("far", 2, "plus N far peers chosen by a stable hash")
+	maxProxies := fs.Int("max-proxies", 0, "at most N intermediate proxies per chain (0 = default 4, negative = unlimited, at most 14)")
 	insecure := fs.Bool("insecure", false, "serve plain HTTP without client authentication (labs and tests only)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto controller --data DIR [--listen :7443] [--etcd URLS] [--period 5m] [--sizes LIST] [--lop-map FILE]\n       mosto controller init --data DIR [--hosts NAMES]")
@@ -150,6 +151,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		Sizes:       sizeList,
 		Topology:    topo,
 		Targets:     controller.TargetPolicy{Near: *near, Far: *far},
+		MaxProxies:  *maxProxies,
 		KeyRotation: keyRotation,
 		InitialKeys: initial,
 		Log:         env.Log,

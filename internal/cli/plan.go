@@ -52,6 +52,7 @@ func runPlan(ctx context.Context, env *Env, args []string) error {
 type inputFlags struct {
 	rtt, format string
 	icw, mss    int
+	maxProxies  int
 }
 
 func (in *inputFlags) register(fs *flag.FlagSet) {
@@ -59,6 +60,15 @@ func (in *inputFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&in.format, "format", "", "input `format`: "+topo.Formats+"; default: by extension")
 	fs.IntVar(&in.icw, "icw", 10, "initial congestion window in segments")
 	fs.IntVar(&in.mss, "mss", 1460, "maximum segment size in bytes")
+	fs.IntVar(&in.maxProxies, "max-proxies", 0, "at most `N` intermediate proxies per chain (1-14; 0 = unlimited)")
+}
+
+// options returns the planner options the flags select.
+func (in *inputFlags) options(model pathcomp.Model) (pathcomp.Options, error) {
+	if in.maxProxies < 0 || in.maxProxies > 14 {
+		return pathcomp.Options{}, usageErrorf("--max-proxies must be 0 (unlimited) to 14, got %d", in.maxProxies)
+	}
+	return pathcomp.Options{Model: model, MaxProxies: in.maxProxies}, nil
 }
 
 func (in *inputFlags) model() (pathcomp.Model, error) {
@@ -132,7 +142,11 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	f, err := pathcomp.Precompute(m.RTT, pathcomp.Options{Model: model})
+	opt, err := in.options(model)
+	if err != nil {
+		return err
+	}
+	f, err := pathcomp.Precompute(m.RTT, opt)
 	if err != nil {
 		return fmt.Errorf("plan %s: %w", desc, err)
 	}
@@ -321,7 +335,11 @@ func runPlanTable(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	f, err := pathcomp.Precompute(m.RTT, pathcomp.Options{Model: model})
+	opt, err := in.options(model)
+	if err != nil {
+		return err
+	}
+	f, err := pathcomp.Precompute(m.RTT, opt)
 	if err != nil {
 		return fmt.Errorf("plan %s: %w", desc, err)
 	}

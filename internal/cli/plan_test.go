@@ -178,3 +178,28 @@ func TestPlanBench(t *testing.T) {
 		t.Errorf("--max-n 50 measured n=115:\n%s", out)
 	}
 }
+
+func TestPlanMaxProxies(t *testing.T) {
+	free, _, err := runPlanArgs(t, "--from", "Dublin", "--to", "Tokyo", "--size", "15MB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runPlanArgs(t, "--from", "Dublin", "--to", "Tokyo", "--size", "15MB", "--max-proxies", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && f[0] == "mosto" {
+			if n, err := strconv.Atoi(f[3]); err != nil || n > 1 {
+				t.Errorf("--max-proxies 1: mosto row %q has %q proxies", line, f[3])
+			}
+		}
+	}
+	if lim, unl := predicted(t, out, "mosto"), predicted(t, free, "mosto"); lim < unl-1e-9 {
+		t.Errorf("limited chain predicts %v ms, below the unlimited %v", lim, unl)
+	}
+	if _, _, err := runPlanArgs(t, "--from", "Dublin", "--to", "Tokyo", "--max-proxies", "15"); err == nil {
+		t.Error("--max-proxies 15 accepted")
+	}
+}
