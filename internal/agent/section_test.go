@@ -46,7 +46,7 @@ probe_method: tcp
 				t.Errorf("Config = %+v", c)
 			}
 		}},
-		{"missing token file is fine once joined", "url: https://c:7443\ndata_dir: /d\ntoken_file: /nonexistent\nprobe_listen: 10.0.0.1:7001\n", "10.0.0.1:7000", "", nil},
+		{"missing token file is fine once joined", "url: https://c:7443\ndata_dir: /d\ntoken_file: /proc/mosto-no-such-token\nprobe_listen: 10.0.0.1:7001\n", "10.0.0.1:7000", "", nil},
 		{"no url", "data_dir: /d\n", "10.0.0.1:7000", "url", nil},
 		{"no data dir", "url: https://c\n", "10.0.0.1:7000", "data_dir", nil},
 		{"unroutable hop", "url: https://c\ndata_dir: /d\nprobe_listen: 10.0.0.1:1\n", ":7000", "hop_addr", nil},

@@ -93,10 +93,6 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	if keyRotation == 0 {
 		keyRotation = -1
 	}
-	if err := os.MkdirAll(*data, 0o700); err != nil {
-		return err
-	}
-
 	// TLS and joins come from the PKI of `mosto controller init`.
 	var ca *pki.CA
 	if _, err := os.Stat(filepath.Join(pki.Dir(*data), "ca.crt")); err == nil {
@@ -105,6 +101,11 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		}
 	} else if !*insecure {
 		return fmt.Errorf("no CA in %s: run `mosto controller init --data %s` first, or pass --insecure for plain HTTP", pki.Dir(*data), *data)
+	}
+	// Only now create the data directory (for the bbolt store), so a start
+	// that fails on configuration leaves nothing behind.
+	if err := os.MkdirAll(*data, 0o700); err != nil {
+		return err
 	}
 	var initial *store.Keys
 	if ks, err := pki.LoadOverlayKeys(filepath.Join(pki.Dir(*data), pki.OverlayKeysFile)); err == nil {
