@@ -54,6 +54,7 @@ type metrics struct {
 	direct   *prometheus.CounterVec
 	connect  *prometheus.HistogramVec
 	pool     *prometheus.CounterVec
+	upstream *prometheus.CounterVec
 
 	// Children of the per-role vectors, resolved once so the flow path
 	// neither hashes labels nor grows its goroutine stacks doing so.
@@ -97,8 +98,12 @@ func newMetrics() *metrics {
 			Name: "mosto_relay_pool_total",
 			Help: "Pooled connections asked for, by pool (hop, origin) and result (hit, miss, stale).",
 		}, []string{"pool", "result"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mosto_relay_upstream_total",
+			Help: "Flows sent on to the next hop, by peer (a FEP id, or origin) and how the connection was had (dial, pool).",
+		}, []string{"peer", "via"}),
 	}
-	m.reg.MustRegister(m.flows, m.bytes, m.active, m.refusals, m.direct, m.connect, m.pool,
+	m.reg.MustRegister(m.flows, m.bytes, m.active, m.refusals, m.direct, m.connect, m.pool, m.upstream,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.roles = make(map[string]*roleMetrics, 3)

@@ -75,6 +75,20 @@ func TestHopPoolChain(t *testing.T) {
 	if h := poolCount(w.c.Server, "origin", poolHit); h < 1 {
 		t.Errorf("origin pool hits = %v; want >= 1", h)
 	}
+	// Every flow is counted per next hop whether its connection came from
+	// a pool or a dial (the demo reads chains from this counter).
+	for _, c := range []struct {
+		s    *Server
+		peer string
+	}{{w.a.Server, "b"}, {w.b.Server, "c"}, {w.c.Server, "origin"}} {
+		up := counterValue(c.s.m.upstream.WithLabelValues(c.peer, "pool")) + counterValue(c.s.m.upstream.WithLabelValues(c.peer, "dial"))
+		if up != 4 {
+			t.Errorf("%s: upstream flows to %s = %v; want 4", c.s.cfg.ID, c.peer, up)
+		}
+	}
+	if p := counterValue(w.a.m.upstream.WithLabelValues("b", "pool")); p < 3 {
+		t.Errorf("a: pooled upstream flows to b = %v; want >= 3", p)
+	}
 }
 
 // TestMemberIdleOnlyForMembers: an idle connection from a member's address

@@ -358,6 +358,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`mosto_relay_flows_total{outcome="ok",role="inp"} 1`,
 		`mosto_relay_bytes_total{direction="up",role="inp"} 1`,
 		`mosto_relay_connect_seconds_count{peer="b"} 1`,
+		`mosto_relay_upstream_total{peer="b",via="dial"} 1`,
 		`mosto_relay_active_flows{role="inp"} 0`,
 		"process_resident_memory_bytes",
 	} {

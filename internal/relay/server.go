@@ -759,6 +759,7 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
 		if _, err := up.Write(b); err == nil {
 			up.SetWriteDeadline(time.Time{})
+			s.m.upstream.WithLabelValues(next, "pool").Inc()
 			return up, nil
 		}
 		// The pooled connection broke since the check: dial a fresh one.
@@ -790,7 +791,9 @@ func (s *Server) dialOrigin(t Target, client, local netip.AddrPort) (*net.TCPCon
 		return nil, err
 	}
 	up := s.fromPool(s.originPool, dst.String())
-	if up == nil {
+	if up != nil {
+		s.m.upstream.WithLabelValues("origin", "pool").Inc()
+	} else {
 		if up, err = s.dial("origin", dst.String()); err != nil {
 			return nil, err
 		}
@@ -856,6 +859,7 @@ func (s *Server) dial(peer, addr string) (*net.TCPConn, error) {
 		return nil, fmt.Errorf("dial %s %s: %w", peer, addr, err)
 	}
 	s.m.connect.WithLabelValues(peer).Observe(time.Since(start).Seconds())
+	s.m.upstream.WithLabelValues(peer, "dial").Inc()
 	c := nc.(*net.TCPConn)
 	if s.cfg.Socket.NoDelay != nil {
 		c.SetNoDelay(*s.cfg.Socket.NoDelay)

@@ -13,7 +13,8 @@ import (
 )
 
 // Hops counts, for every FEP, the connections it opened per peer (a FEP id
-// or "origin"), from the proxies' mosto_relay_connect_seconds metric.
+// or "origin"), from the proxies' mosto_relay_upstream_total metric (dialed
+// and pooled connections alike).
 type Hops map[string]map[string]float64
 
 // Hops reads every proxy's metrics (all at once: each read crosses the
@@ -66,7 +67,7 @@ func (s *Scenario) hops(ctx context.Context, hc *http.Client, fep string) (map[s
 	return m, nil
 }
 
-const connectMetric = "mosto_relay_connect_seconds_count{"
+const connectMetric = "mosto_relay_upstream_total{"
 
 // parseConnectCounts extracts peer -> count from Prometheus text format.
 func parseConnectCounts(r io.Reader) (map[string]float64, error) {

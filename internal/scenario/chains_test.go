@@ -11,8 +11,10 @@ func TestParseConnectCounts(t *testing.T) {
 	in := `# HELP mosto_relay_connect_seconds Time to connect
 # TYPE mosto_relay_connect_seconds histogram
 mosto_relay_connect_seconds_bucket{peer="London",le="0.1"} 3
-mosto_relay_connect_seconds_count{peer="London"} 3
-mosto_relay_connect_seconds_count{peer="origin"} 2
+mosto_relay_connect_seconds_count{peer="London"} 7
+mosto_relay_upstream_total{peer="London",via="dial"} 1
+mosto_relay_upstream_total{peer="London",via="pool"} 2
+mosto_relay_upstream_total{peer="origin",via="dial"} 2
 mosto_relay_connect_seconds_sum{peer="origin"} 0.01
 `
 	got, err := parseConnectCounts(strings.NewReader(in))
@@ -22,7 +24,7 @@ mosto_relay_connect_seconds_sum{peer="origin"} 0.01
 	if len(got) != 2 || got["London"] != 3 || got["origin"] != 2 {
 		t.Errorf("parseConnectCounts = %v", got)
 	}
-	if _, err := parseConnectCounts(strings.NewReader(`mosto_relay_connect_seconds_count{peer="x"} abc` + "\n")); err == nil {
+	if _, err := parseConnectCounts(strings.NewReader(`mosto_relay_upstream_total{peer="x",via="dial"} abc` + "\n")); err == nil {
 		t.Errorf("malformed value accepted")
 	}
 }
