@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/atomicfile"
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
@@ -210,7 +211,7 @@ func (a *Agent) install(s *Snapshot, persist bool) bool {
 	if persist {
 		b, err := json.Marshal(s.Table)
 		if err == nil {
-			err = writeFileAtomic(a.path(tableFile), append(b, '\n'), 0o600)
+			err = atomicfile.Write(a.path(tableFile), append(b, '\n'), 0o600)
 		}
 		if err != nil {
 			a.log.Warn("cannot persist table; a restart without controller would lose it", "version", s.Version, "err", err)
@@ -382,13 +383,13 @@ func (a *Agent) join(ctx context.Context) error {
 		return fmt.Errorf("%w: certificate names FEP %q (%v), want %q", ErrRefused, id, err, a.cfg.FEP.ID)
 	}
 	// The key first, the certificate last: its presence means "joined".
-	if err := writeFileAtomic(a.path(keyFile), keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(a.path(keyFile), keyPEM, 0o600); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(a.path(caFile), []byte(resp.CAPEM), 0o644); err != nil {
+	if err := atomicfile.Write(a.path(caFile), []byte(resp.CAPEM), 0o644); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(a.path(certFile), []byte(resp.CertPEM), 0o644); err != nil {
+	if err := atomicfile.Write(a.path(certFile), []byte(resp.CertPEM), 0o644); err != nil {
 		return err
 	}
 	a.log.Info("joined the overlay", "controller", a.cfg.Controller, "not_after", cert.NotAfter)

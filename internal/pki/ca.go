@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/atomicfile"
 )
 
 // File names under DATA/pki.
@@ -96,10 +98,10 @@ func Init(dataDir string, opt InitOptions) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, caKeyFile), keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, caKeyFile), keyPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("pki: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, caCertFile), ca.pem, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, caCertFile), ca.pem, 0o644); err != nil {
 		return nil, fmt.Errorf("pki: %w", err)
 	}
 	if err := ca.issueServerCert(dir, opt.Hosts, now); err != nil {
@@ -178,10 +180,10 @@ func (ca *CA) issueServerCert(dir string, hosts []string, now time.Time) error {
 		return err
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := writeFileAtomic(filepath.Join(dir, serverKeyFile), keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, serverKeyFile), keyPEM, 0o600); err != nil {
 		return fmt.Errorf("pki: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, serverCertFile), certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, serverCertFile), certPEM, 0o644); err != nil {
 		return fmt.Errorf("pki: %w", err)
 	}
 	return ca.loadServer(certPEM, keyPEM)

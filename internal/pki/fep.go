@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/atomicfile"
 )
 
 // ErrCSR marks a certificate signing request that cannot be signed (bad
@@ -239,10 +240,10 @@ func (ca *CA) IssueAdmin(dataDir string, now time.Time) error {
 		return err
 	}
 	dir := Dir(dataDir)
-	if err := writeFileAtomic(filepath.Join(dir, AdminKeyFile), keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, AdminKeyFile), keyPEM, 0o600); err != nil {
 		return fmt.Errorf("pki: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, AdminCertFile), cert, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, AdminCertFile), cert, 0o600); err != nil {
 		return fmt.Errorf("pki: %w", err)
 	}
 	return nil

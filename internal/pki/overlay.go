@@ -9,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/atomicfile"
 )
 
 // OverlayKeySize is the length of an overlay HMAC secret in bytes.
@@ -188,7 +190,7 @@ func SaveOverlayKeys(path string, ks OverlayKeys) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(b, '\n'), 0o600)
+	return atomicfile.Write(path, append(b, '\n'), 0o600)
 }
 
 // LoadOverlayKeys reads a key set written by SaveOverlayKeys.

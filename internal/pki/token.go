@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/atomicfile"
 )
 
 // Token errors. Every refusal of a join token wraps ErrToken, so an API
@@ -261,7 +262,7 @@ func (s DirTokenStore) PutToken(ctx context.Context, rec TokenRecord) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(p, append(b, '\n'), 0o600)
+	return atomicfile.Write(p, append(b, '\n'), 0o600)
 }
 
 // GetToken reads the record of id.

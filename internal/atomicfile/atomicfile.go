@@ -1,4 +1,4 @@
-package pki
+package atomicfile
 
 import (
 	"fmt"
@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 )
 
-// writeFileAtomic writes data to path through a temporary file in the same
+// Write writes data to path through a temporary file in the same
 // directory, fsyncs it, renames it over path and fsyncs the directory, so a
 // crash leaves either the old or the new content.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+func Write(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
