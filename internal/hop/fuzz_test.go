@@ -19,6 +19,10 @@ func FuzzRead(f *testing.F) {
 	f.Add(good, false)
 	f.Add(good, true)
 	f.Add(good[:40], false)
+	lk := sampleHeader()
+	lk.Route, lk.Hop, lk.Lookup = []string{"edge", "lop"}, 1, "fep-c"
+	f.Add(mustMarshal(f, lk, kr), false)
+	f.Add(mustMarshal(f, lk, kr), true)
 	f.Add(AppendPlainV2(nil, sampleHeader().Source, sampleHeader().Dest), true)
 	f.Add([]byte("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n"), false)
 	f.Add(append(append([]byte(nil), good...), "trailing payload"...), false)
@@ -59,9 +63,10 @@ func FuzzRead(f *testing.F) {
 // them or Read returns exactly them.
 func FuzzRoundTrip(f *testing.F) {
 	kr := testKeyring(f)
-	f.Add([]byte{192, 0, 2, 1}, uint16(1), "a,b,c", uint8(1), "origin:443", int64(1<<20), int64(0))
-	f.Add([]byte{0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, uint16(65535), "x", uint8(0), "[::1]:1", int64(0), int64(-5))
-	f.Fuzz(func(t *testing.T, ip []byte, port uint16, route string, hopIdx uint8, target string, size, skewMS int64) {
+	f.Add([]byte{192, 0, 2, 1}, uint16(1), "a,b,c", uint8(1), "origin:443", int64(1<<20), int64(0), "")
+	f.Add([]byte{0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, uint16(65535), "x", uint8(0), "[::1]:1", int64(0), int64(-5), "")
+	f.Add([]byte{192, 0, 2, 1}, uint16(1), "edge,lop", uint8(1), "origin:443", int64(1<<20), int64(0), "egp")
+	f.Fuzz(func(t *testing.T, ip []byte, port uint16, route string, hopIdx uint8, target string, size, skewMS int64, lookup string) {
 		h := sampleHeader()
 		if a, ok := netip.AddrFromSlice(ip); ok {
 			h.Source = netip.AddrPortFrom(a, port)
@@ -70,6 +75,7 @@ func FuzzRoundTrip(f *testing.F) {
 		h.Hop = int(hopIdx)
 		h.Target = target
 		h.Size = size
+		h.Lookup = lookup
 		h.Time = t0.Add(time.Duration(skewMS%120000) * time.Millisecond)
 		b, err := h.Marshal(kr)
 		if err != nil {

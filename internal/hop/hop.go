@@ -65,6 +65,7 @@ const (
 	TLVSize    = 0xE4 // 8 bytes big endian: transfer-size hint
 	TLVFlowID  = 0xE5 // 16 bytes
 	TLVTime    = 0xE6 // 8 bytes big endian: Unix nanoseconds
+	TLVLookup  = 0xE7 // optional: EgP id; asks the receiver (a LoP) to complete the route
 	TLVMAC     = 0xEF // 1 byte key id + 32 bytes HMAC-SHA256; always last
 )
 
@@ -88,6 +89,10 @@ type Header struct {
 	Size         int64          // transfer-size hint in bytes (the size class key)
 	FlowID       [16]byte
 	Time         time.Time // issue time, for replay protection
+	// Lookup, when set, is the EgP id of a route completion request: the
+	// receiver, the route's last id (a lookup proxy), completes the route to
+	// this EgP from its chain table. Empty in every other header.
+	Lookup string
 }
 
 // Key is one HMAC-SHA256 key of the overlay.
@@ -171,7 +176,7 @@ func (h *Header) Marshal(kr *Keyring) ([]byte, error) {
 	if h.Time.Before(time.Unix(0, 0)) || h.Time.After(time.Unix(0, math.MaxInt64)) {
 		return nil, fmt.Errorf("hop: marshal: issue time %v outside 1970..2262 (zero?)", h.Time)
 	}
-	b := make([]byte, 0, 128+len(h.Target)+routeLen(h.Route))
+	b := make([]byte, 0, 128+len(h.Target)+routeLen(h.Route)+3+len(h.Lookup))
 	b = appendFixed(b, verCmdProxy, h.Source, h.Dest)
 	b = appendTLV(b, TLVVersion, []byte{Version})
 	b = append(b, TLVRoute, 0, 0)
@@ -190,6 +195,9 @@ func (h *Header) Marshal(kr *Keyring) ([]byte, error) {
 	b = appendTLV(b, TLVFlowID, h.FlowID[:])
 	b = append(b, TLVTime, 0, 8)
 	b = binary.BigEndian.AppendUint64(b, uint64(h.Time.UnixNano()))
+	if h.Lookup != "" {
+		b = appendTLV(b, TLVLookup, []byte(h.Lookup))
+	}
 	b = append(b, TLVMAC, 0, 1+macLen, kr.cur.id)
 	if len(b)+macLen > MaxHeaderLen {
 		return nil, fmt.Errorf("hop: marshal: %w: %d bytes", ErrTooLarge, len(b)+macLen)
@@ -265,6 +273,14 @@ func (h *Header) validate() error {
 	}
 	if h.Size < 0 {
 		return fmt.Errorf("negative size %d", h.Size)
+	}
+	if h.Lookup != "" {
+		if err := checkID(h.Lookup); err != nil {
+			return fmt.Errorf("lookup: %w", err)
+		}
+		if h.Hop != len(h.Route)-1 {
+			return fmt.Errorf("lookup in a header for hop %d of %d: only the route's last id completes it", h.Hop, len(h.Route))
+		}
 	}
 	return nil
 }
@@ -479,6 +495,11 @@ func (h *Header) decodeTLV(typ byte, v []byte) error {
 		h.FlowID = [16]byte(v)
 	case TLVTime:
 		h.Time = time.Unix(0, int64(binary.BigEndian.Uint64(v)))
+	case TLVLookup:
+		if len(v) == 0 {
+			return malformed("empty lookup TLV")
+		}
+		h.Lookup = string(v) // checked by validate
 	case TLVMAC:
 		// Checked by the caller.
 	default:

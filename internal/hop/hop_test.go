@@ -52,7 +52,8 @@ func mustMarshal(t testing.TB, h *Header, kr *Keyring) []byte {
 
 func equalHeader(a, b *Header) bool {
 	return a.Source == b.Source && a.Dest == b.Dest && reflect.DeepEqual(a.Route, b.Route) &&
-		a.Hop == b.Hop && a.Target == b.Target && a.Size == b.Size && a.FlowID == b.FlowID && a.Time.Equal(b.Time)
+		a.Hop == b.Hop && a.Target == b.Target && a.Size == b.Size && a.FlowID == b.FlowID && a.Time.Equal(b.Time) &&
+		a.Lookup == b.Lookup
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -80,6 +81,8 @@ func TestRoundTrip(t *testing.T) {
 		{"ipv6 target", mod(func(h *Header) { h.Target = "[2001:db8::5]:8443" })},
 		{"zero size", mod(func(h *Header) { h.Size = 0 })},
 		{"long target", mod(func(h *Header) { h.Target = strings.Repeat("x", MaxTargetLen-6) + ":65535" })},
+		{"lookup request", mod(func(h *Header) { h.Route = []string{"edge", "lop"}; h.Hop = 1; h.Lookup = "fep-c" })},
+		{"lookup of max id", mod(func(h *Header) { h.Hop = 2; h.Lookup = strings.Repeat("z", MaxIDLen) })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,6 +128,9 @@ func TestMarshalRefuses(t *testing.T) {
 		{"zero time", func(h *Header) { h.Time = time.Time{} }},
 		{"time before 1970", func(h *Header) { h.Time = time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC) }},
 		{"time after 2262", func(h *Header) { h.Time = time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC) }},
+		{"lookup not at the route's end", func(h *Header) { h.Lookup = "fep-c" }},
+		{"lookup id with space", func(h *Header) { h.Hop = 2; h.Lookup = "a b" }},
+		{"long lookup id", func(h *Header) { h.Hop = 2; h.Lookup = strings.Repeat("a", MaxIDLen+1) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -226,7 +232,7 @@ func TestStructuralRefusals(t *testing.T) {
 		}
 		return append([]byte{TLVRoute, byte(len(v) >> 8), byte(len(v))}, v...)
 	}
-	replace := func(typ byte, tlv []byte) []byte {
+	replace := func(typ byte, tlv []byte, extra ...[]byte) []byte {
 		var l [][]byte
 		for _, x := range body {
 			if x[0] == typ {
@@ -234,6 +240,7 @@ func TestStructuralRefusals(t *testing.T) {
 			}
 			l = append(l, x)
 		}
+		l = append(l, extra...)
 		return resign(t, kr, join(head, append(l, mac)))
 	}
 	many := make([]string, MaxRoute+1)
@@ -257,6 +264,9 @@ func TestStructuralRefusals(t *testing.T) {
 		{"zero-length route entry", replace(TLVRoute, append(route("a", "b", "c"), 0))},
 		{"route entry overrun", replace(TLVRoute, append(route("a", "b", "c"), 5, 'x'))},
 		{"bad target", replace(TLVTarget, []byte{TLVTarget, 0, 3, 'a', 'b', 'c'})},
+		{"lookup before the route's end", with([]byte{TLVLookup, 0, 1, 'x'})},
+		{"empty lookup", replace(TLVHop, []byte{TLVHop, 0, 1, 2}, []byte{TLVLookup, 0, 0})},
+		{"duplicate lookup", replace(TLVHop, []byte{TLVHop, 0, 1, 2}, []byte{TLVLookup, 0, 1, 'x'}, []byte{TLVLookup, 0, 1, 'y'})},
 		{"TLV after MAC", resign(t, kr, append(join(head, append(append([][]byte(nil), body...), mac)), 0x04, 0, 0))},
 	}
 	for _, tt := range tests {
@@ -266,6 +276,11 @@ func TestStructuralRefusals(t *testing.T) {
 				t.Errorf("Read = %+v, %v; want ErrMalformed", h, err)
 			}
 		})
+	}
+	// A lookup TLV in a header for the route's last id is accepted.
+	h, err := Read(bytes.NewReader(replace(TLVHop, []byte{TLVHop, 0, 1, 2}, []byte{TLVLookup, 0, 3, 'e', 'g', 'p'})), kr, t0, time.Minute)
+	if err != nil || h.Lookup != "egp" {
+		t.Errorf("Read with a lookup TLV = %+v, %v; want Lookup egp", h, err)
 	}
 	// A non-critical TLV (PP2_TYPE_NOOP) before the MAC is accepted and authenticated.
 	if _, err := Read(bytes.NewReader(with([]byte{0x04, 0, 2, 0, 0})), kr, t0, time.Minute); err != nil {
