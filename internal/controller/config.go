@@ -34,8 +34,10 @@ type Config struct {
 	Store Store
 	// Period between two computations when nothing changes; default 5 min.
 	Period time.Duration
-	// Debounce is how long a change waits for more before a computation;
-	// default 1 s.
+	// Debounce is the shortest time between two computations caused by
+	// changes: a change after a quiet Debounce is computed at once, the
+	// changes that follow within Debounce of it are coalesced into one
+	// computation Debounce after it; default 1 s.
 	Debounce time.Duration
 	Sizes    []int64        // default DefaultSizes
 	Model    pathcomp.Model // slow-start model

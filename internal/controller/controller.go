@@ -222,12 +222,14 @@ func (c *Controller) leadLoop(ctx context.Context, dirty <-chan struct{}) {
 	}
 }
 
-// lead computes at once, then on the period, on debounced changes and on
-// key rotation, until lctx ends.
+// lead computes at once, then on the period, on changes (at once after a
+// quiet Debounce, else Debounce after the previous computation) and on key
+// rotation, until lctx ends.
 func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 	c.hashes = make(map[string][32]byte)
 	c.lastMatrix = nil
 	retry := time.Duration(0)
+	last := time.Now() // start of the latest computation
 	if err := c.ensureKeys(lctx); err != nil {
 		c.log.Error("hop keys", "err", err)
 		retry = c.cfg.Debounce
@@ -251,8 +253,11 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 		case <-lctx.Done():
 			return
 		case <-dirty:
+			// Leading-edge debounce: a change after a quiet Debounce
+			// is computed at once; changes coming within Debounce of
+			// a computation are coalesced into one at its end.
 			if debounce == nil {
-				debounce = time.After(c.cfg.Debounce)
+				debounce = time.After(max(0, c.cfg.Debounce-time.Since(last)))
 			}
 			continue
 		case <-debounce:
@@ -264,6 +269,7 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 			force = true
 		}
 		debounce = nil
+		last = time.Now()
 		err := c.ensureKeys(lctx)
 		if err == nil {
 			err = c.Compute(lctx, force)

@@ -736,3 +736,56 @@ func TestMaxProxies(t *testing.T) {
 		t.Errorf("New(MaxProxies: %d) succeeded; want an error", pathcomp.MaxProxiesLimit+1)
 	}
 }
+
+// TestDebounceLeadingEdge checks that a change after a quiet Debounce is
+// computed at once, and that the changes following it within Debounce are
+// coalesced into one computation Debounce after it.
+func TestDebounceLeadingEdge(t *testing.T) {
+	const debounce = time.Second
+	st := openBolt(t)
+	setup(t, st, line[:3], []store.RTT{sample("a", "b", 10), sample("b", "c", 10), sample("a", "c", 50)})
+	c, err := New(Config{Store: st, Debounce: debounce, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.computed = make(chan uint64, 16)
+	run(t, c)
+	ctx := testCtx(t)
+	<-c.computed // the computation on taking the lead
+	time.Sleep(debounce + 100*time.Millisecond)
+
+	start := time.Now()
+	if _, err := c.Report(ctx, api.Report{FEP: "a", Samples: []api.Sample{{Peer: "b", RTTMS: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.computed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no computation after a significant change")
+	}
+	if d := time.Since(start); d >= debounce/2 {
+		t.Errorf("a change after a quiet debounce computed after %v; want at once (well below the %v debounce)", d, debounce)
+	}
+
+	// A burst of changes right after: one computation, Debounce after the last one.
+	start = time.Now()
+	for k := range 5 {
+		if _, err := c.Report(ctx, api.Report{FEP: "b", Samples: []api.Sample{{Peer: "c", RTTMS: float64(20 + 30*k)}}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-c.computed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no computation after a burst of changes")
+	}
+	if d := time.Since(start); d < debounce/2 {
+		t.Errorf("a burst right after a computation computed after %v; want it coalesced (about the %v debounce)", d, debounce)
+	}
+	select {
+	case v := <-c.computed:
+		t.Errorf("a second computation (v%d) for one burst", v)
+	case <-time.After(debounce + 200*time.Millisecond):
+	}
+}

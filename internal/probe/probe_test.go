@@ -452,3 +452,91 @@ func TestSetTargetsWakesOnlyOnChange(t *testing.T) {
 		}
 	})
 }
+
+// TestBurstConcurrent checks that a round's probes to one peer are in flight
+// together (a round costs one RTT plus the spacing, not Probes RTTs) and
+// that one delayed probe of a burst is neither reported nor even a suspect
+// for a confirmation round: the burst minimum already rejects it.
+func TestBurstConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &scripted{rtt: map[string]time.Duration{"a:1": 100 * ms}}
+		p := NewProber(Config{Measurer: m, Interval: 10 * time.Second, Jitter: -1, Probes: 3, Refresh: -1}, nil)
+		p.SetTargets([]Target{{"a", "a:1"}})
+		start := time.Now()
+		p.Round(t.Context())
+		if d := time.Since(start); d != 100*ms+2*5*ms {
+			t.Errorf("a round of 3 probes of 100ms took %v; want 110ms (in flight together, 5ms apart)", d)
+		}
+		var reports []Sample
+		report := func(ctx context.Context, s []Sample) error {
+			reports = append(reports, s...)
+			return nil
+		}
+		p.Flush(t.Context(), report)
+		for _, spike := range [][]time.Duration{{400 * ms}, {100 * ms, 900 * ms}, {300 * ms, 300 * ms}} {
+			m.push("a:1", spike...)
+			p.Round(t.Context())
+			p.mu.Lock()
+			suspects := p.tracker.Suspects()
+			p.mu.Unlock()
+			if len(suspects) != 0 {
+				t.Errorf("delayed probes %v of a burst of 3: suspects %v; want none", spike, suspects)
+			}
+			p.Flush(t.Context(), report)
+		}
+		if len(reports) != 1 || reports[0].RTT != 100*ms {
+			t.Errorf("reports %v; want only the first (a=100ms)", reports)
+		}
+		m.push("a:1", 300*ms, 300*ms, 300*ms) // a whole bad burst: a suspect
+		p.Round(t.Context())
+		p.mu.Lock()
+		suspects := p.tracker.Suspects()
+		p.mu.Unlock()
+		if !slices.Equal(suspects, []string{"a"}) {
+			t.Errorf("a whole delayed burst: suspects %v; want [a]", suspects)
+		}
+	})
+}
+
+// TestRoundsArePeriodic checks that rounds start every Interval whatever a
+// round takes, and that jitter only shortens the wait.
+func TestRoundsArePeriodic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &countingStarts{d: 700 * ms}
+		p := NewProber(Config{Measurer: m, Interval: 2 * time.Second, Jitter: 0.2, Probes: 1, Refresh: -1}, nil)
+		p.SetTargets([]Target{{"a", "a:1"}})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.Run(ctx, func(context.Context, []Sample) error { return nil })
+		}()
+		time.Sleep(30 * time.Second)
+		cancel()
+		<-done
+		if len(m.starts) < 15 {
+			t.Fatalf("%d rounds in 30 s at a 2 s interval; want at least 15", len(m.starts))
+		}
+		for k := 1; k < len(m.starts); k++ {
+			gap := m.starts[k].Sub(m.starts[k-1])
+			if gap > 2*time.Second || gap < 1600*ms {
+				t.Errorf("round %d started %v after the previous one; want 1.6 s..2 s", k, gap)
+			}
+		}
+	})
+}
+
+// countingStarts records when each measurement started.
+type countingStarts struct {
+	mu     sync.Mutex
+	d      time.Duration
+	starts []time.Time
+}
+
+func (c *countingStarts) Measure(ctx context.Context, addr string) (time.Duration, error) {
+	c.mu.Lock()
+	c.starts = append(c.starts, time.Now())
+	c.mu.Unlock()
+	time.Sleep(c.d)
+	return c.d, nil
+}

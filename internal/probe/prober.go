@@ -30,14 +30,22 @@ type ReportFunc func(ctx context.Context, samples []Sample) error
 type Config struct {
 	Measurer Measurer      // nil: &UDPEcho{}
 	Interval time.Duration // between rounds; 0 means 10s
-	Jitter   float64       // each wait is Interval*(1±Jitter); 0 means 0.1, <0 none
-	Probes   int           // probes per peer per round (the round sample is their minimum); 0 means 3
-	Window   int           // round samples per estimator; 0 means 3
+	// Jitter shortens each wait to Interval*(1-Jitter*u), u uniform in
+	// [0,1): rounds of different FEPs drift apart, and no gap between two
+	// rounds is ever longer than Interval. 0 means 0.1, <0 none.
+	Jitter float64
+	Probes int // probes per peer per round (the round sample is their minimum); 0 means 3
+	// Spacing is the gap between the starts of a round's probes to one
+	// peer: they are in flight together (matched by sequence number), so a
+	// round costs about one RTT plus (Probes-1)*Spacing instead of Probes
+	// RTTs. 0 means 5ms; <0 sends them one after the other.
+	Spacing time.Duration
+	Window  int // round samples per estimator; 0 means 3
 	// ConfirmAfter is the delay of a confirmation round, which re-measures
 	// only the peers whose latest sample moved beyond the threshold
-	// (Tracker.Suspects); 0 means Interval/10 capped at 1s (so a change is
-	// reported within about 1.2 probe intervals), <0 disables confirmation
-	// rounds.
+	// (Tracker.Suspects); 0 means Interval/50 capped at 200ms (so a change
+	// is reported within one probe interval plus two RTTs of the changed
+	// pair and that delay), <0 disables confirmation rounds.
 	ConfirmAfter time.Duration
 	Threshold    Threshold     // 0 means 10% or 2 ms, whichever is larger
 	Refresh      time.Duration // full report period; 0 means 10m, <0 never
@@ -80,8 +88,11 @@ func NewProber(cfg Config, log *slog.Logger) *Prober {
 	if cfg.Window <= 0 {
 		cfg.Window = 3
 	}
+	if cfg.Spacing == 0 {
+		cfg.Spacing = 5 * time.Millisecond
+	}
 	if cfg.ConfirmAfter == 0 {
-		cfg.ConfirmAfter = min(time.Second, cfg.Interval/10)
+		cfg.ConfirmAfter = min(200*time.Millisecond, cfg.Interval/50)
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = 10 * time.Minute
@@ -135,7 +146,9 @@ func (p *Prober) Estimates() map[string]time.Duration {
 	return out
 }
 
-// Run measures and reports until ctx ends. The first round starts at once.
+// Run measures and reports until ctx ends. The first round starts at once;
+// the next one starts Interval (less jitter) after the start of the
+// previous one, or at once when that round took longer.
 func (p *Prober) Run(ctx context.Context, report ReportFunc) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -152,6 +165,9 @@ func (p *Prober) Run(ctx context.Context, report ReportFunc) error {
 				}
 			}
 		}
+		// Rounds start every nextWait, whatever they and their
+		// confirmation took: a change waits at most Interval for a round.
+		next := time.Now().Add(p.nextWait())
 		p.Round(ctx)
 		p.Flush(ctx, report)
 		if p.cfg.ConfirmAfter > 0 {
@@ -159,7 +175,7 @@ func (p *Prober) Run(ctx context.Context, report ReportFunc) error {
 				return nil
 			}
 		}
-		timer.Reset(p.nextWait())
+		timer.Reset(max(0, time.Until(next)))
 	}
 }
 
@@ -186,7 +202,7 @@ func (p *Prober) confirm(ctx context.Context, report ReportFunc) bool {
 }
 
 func (p *Prober) nextWait() time.Duration {
-	f := 1 + p.cfg.Jitter*(2*rand.Float64()-1)
+	f := 1 - p.cfg.Jitter*rand.Float64()
 	return time.Duration(float64(p.cfg.Interval) * f)
 }
 
@@ -256,28 +272,60 @@ func (p *Prober) round(ctx context.Context, only []string) {
 	}
 }
 
-// burst sends Probes probes to addr and returns the smallest RTT.
+// burst sends Probes probes to addr and returns the smallest RTT. With a
+// positive Spacing the probes are in flight together, the k-th sent
+// k*Spacing after the first; otherwise one after the other.
 func (p *Prober) burst(ctx context.Context, addr string) (time.Duration, error) {
+	rtts := make([]time.Duration, p.cfg.Probes)
+	errs := make([]error, p.cfg.Probes)
+	if p.cfg.Spacing < 0 {
+		for k := range rtts {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			rtts[k], errs[k] = p.cfg.Measurer.Measure(ctx, addr)
+		}
+	} else {
+		var wg sync.WaitGroup
+		for k := range rtts {
+			if k > 0 && !sleep(ctx, p.cfg.Spacing) {
+				break
+			}
+			wg.Go(func() { rtts[k], errs[k] = p.cfg.Measurer.Measure(ctx, addr) })
+		}
+		wg.Wait()
+	}
 	var best time.Duration
 	var lastErr error
-	for range p.cfg.Probes {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		d, err := p.cfg.Measurer.Measure(ctx, addr)
-		if err != nil {
-			lastErr = err
+	for k, d := range rtts {
+		if errs[k] != nil {
+			lastErr = errs[k]
 			continue
 		}
-		if best == 0 || d < best {
+		if d > 0 && (best == 0 || d < best) {
 			best = d
 		}
 	}
 	if best == 0 {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
 		if lastErr == nil {
 			lastErr = errNoSample
 		}
 		return 0, lastErr
 	}
 	return best, nil
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
