@@ -165,6 +165,10 @@ func (p *Prober) Run(ctx context.Context, report ReportFunc) error {
 				}
 			}
 		}
+		select {
+		case <-p.wake: // this round reads the targets that woke it
+		default:
+		}
 		// Rounds start every nextWait, whatever they and their
 		// confirmation took: a change waits at most Interval for a round.
 		next := time.Now().Add(p.nextWait())
