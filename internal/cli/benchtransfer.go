@@ -26,7 +26,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	world := fs.String("world", "", "world spec (YAML, see docs/emu.md); \"demo\" for the built-in demo world")
 	runs := fs.Int("runs", 10, "fetches per size and mode")
 	sizesFlag := fs.String("sizes", "10KB,50KB,100KB,200KB,500KB,1MB,5MB,15MB", "object sizes (1 KB = 1000 B)")
-	modesFlag := fs.String("modes", "direct,mosto-single,mosto-chain,cdn-warm,cdn-cold", "modes to measure")
+	modesFlag := fs.String("modes", "direct,mosto-single,mosto-chain,cdn-warm,cdn-cold", "modes to measure; also mosto-cold (the first flow after the proxies restart, with the levers) and mosto-plain (the same without levers)")
 	out := fs.String("out", "", "results folder (default results/transfer-YYYYMMDD-HHMMSS)")
 	client := fs.String("client", "client", "client host")
 	originHost := fs.String("origin", "origin", "origin host")
@@ -164,7 +164,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	source := chainSource(sc, *table)
 	fmt.Fprintln(env.Stderr, source)
 	for _, m := range modes {
-		if m == scenario.CDNCold {
+		if m == scenario.CDNCold || m == scenario.ChainCold || m == scenario.ChainPlain {
 			continue
 		}
 		if _, err := sc.Fetch(ctx, m, sizes[0], 0); err != nil {

@@ -37,8 +37,11 @@ type Results struct {
 	// NotCold counts cdn-cold fetches during which nginx reused an upstream
 	// connection, and NotWarm cdn-warm fetches that opened a new one.
 	NotCold, NotWarm int
-	RTT              time.Duration // configured client-origin RTT
-	RateBps          float64       // bottleneck rate of the direct path, bytes/s; 0: none
+	// ColdFlows and ColdPooled count, per cold mode (mosto-cold,
+	// mosto-plain), its fetches and the hops of them served from a pool.
+	ColdFlows, ColdPooled map[Mode]int
+	RTT                   time.Duration // configured client-origin RTT
+	RateBps               float64       // bottleneck rate of the direct path, bytes/s; 0: none
 }
 
 // Measure runs the plan: for every run, for every size, every mode once, in
@@ -67,10 +70,12 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 			r.Model[size] = e.CostMS
 		}
 	}
-	var others []Mode
+	var others, colds []Mode
 	hasCold, hasWarm := false, false
 	for _, m := range p.Modes {
 		switch m {
+		case ChainCold, ChainPlain:
+			colds = append(colds, m)
 		case CDNCold:
 			hasCold = true
 		case CDNWarm:
@@ -82,6 +87,11 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 	for run := 0; run < p.Runs; run++ {
 		for _, size := range p.Sizes {
 			var order []Mode
+			// The cold modes restart the proxies; they go first, so the
+			// warm modes after them find refilled pools.
+			for k := range colds {
+				order = append(order, colds[(k+run)%len(colds)])
+			}
 			if hasCold {
 				order = append(order, CDNCold)
 			}
@@ -103,6 +113,12 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 				var before Hops
 				trace := run == 0 && m == Chain
 				if trace {
+					// Restart first if a cold mode left the plain proxies,
+					// so the counters read before and after are the same
+					// processes'.
+					if err := s.prepare(ctx, m); err != nil {
+						return r, err
+					}
 					before, _ = s.Hops(ctx)
 				}
 				smp, err := s.Fetch(ctx, m, size, uint64(run*1000+len(r.MS[m][size])))
@@ -123,6 +139,12 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 					r.NotWarm++
 				}
 				r.MS[m][size] = append(r.MS[m][size], float64(smp.Result.Total)/1e6)
+				if isCold(m) {
+					if r.ColdFlows == nil {
+						r.ColdFlows, r.ColdPooled = make(map[Mode]int), make(map[Mode]int)
+					}
+					r.ColdFlows[m], r.ColdPooled[m] = s.ColdPooled(m)
+				}
 				if p.Progress != nil {
 					p.Progress(run, smp)
 				}
@@ -175,7 +197,7 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 	if err := t.WriteMarkdown(w); err != nil {
 		return err
 	}
-	for _, base := range []Mode{Direct, CDNWarm} {
+	for _, base := range []Mode{Direct, CDNWarm, ChainPlain} {
 		if !r.has(base) {
 			continue
 		}
@@ -239,6 +261,11 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 		}
 		if err := ct.WriteMarkdown(w); err != nil {
 			return err
+		}
+	}
+	for _, m := range []Mode{ChainCold, ChainPlain} {
+		if n := r.ColdFlows[m]; n > 0 {
+			fmt.Fprintf(w, "\n%s: %d fetches, each the first flow after every proxy restarted (TCP metrics and Fast Open cookies flushed on the FEPs); %d hops of them were served from a pool filled during the start.\n", m, n, r.ColdPooled[m])
 		}
 	}
 	if r.NotCold > 0 || r.NotWarm > 0 {

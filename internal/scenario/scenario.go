@@ -41,7 +41,7 @@ const (
 )
 
 // AllModes returns every mode in report order.
-func AllModes() []Mode { return []Mode{Direct, Single, Chain, CDNWarm, CDNCold} }
+func AllModes() []Mode { return []Mode{Direct, Single, Chain, CDNWarm, CDNCold, ChainCold, ChainPlain} }
 
 // Ports used inside the world.
 const (
@@ -117,6 +117,8 @@ type Scenario struct {
 
 	ctl  *controllerProc // nil: static table file
 	conv Convergence
+
+	cold coldState // the cold modes' restarts
 }
 
 type proxyProc struct {
@@ -359,14 +361,23 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 				})
 			}
 		}
-		b, err := yaml.Marshal(pc)
-		if err != nil {
-			return fmt.Errorf("scenario: proxy config %s: %w", f, err)
+		// The plain chain of the cold modes: the same proxy without levers.
+		plain := pc
+		plain.Socket, plain.Pool = nil, nil
+		plain.Hop = map[string]string{"listen": pc.Hop["listen"]}
+		for _, c := range []struct {
+			pc    proxyConfig
+			plain bool
+		}{{pc, false}, {plain, true}} {
+			b, err := yaml.Marshal(c.pc)
+			if err != nil {
+				return fmt.Errorf("scenario: proxy config %s: %w", f, err)
+			}
+			if err := os.WriteFile(s.configPath(f, c.plain), b, 0o600); err != nil {
+				return fmt.Errorf("scenario: %w", err)
+			}
 		}
-		path := filepath.Join(s.dir, "proxy-"+f+".yaml")
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			return fmt.Errorf("scenario: %w", err)
-		}
+		path := s.configPath(f, false)
 		p, err := s.spawn(f, filepath.Join(s.dir, "proxy-"+f+".log"), f, "proxy", "--config", path)
 		if err != nil {
 			return err
@@ -419,6 +430,9 @@ func (s *Scenario) Fetch(ctx context.Context, mode Mode, size int64, seed uint64
 	if err != nil {
 		return Sample{}, err
 	}
+	if err := s.prepare(ctx, mode); err != nil {
+		return Sample{}, err
+	}
 	if mode == CDNCold {
 		idle := s.cfg.CDNIdle
 		if idle == 0 {
@@ -442,6 +456,9 @@ func (s *Scenario) Fetch(ctx context.Context, mode Mode, size int64, seed uint64
 	if err != nil {
 		return Sample{}, fmt.Errorf("%s %s: %w", mode, transfer.FormatSize(size), err)
 	}
+	if isCold(mode) {
+		s.afterCold(ctx, mode)
+	}
 	return Sample{Mode: mode, Size: size, Result: res, NewOriginConn: s.originConn.Load() > before}, nil
 }
 
@@ -463,8 +480,8 @@ func (s *Scenario) client(mode Mode, size int64) (*transfer.Client, error) {
 	switch mode {
 	case Single:
 		fep = s.roles.Single
-	case Chain:
-		fep = s.roles.InP
+	case Chain, ChainCold, ChainPlain:
+		mode, fep = Chain, s.roles.InP
 	case CDNWarm, CDNCold:
 		return nil, fmt.Errorf("scenario: mode %s needs the CDN front-end (Config.CDN)", mode)
 	default:
@@ -544,24 +561,65 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// tune applies Config.Tune in every FEP namespace.
+// tune records the FEPs' own settings (restored for the plain chain of the
+// cold modes) and applies Config.Tune in every FEP namespace.
 func (s *Scenario) tune(ctx context.Context) error {
 	t := s.cfg.Tune
 	if t.InitCwnd < 0 || t.InitCwnd > 10000 || t.RmemInit < 0 {
 		return fmt.Errorf("scenario: bad tuning %+v", t)
 	}
+	s.cold.route = make(map[string]string)
+	s.cold.sysct = make(map[string]map[string]string)
 	for _, f := range s.roles.FEPs {
+		out, err := s.w.Command(ctx, f, "ip", "route", "show", emu.Prefix.String()).Output()
+		if err != nil {
+			return fmt.Errorf("scenario: routes of %s: %w", f, err)
+		}
+		s.cold.route[f] = strings.SplitN(string(out), "\n", 2)[0]
+		s.cold.sysct[f] = make(map[string]string)
+		for _, k := range []string{"net.ipv4.tcp_fastopen", "net.ipv4.tcp_rmem"} {
+			out, err := s.w.Command(ctx, f, "sysctl", "-n", k).Output()
+			if err != nil {
+				return fmt.Errorf("scenario: sysctl %s on %s: %w", k, f, err)
+			}
+			s.cold.sysct[f][k] = strings.Join(strings.Fields(string(out)), " ")
+		}
+	}
+	return s.applyTune(ctx, false)
+}
+
+// applyTune sets Config.Tune on every FEP, or (plain) restores the settings
+// tune recorded.
+func (s *Scenario) applyTune(ctx context.Context, plain bool) error {
+	t := s.cfg.Tune
+	sysctl := func(f, kv string) error {
+		if out, err := s.w.Command(ctx, f, "sysctl", "-w", kv).CombinedOutput(); err != nil {
+			return fmt.Errorf("scenario: %s on %s: %v: %s", kv, f, err, out)
+		}
+		return nil
+	}
+	for _, f := range s.roles.FEPs {
+		if plain {
+			for k, v := range s.cold.sysct[f] {
+				if err := sysctl(f, k+"="+v); err != nil {
+					return err
+				}
+			}
+			if t.InitCwnd > 0 {
+				args := append([]string{"route", "change"}, strings.Fields(s.cold.route[f])...)
+				if out, err := s.w.Command(ctx, f, "ip", args...).CombinedOutput(); err != nil {
+					return fmt.Errorf("scenario: restore route on %s: %v: %s", f, err, out)
+				}
+			}
+			continue
+		}
 		if t.FastOpen {
-			if out, err := s.w.Command(ctx, f, "sysctl", "-w", "net.ipv4.tcp_fastopen=3").CombinedOutput(); err != nil {
-				return fmt.Errorf("scenario: tcp_fastopen on %s: %v: %s", f, err, out)
+			if err := sysctl(f, "net.ipv4.tcp_fastopen=3"); err != nil {
+				return err
 			}
 		}
 		if t.InitCwnd > 0 {
-			out, err := s.w.Command(ctx, f, "ip", "route", "show", emu.Prefix.String()).Output()
-			if err != nil {
-				return fmt.Errorf("scenario: routes of %s: %w", f, err)
-			}
-			fields := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
+			fields := strings.Fields(s.cold.route[f])
 			var args []string
 			for i := 0; i < len(fields); i++ {
 				if fields[i] == "initcwnd" || fields[i] == "initrwnd" {
@@ -580,9 +638,8 @@ func (s *Scenario) tune(ctx context.Context) error {
 			}
 		}
 		if t.RmemInit > 0 {
-			v := fmt.Sprintf("net.ipv4.tcp_rmem=4096 %d %d", t.RmemInit, max(t.RmemInit, emu.DefaultBufMax))
-			if out, err := s.w.Command(ctx, f, "sysctl", "-w", v).CombinedOutput(); err != nil {
-				return fmt.Errorf("scenario: %s on %s: %v: %s", v, f, err, out)
+			if err := sysctl(f, fmt.Sprintf("net.ipv4.tcp_rmem=4096 %d %d", t.RmemInit, max(t.RmemInit, emu.DefaultBufMax))); err != nil {
+				return err
 			}
 		}
 	}
