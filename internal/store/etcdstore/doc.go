@@ -1,7 +1,10 @@
 // Package etcdstore keeps the controller's state in etcd so that several
-// controllers can share it: one of them, elected with
-// go.etcd.io/etcd/client/v3/concurrency, computes tables; all of them serve
-// the API and learn about changes through etcd watches.
+// controllers can share it: one of them, elected through an etcd lease-bound
+// key (etcdhttp.Election, the semantics of etcd's concurrency.Election),
+// computes tables; all of them serve the API and learn about changes through
+// etcd watches. It talks to etcd through etcd's JSON gateway
+// (internal/etcdhttp), so the mosto binary links neither gRPC nor etcd's
+// client/v3.
 //
 // Key layout under the prefix (default "/mosto/"):
 //
@@ -12,5 +15,5 @@
 //	table/<lop>       8-byte big-endian version + table data
 //	keys              HMAC keys JSON
 //	token/<id>        join token JSON
-//	election/         leader election
+//	election/<lease>  leader election (lease id in hex, value the controller id)
 package etcdstore

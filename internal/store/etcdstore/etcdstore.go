@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,11 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
-
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/etcdhttp"
 	"github.com/mosto-net/mosto/internal/store"
 )
 
@@ -28,13 +26,18 @@ type Config struct {
 	Prefix      string        // default "/mosto/"
 	ID          string        // this controller's name in the election; default the hostname-free "controller"
 	SessionTTL  time.Duration // leader lease; a crashed leader is replaced after at most this; default 5s
-	DialTimeout time.Duration // default 5s
-	Log         *slog.Logger
+	DialTimeout time.Duration // per endpoint; default 5s
+	// RequestTimeout bounds one etcd request; default 30s.
+	RequestTimeout time.Duration
+	// TLS, if set, is used for https endpoints (etcd's CA in RootCAs, a
+	// client certificate in Certificates); see etcdhttp.TLSConfig.
+	TLS *tls.Config
+	Log *slog.Logger
 }
 
 // Store is an etcd-backed store.
 type Store struct {
-	cli    *clientv3.Client
+	cli    *etcdhttp.Client
 	prefix string
 	id     string
 	ttl    time.Duration
@@ -70,11 +73,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:          cfg.Endpoints,
-		DialTimeout:        cfg.DialTimeout,
-		MaxCallRecvMsgSize: 1 << 30,
-		Logger:             nopZap(),
+	cli, err := etcdhttp.New(etcdhttp.Config{
+		Endpoints:      cfg.Endpoints,
+		TLS:            cfg.TLS,
+		DialTimeout:    cfg.DialTimeout,
+		RequestTimeout: cfg.RequestTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client %v: %w", cfg.Endpoints, err)
@@ -93,7 +96,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.cancel()
 	s.wg.Wait()
-	return s.cli.Close()
+	s.cli.Close()
+	return nil
 }
 
 func (s *Store) k(parts ...string) string { return s.prefix + strings.Join(parts, "/") }
@@ -104,7 +108,7 @@ func (s *Store) PutFEP(ctx context.Context, f api.FEP) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.cli.Put(ctx, s.k("fep", f.ID), string(b)); err != nil {
+	if _, err := s.cli.Put(ctx, s.k("fep", f.ID), string(b), 0); err != nil {
 		return fmt.Errorf("etcd put fep %s: %w", f.ID, err)
 	}
 	return nil
@@ -112,21 +116,24 @@ func (s *Store) PutFEP(ctx context.Context, f api.FEP) error {
 
 // DeleteFEP removes the FEP id and every RTT from or to it.
 func (s *Store) DeleteFEP(ctx context.Context, id string) error {
-	keys, err := s.cli.Get(ctx, s.k("rtt")+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	keys, err := s.cli.GetPrefix(ctx, s.k("rtt")+"/", true)
 	if err != nil {
 		return fmt.Errorf("etcd list rtts: %w", err)
 	}
-	ops := []clientv3.Op{clientv3.OpDelete(s.k("fep", id)), clientv3.OpDelete(s.k("rtt", id)+"/", clientv3.WithPrefix())}
+	ops := []etcdhttp.RequestOp{etcdhttp.OpDelete(s.k("fep", id)), etcdhttp.OpDeletePrefix(s.k("rtt", id) + "/")}
 	suffix := "/" + id
 	for _, kv := range keys.Kvs {
 		k := string(kv.Key)
 		if strings.HasSuffix(k, suffix) && !strings.HasPrefix(k, s.k("rtt", id)+"/") {
-			ops = append(ops, clientv3.OpDelete(k))
+			ops = append(ops, etcdhttp.OpDelete(k))
 		}
 	}
 	// A transaction holds at most 128 operations by default: delete the FEP
 	// (guarded by its existence) first, then the rest in chunks.
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.k("fep", id)), ">", 0)).Then(ops[:2]...).Commit()
+	resp, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{
+		Compare: []etcdhttp.Compare{etcdhttp.CmpCreate(s.k("fep", id), etcdhttp.Greater, 0)},
+		Success: ops[:2],
+	})
 	if err != nil {
 		return fmt.Errorf("etcd delete fep %s: %w", id, err)
 	}
@@ -135,7 +142,7 @@ func (s *Store) DeleteFEP(ctx context.Context, id string) error {
 	}
 	for rest := ops[2:]; len(rest) > 0; {
 		n := min(len(rest), 100)
-		if _, err := s.cli.Txn(ctx).Then(rest[:n]...).Commit(); err != nil {
+		if _, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{Success: rest[:n]}); err != nil {
 			return fmt.Errorf("etcd delete rtts to %s: %w", id, err)
 		}
 		rest = rest[n:]
@@ -145,7 +152,7 @@ func (s *Store) DeleteFEP(ctx context.Context, id string) error {
 
 // FEPs lists the FEPs sorted by id.
 func (s *Store) FEPs(ctx context.Context) ([]api.FEP, error) {
-	resp, err := s.cli.Get(ctx, s.k("fep")+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	resp, err := s.cli.GetPrefix(ctx, s.k("fep")+"/", false)
 	if err != nil {
 		return nil, fmt.Errorf("etcd list feps: %w", err)
 	}
@@ -175,39 +182,42 @@ func (s *Store) PutRTTs(ctx context.Context, rtts []store.RTT) error {
 }
 
 func (s *Store) putRTTChunk(ctx context.Context, rtts []store.RTT) error {
-	ops := make([]clientv3.Op, 0, len(rtts))
+	ops := make([]etcdhttp.RequestOp, 0, len(rtts))
 	for _, r := range rtts {
-		ops = append(ops, clientv3.OpGet(s.k("rtt", r.From, r.To)))
+		ops = append(ops, etcdhttp.OpGet(s.k("rtt", r.From, r.To)))
 	}
 	for attempt := 0; attempt < 10; attempt++ {
-		got, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		got, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{Success: ops})
 		if err != nil {
 			return fmt.Errorf("etcd read rtts: %w", err)
 		}
-		var cmps []clientv3.Cmp
-		var puts []clientv3.Op
+		if len(got.Responses) != len(rtts) {
+			return fmt.Errorf("etcd read rtts: %d answers to %d reads", len(got.Responses), len(rtts))
+		}
+		var cmps []etcdhttp.Compare
+		var puts []etcdhttp.RequestOp
 		for i, r := range rtts {
 			key := s.k("rtt", r.From, r.To)
-			kvs := got.Responses[i].GetResponseRange().Kvs
+			kvs := rangeKvs(got.Responses[i])
 			if len(kvs) > 0 {
 				var old store.RTT
 				if json.Unmarshal(kvs[0].Value, &old) == nil && old.At.After(r.At) {
 					continue
 				}
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision))
+				cmps = append(cmps, etcdhttp.CmpMod(key, etcdhttp.Equal, kvs[0].ModRevision))
 			} else {
-				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+				cmps = append(cmps, etcdhttp.CmpCreate(key, etcdhttp.Equal, 0))
 			}
 			b, err := json.Marshal(r)
 			if err != nil {
 				return err
 			}
-			puts = append(puts, clientv3.OpPut(key, string(b)))
+			puts = append(puts, etcdhttp.OpPut(key, string(b)))
 		}
 		if len(puts) == 0 {
 			return nil
 		}
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
+		resp, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{Compare: cmps, Success: puts})
 		if err != nil {
 			return fmt.Errorf("etcd put rtts: %w", err)
 		}
@@ -220,7 +230,7 @@ func (s *Store) putRTTChunk(ctx context.Context, rtts []store.RTT) error {
 
 // RTTs returns every stored RTT.
 func (s *Store) RTTs(ctx context.Context) ([]store.RTT, error) {
-	resp, err := s.cli.Get(ctx, s.k("rtt")+"/", clientv3.WithPrefix())
+	resp, err := s.cli.GetPrefix(ctx, s.k("rtt")+"/", false)
 	if err != nil {
 		return nil, fmt.Errorf("etcd list rtts: %w", err)
 	}
@@ -238,7 +248,7 @@ func (s *Store) RTTs(ctx context.Context) ([]store.RTT, error) {
 // NextVersion writes the version key; the etcd revision of that write is
 // unique and greater than every earlier one, whoever wrote it.
 func (s *Store) NextVersion(ctx context.Context) (uint64, error) {
-	resp, err := s.cli.Put(ctx, s.k("version"), s.id)
+	resp, err := s.cli.Put(ctx, s.k("version"), s.id, 0)
 	if err != nil {
 		return 0, fmt.Errorf("etcd next version: %w", err)
 	}
@@ -246,7 +256,7 @@ func (s *Store) NextVersion(ctx context.Context) (uint64, error) {
 	// the previous version, so etcd does not grow to its quota. Watches start
 	// at the current revision and do not need it.
 	if prev := s.lastVersion.Swap(resp.Header.Revision); prev > 0 {
-		if _, err := s.cli.Compact(ctx, prev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		if err := s.cli.Compact(ctx, prev); err != nil && !etcdhttp.IsCompacted(err) {
 			s.log.Warn("etcd compaction", "revision", prev, "err", err)
 		}
 	}
@@ -290,25 +300,28 @@ func (s *Store) putTable(ctx context.Context, t store.Table) (bool, error) {
 	val := make([]byte, 8+len(t.Data))
 	binary.BigEndian.PutUint64(val, t.Version)
 	copy(val[8:], t.Data)
-	puts := []clientv3.Op{clientv3.OpPut(tv, padVersion(t.Version)), clientv3.OpPut(tk, string(val))}
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(tv), "=", 0)).
-		Then(puts...).
-		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(tv), "<", padVersion(t.Version))}, puts, nil)).
-		Commit()
+	puts := []etcdhttp.RequestOp{etcdhttp.OpPut(tv, padVersion(t.Version)), etcdhttp.OpPut(tk, string(val))}
+	resp, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{
+		Compare: []etcdhttp.Compare{etcdhttp.CmpCreate(tv, etcdhttp.Equal, 0)},
+		Success: puts,
+		Failure: []etcdhttp.RequestOp{etcdhttp.OpTxn([]etcdhttp.Compare{etcdhttp.CmpValue(tv, etcdhttp.Less, padVersion(t.Version))}, puts, nil)},
+	})
 	if err != nil {
 		return false, fmt.Errorf("etcd put table %s: %w", t.LoP, err)
 	}
 	if resp.Succeeded {
 		return true, nil
 	}
-	return resp.Responses[0].GetResponseTxn().Succeeded, nil
+	if len(resp.Responses) != 1 || resp.Responses[0].Txn == nil {
+		return false, fmt.Errorf("etcd put table %s: malformed answer", t.LoP)
+	}
+	return resp.Responses[0].Txn.Succeeded, nil
 }
 
 // TableVersions returns the stored version of every LoP's table, from the
 // small tv/ index.
 func (s *Store) TableVersions(ctx context.Context) (map[string]uint64, error) {
-	idx, err := s.cli.Get(ctx, s.k("tv")+"/", clientv3.WithPrefix())
+	idx, err := s.cli.GetPrefix(ctx, s.k("tv")+"/", false)
 	if err != nil {
 		return nil, fmt.Errorf("etcd list table versions: %w", err)
 	}
@@ -329,16 +342,19 @@ func (s *Store) Tables(ctx context.Context, lops []string) ([]store.Table, error
 	out := make([]store.Table, 0, len(lops))
 	for len(lops) > 0 {
 		n := min(len(lops), 64)
-		ops := make([]clientv3.Op, n)
+		ops := make([]etcdhttp.RequestOp, n)
 		for i, lop := range lops[:n] {
-			ops[i] = clientv3.OpGet(s.k("table", lop))
+			ops[i] = etcdhttp.OpGet(s.k("table", lop))
 		}
-		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		resp, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{Success: ops})
 		if err != nil {
 			return nil, fmt.Errorf("etcd get tables: %w", err)
 		}
+		if len(resp.Responses) != n {
+			return nil, fmt.Errorf("etcd get tables: %d answers to %d reads", len(resp.Responses), n)
+		}
 		for i, r := range resp.Responses {
-			for _, kv := range r.GetResponseRange().Kvs {
+			for _, kv := range rangeKvs(r) {
 				if len(kv.Value) < 8 {
 					return nil, fmt.Errorf("table %s: short record", lops[i])
 				}
@@ -373,7 +389,7 @@ func (s *Store) PutKeys(ctx context.Context, k store.Keys) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.cli.Put(ctx, s.k("keys"), string(b)); err != nil {
+	if _, err := s.cli.Put(ctx, s.k("keys"), string(b), 0); err != nil {
 		return fmt.Errorf("etcd put keys: %w", err)
 	}
 	return nil
@@ -385,7 +401,7 @@ func (s *Store) PutToken(ctx context.Context, t store.Token) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.cli.Put(ctx, s.k("token", t.ID), string(b)); err != nil {
+	if _, err := s.cli.Put(ctx, s.k("token", t.ID), string(b), 0); err != nil {
 		return fmt.Errorf("etcd put token: %w", err)
 	}
 	return nil
@@ -417,8 +433,10 @@ func (s *Store) UseToken(ctx context.Context, id string, now time.Time) (store.T
 		if err != nil {
 			return store.Token{}, err
 		}
-		txn, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
-			Then(clientv3.OpPut(key, string(b))).Commit()
+		txn, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{
+			Compare: []etcdhttp.Compare{etcdhttp.CmpMod(key, etcdhttp.Equal, resp.Kvs[0].ModRevision)},
+			Success: []etcdhttp.RequestOp{etcdhttp.OpPut(key, string(b))},
+		})
 		if err != nil {
 			return store.Token{}, fmt.Errorf("etcd use token: %w", err)
 		}
@@ -431,43 +449,40 @@ func (s *Store) UseToken(ctx context.Context, id string, now time.Time) (store.T
 // Watch merges etcd watches on FEPs, RTTs, table versions and keys into
 // coalesced notifications until ctx is done, the store is closed or one of
 // the etcd watches ends (then the caller should watch again and reload).
+// The etcd watches are created before Watch returns; if one cannot be, the
+// channel is closed at once.
 func (s *Store) Watch(ctx context.Context) <-chan store.Change {
 	out := make(chan store.Change, 1)
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
-	type src struct {
-		ch   clientv3.WatchChan
-		kind store.Change
-	}
-	srcs := []src{
-		{s.cli.Watch(wctx, s.k("fep")+"/", clientv3.WithPrefix()), store.ChangeFEPs},
-		{s.cli.Watch(wctx, s.k("rtt")+"/", clientv3.WithPrefix()), store.ChangeRTTs},
-		{s.cli.Watch(wctx, s.k("tv")+"/", clientv3.WithPrefix()), store.ChangeTables},
-		{s.cli.Watch(wctx, s.k("keys")), store.ChangeKeys},
+	srcs := []struct {
+		prefix bool
+		key    string
+		kind   store.Change
+	}{
+		{true, s.k("fep") + "/", store.ChangeFEPs},
+		{true, s.k("rtt") + "/", store.ChangeRTTs},
+		{true, s.k("tv") + "/", store.ChangeTables},
+		{false, s.k("keys"), store.ChangeKeys},
 	}
 	var fan sync.WaitGroup
 	merged := make(chan store.Change)
 	for _, sr := range srcs {
+		req := etcdhttp.WatchRequest{Key: []byte(sr.key)}
+		if sr.prefix {
+			req.RangeEnd = etcdhttp.PrefixEnd(req.Key)
+		}
+		w, err := s.cli.Watch(wctx, req)
+		if err != nil {
+			if wctx.Err() == nil {
+				s.log.Warn("etcd watch", "key", sr.key, "err", err)
+			}
+			cancel()
+			break
+		}
 		fan.Add(1)
 		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer fan.Done()
-			for resp := range sr.ch {
-				if resp.Err() != nil {
-					s.log.Warn("etcd watch error", "err", resp.Err())
-					continue
-				}
-				select {
-				case merged <- sr.kind:
-				case <-wctx.Done():
-					return
-				}
-			}
-			// One watch ended (compaction, lost connection): end them
-			// all, so the caller sees the channel close and watches again.
-			cancel()
-		}()
+		go s.forward(wctx, cancel, w, sr.kind, merged, &fan)
 	}
 	s.wg.Add(2)
 	go func() { // closes merged once every source ended
@@ -485,6 +500,33 @@ func (s *Store) Watch(ctx context.Context) <-chan store.Change {
 		}
 	}()
 	return out
+}
+
+// forward sends kind to merged for every event of w. When w ends
+// (compaction, lost connection) it cancels every watch of the set, so the
+// caller sees the channel close and watches again.
+func (s *Store) forward(ctx context.Context, cancel context.CancelFunc, w *etcdhttp.Watcher, kind store.Change, merged chan<- store.Change, fan *sync.WaitGroup) {
+	defer s.wg.Done()
+	defer fan.Done()
+	defer cancel()
+	defer w.Close()
+	for {
+		resp, err := w.Recv()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("etcd watch ended", "err", err)
+			}
+			return
+		}
+		if len(resp.Events) == 0 {
+			continue
+		}
+		select {
+		case merged <- kind:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func sendChange(ch chan store.Change, c store.Change) {
@@ -509,19 +551,29 @@ func (s *Store) Lead(ctx context.Context) (context.Context, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(int(max(1, s.ttl/time.Second))))
+	sess, err := etcdhttp.NewSession(ctx, s.cli, s.ttl, s.log)
 	if err != nil {
-		return nil, fmt.Errorf("etcd session: %w", err)
+		return nil, err
 	}
-	el := concurrency.NewElection(sess, s.k("election"))
+	closeSession := func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer rcancel()
+		if err := sess.Close(rctx); err != nil {
+			s.log.Debug("etcd session close", "err", err)
+		}
+	}
+	el := etcdhttp.NewElection(sess, s.k("election"))
 	cctx, ccancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, ccancel)
 	err = el.Campaign(cctx, s.id)
 	stop()
 	ccancel()
 	if err != nil {
-		sess.Close()
-		return nil, fmt.Errorf("etcd campaign: %w", err)
+		closeSession()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("etcd campaign: %w", ctx.Err())
+		}
+		return nil, err
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	s.wg.Add(1)
@@ -535,9 +587,20 @@ func (s *Store) Lead(ctx context.Context) (context.Context, error) {
 		}
 		cancel()
 		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		el.Resign(rctx)
+		if err := el.Resign(rctx); err != nil {
+			s.log.Debug("etcd resign", "err", err)
+		}
 		rcancel()
-		sess.Close()
+		closeSession()
 	}()
 	return lctx, nil
+}
+
+// rangeKvs returns the keys read by one read of a transaction (none if the
+// answer is not a read).
+func rangeKvs(r etcdhttp.ResponseOp) []etcdhttp.KeyValue {
+	if r.Range == nil {
+		return nil
+	}
+	return r.Range.Kvs
 }

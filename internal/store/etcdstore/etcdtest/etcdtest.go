@@ -58,6 +58,7 @@ func start(tb testing.TB) ([]string, error) {
 	cfg.AdvertisePeerUrls = []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.LogLevel = "error"
+	cfg.EnableGRPCGateway = true // etcdstore talks to etcd through its JSON gateway
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.UnsafeNoFsync = true
 	cfg.AutoCompactionMode = embed.CompactorModeRevision
