@@ -30,6 +30,13 @@ type Config struct {
 	// Table is the chain table file written by `mosto plan table --json`.
 	// Empty: no chains, every flow goes direct from the InP.
 	Table string `yaml:"table"`
+	// LoP is the lookup proxy this InP sends its flows to when it holds no
+	// table: the LoP completes each flow's route from its own table (seed
+	// Sec. III-C). Empty: this FEP looks chains up itself. See lookup.go.
+	LoP string `yaml:"lop"`
+	// Workers is the number of processes `mosto proxy` runs for this FEP,
+	// sharing every listener with SO_REUSEPORT; 0 or 1: one process.
+	Workers int `yaml:"workers"`
 	// Egress maps destinations to the FEP closest to them (the EgP).
 	Egress EgressConfig `yaml:"egress"`
 	// Destinations is this FEP's policy as EgP: where it may connect.
@@ -203,6 +210,10 @@ type SocketConfig struct {
 	// rides in the SYN once the kernel holds the peer's cookie (needs
 	// sysctl net.ipv4.tcp_fastopen=3 on both ends).
 	FastOpen bool `yaml:"fastopen"`
+	// ReusePort sets SO_REUSEPORT on the hop and entry listeners, so several
+	// processes (workers, or an old and a new daemon during an upgrade)
+	// serve the same ports; implied by workers > 1.
+	ReusePort bool `yaml:"reuseport"`
 	// KeepAlive is the TCP keepalive idle time and interval; 0: off (the
 	// idle timeout ends dead flows, and keepalive costs syscalls per flow).
 	KeepAlive Duration `yaml:"keepalive"`
@@ -227,6 +238,8 @@ const (
 	DefaultOriginMaxIdle     = 20 * time.Second
 	// MaxPool bounds pool.hop and pool.origin.
 	MaxPool = 64
+	// MaxWorkers bounds workers.
+	MaxWorkers = 64
 )
 
 // Duration is a time.Duration written as "5s", "1m30s".
@@ -454,6 +467,21 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Socket.Congestion) > 15 {
 		bad("socket.congestion: %q is too long", c.Socket.Congestion)
+	}
+	switch lop := c.LoP; {
+	case lop == "":
+	case lop == c.ID:
+		bad("lop: %q is this FEP's id; omit lop to look chains up locally", lop)
+	case c.Controller != nil && c.Controller.LoP != "":
+		bad("lop: set at most one of lop (a remote LoP completes each flow's route) and controller.lop (this FEP looks chains up in that LoP's table)")
+	case !managed && c.Members[lop] == "":
+		bad("lop: %q is not a member", lop)
+	}
+	if c.Workers < 0 || c.Workers > MaxWorkers {
+		bad("workers: %d, want 0-%d", c.Workers, MaxWorkers)
+	}
+	if c.Workers > 1 && c.Controller != nil {
+		bad("workers: %d with a controller section: each worker would run its own agent; run one process", c.Workers)
 	}
 	return errors.Join(errs...)
 }

@@ -63,6 +63,14 @@ func TestParseConfigErrors(t *testing.T) {
 		{"controller data", "id: a\ncontroller: {url: 'http://c:1', hop_addr: 'h:1'}\n", "controller.data_dir: missing"},
 		{"controller hop", "id: a\ncontroller: {url: 'http://c:1', data_dir: d}\n", "controller.hop_addr"},
 		{"controller token", "id: a\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', token: x, token_file: y}\n", "at most one"},
+		{"lop not member", "id: a\nmembers: {b: 'h:1'}\nlop: z\n" + keys, "lop: \"z\" is not a member"},
+		{"lop is self", "id: a\nmembers: {b: 'h:1'}\nlop: a\n" + keys, "lop: \"a\" is this FEP's id"},
+		{"lop and controller.lop", "id: a\nlop: b\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', lop: c}\n", "set at most one of lop"},
+		{"lop without keys", "id: a\nmembers: {b: 'h:1'}\nlop: b\n", "keys.current: missing"},
+		{"negative workers", "id: a\nworkers: -1\n", "workers: -1"},
+		{"too many workers", "id: a\nworkers: 65\n", "workers: 65, want 0-64"},
+		{"workers with controller", "id: a\nworkers: 2\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1'}\n", "workers: 2 with a controller"},
+		{"reuseport not bool", "id: a\nsocket: {reuseport: maybe}\n", "cannot unmarshal"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig(strings.NewReader(tc.yaml), ".")

@@ -205,6 +205,9 @@ func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
 		s.m.direct.WithLabelValues("self_egress").Inc()
 		return s.dialOriginEarly(in, early)
 	}
+	if s.cfg.LoP != "" { // a remote lookup proxy completes the route (lookup.go)
+		return s.openViaLoP(in, egp, early)
+	}
 	route, reason := s.route(egp, in.Size)
 	if route == nil {
 		s.m.direct.WithLabelValues(reason).Inc()

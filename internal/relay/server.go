@@ -50,6 +50,8 @@ type Server struct {
 	res    resolver
 	m      *metrics
 	refLog *rateLog
+	// lookups counts remote chain lookups (lookup.go).
+	lookups lookupMetrics
 
 	members atomic.Pointer[memberBox]
 	chains  atomic.Pointer[chainBox]
@@ -141,6 +143,7 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 		conns:  make(map[net.Conn]struct{}),
 	}
 	s.refLog = newRateLog(s.log, 10*time.Second)
+	s.lookups = newLookupMetrics(s.m.reg)
 	s.bufs.New = newSmallBuf
 	s.flowCtx, s.flowCancel = context.WithCancel(context.Background())
 	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control(sockDial), KeepAlive: cfg.Socket.keepAlive()}
@@ -670,6 +673,9 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPC
 		return "", nil
 	}
 	log := s.log.With("flow", flowString(h.FlowID))
+	if h.Lookup != "" { // a route completion request: this FEP is the InP's LoP
+		return s.completeRoute(c, src, h, log)
+	}
 	if h.Hop < len(h.Route)-1 {
 		next := h.Route[h.Hop+1]
 		addr, ok := s.member(next)
