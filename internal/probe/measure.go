@@ -12,16 +12,25 @@ import (
 )
 
 // UDPEcho measures the RTT to a peer's measurement endpoint with one echo
-// round trip per call. The zero value is ready to use.
+// round trip per call, TWAMP-like: the reply carries the responder's
+// receive and send times, and its turnaround (send - receive, on its
+// clock) is subtracted. The reply's arrival time is the kernel's
+// (SO_TIMESTAMPNS) where available, so neither end's scheduling latency is
+// measured. The zero value is ready to use.
 type UDPEcho struct {
 	Timeout time.Duration // per round trip; 0 means 2s
 	// Dial, if set, opens the UDP socket (e.g. inside a network namespace);
 	// nil means a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Keys returns the overlay keys: requests are tagged under the first
+	// and only replies tagged under one of them count. Nil or none:
+	// untagged requests and replies.
+	Keys func() []Key
 	seq  atomic.Uint64
 }
 
-// Measure sends one request to addr and returns the time to its reply.
+// Measure sends one request to addr and returns the time to its reply less
+// the responder's turnaround.
 func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, error) {
 	timeout := u.Timeout
 	if timeout <= 0 {
@@ -34,24 +43,47 @@ func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, erro
 		var d net.Dialer
 		dial = d.DialContext
 	}
+	var keys []Key
+	if u.Keys != nil {
+		keys = u.Keys()
+	}
 	c, err := dial(ctx, "udp", addr)
 	if err != nil {
 		return 0, fmt.Errorf("probe %s: %w", addr, err)
 	}
 	defer c.Close()
+	uc, _ := c.(*net.UDPConn)
+	kernel := uc != nil && enableRxTimestamps(uc)
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var idb [8]byte
 	rand.Read(idb[:])
 	req := Packet{Type: TypeRequest, ID: binary.BigEndian.Uint64(idb[:]), Seq: u.seq.Add(1)}
+	var key *Key
+	if len(keys) > 0 {
+		key = &keys[0]
+		req.KeyID = key.ID
+	}
 	start := time.Now()
 	req.Stamp = uint64(start.UnixNano())
-	if _, err := c.Write(req.Append(make([]byte, 0, PacketSize))); err != nil {
+	b, err := req.Append(make([]byte, 0, PacketSize), key)
+	if err != nil {
+		return 0, fmt.Errorf("probe %s: %w", addr, err)
+	}
+	start = time.Now()
+	if _, err := c.Write(b); err != nil {
 		return 0, fmt.Errorf("probe %s: %w", addr, err)
 	}
 	buf := make([]byte, PacketSize+1)
+	oob := make([]byte, oobSize)
 	for {
-		n, err := c.Read(buf)
+		var n, oobn int
+		if kernel {
+			n, oobn, _, _, err = uc.ReadMsgUDPAddrPort(buf, oob)
+		} else {
+			n, err = c.Read(buf)
+		}
+		raw := time.Since(start)
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, fmt.Errorf("probe %s: no reply within %v: %w", addr, timeout, ctx.Err())
@@ -60,9 +92,22 @@ func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, erro
 		}
 		p, err := ParsePacket(buf[:n])
 		if err != nil || p.Type != TypeReply || p.ID != req.ID || p.Seq != req.Seq || p.Stamp != req.Stamp {
-			continue // stray or forged datagram: keep waiting
+			continue // stray datagram: keep waiting
 		}
-		return time.Since(start), nil
+		if _, ok := Verify(buf[:n], keys); !ok {
+			continue // forged, or under a key we do not know: keep waiting
+		}
+		if kernel {
+			if k := rxTimestamp(oob[:oobn]); k != 0 {
+				if d := time.Duration(k - start.UnixNano()); d > 0 && d <= raw {
+					raw = d
+				}
+			}
+		}
+		if turn := time.Duration(p.Turnaround()); turn > 0 && turn < raw {
+			raw -= turn
+		}
+		return raw, nil
 	}
 }
 

@@ -1,6 +1,8 @@
 package probe
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,7 +10,7 @@ import (
 
 // PacketSize is the size of every probe datagram. Requests and replies have
 // the same size, so the echo server never amplifies.
-const PacketSize = 32
+const PacketSize = 64
 
 // Packet types.
 const (
@@ -18,41 +20,94 @@ const (
 
 const (
 	magic   = "MSTP"
-	version = 1
+	version = 2
+	tagOff  = 48 // the tag covers bytes [0, tagOff)
+	tagLen  = PacketSize - tagOff
+	// tagLabel separates probe tags from every other use of the overlay
+	// key (hop headers are HMACs of PROXY v2 bytes, never of this label).
+	tagLabel = "mosto probe v2\x00"
 )
 
 // ErrPacket is wrapped by every decoding error.
 var ErrPacket = errors.New("probe: bad packet")
 
-// Packet is a probe datagram:
+// Key is one overlay key a probe is authenticated with (the hop-header
+// HMAC key the controller distributes; see pki.OverlayKeys).
+type Key struct {
+	ID     uint8 // never 0: key id 0 means "not authenticated"
+	Secret []byte
+}
+
+// Packet is a probe datagram (version 2, TWAMP-like):
 //
 //	offset size
 //	0      4    magic "MSTP"
-//	4      1    version (1)
+//	4      1    version (2)
 //	5      1    type (1 request, 2 reply)
-//	6      2    reserved, zero
-//	8      8    sender id (random per prober socket)
+//	6      1    key id (0: no tag)
+//	7      1    reserved, zero
+//	8      8    sender id (random per measurement)
 //	16     8    sequence number
 //	24     8    sender's opaque timestamp (echoed, never interpreted)
+//	32     8    responder's receive time, ns (zero in a request)
+//	40     8    responder's send time, ns (zero in a request)
+//	48     16   tag: HMAC-SHA256(key, "mosto probe v2\0" || bytes 0..47),
+//	            first 16 bytes; zero when the key id is 0
+//
+// The two responder times are read on the responder's clock (the receive
+// time from the kernel when it can): only their difference, the
+// responder's turnaround, is used, so the clocks need not agree.
 type Packet struct {
-	Type  uint8
-	ID    uint64
-	Seq   uint64
-	Stamp uint64
+	Type   uint8
+	KeyID  uint8
+	ID     uint64
+	Seq    uint64
+	Stamp  uint64
+	RxNano int64
+	TxNano int64
 }
 
-// Append appends the encoding of p to b.
-func (p Packet) Append(b []byte) []byte {
+// Turnaround returns the responder's time between receiving the request
+// and sending the reply, or 0 when it did not say (or said nonsense).
+func (p Packet) Turnaround() int64 {
+	if p.RxNano == 0 || p.TxNano < p.RxNano {
+		return 0
+	}
+	return p.TxNano - p.RxNano
+}
+
+// Append appends the encoding of p to b, tagged under key when p.KeyID is
+// not 0 (key.ID must then be p.KeyID).
+func (p Packet) Append(b []byte, key *Key) ([]byte, error) {
+	if p.KeyID != 0 && (key == nil || key.ID != p.KeyID) {
+		return b, fmt.Errorf("probe: no key %d to sign with", p.KeyID)
+	}
+	start := len(b)
 	b = append(b, magic...)
-	b = append(b, version, p.Type, 0, 0)
+	b = append(b, version, p.Type, p.KeyID, 0)
 	b = binary.BigEndian.AppendUint64(b, p.ID)
 	b = binary.BigEndian.AppendUint64(b, p.Seq)
-	return binary.BigEndian.AppendUint64(b, p.Stamp)
+	b = binary.BigEndian.AppendUint64(b, p.Stamp)
+	b = binary.BigEndian.AppendUint64(b, uint64(p.RxNano))
+	b = binary.BigEndian.AppendUint64(b, uint64(p.TxNano))
+	if p.KeyID == 0 {
+		return append(b, make([]byte, tagLen)...), nil
+	}
+	return append(b, tag(key.Secret, b[start:])...), nil
 }
 
-// ParsePacket decodes a probe datagram. Anything but exactly PacketSize
-// bytes with the right magic, version, type and zero reserved bytes is an
-// error wrapping ErrPacket.
+// tag returns the truncated HMAC of the first tagOff bytes of a packet.
+func tag(secret, head []byte) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte(tagLabel))
+	h.Write(head[:tagOff])
+	return h.Sum(nil)[:tagLen]
+}
+
+// ParsePacket decodes a probe datagram without checking its tag (Verify
+// does). Anything but exactly PacketSize bytes with the right magic,
+// version, type and zero reserved byte, and a zero tag when the key id is
+// 0, is an error wrapping ErrPacket.
 func ParsePacket(b []byte) (Packet, error) {
 	if len(b) != PacketSize {
 		return Packet{}, fmt.Errorf("%w: %d bytes, want %d", ErrPacket, len(b), PacketSize)
@@ -66,13 +121,46 @@ func ParsePacket(b []byte) (Packet, error) {
 	if b[5] != TypeRequest && b[5] != TypeReply {
 		return Packet{}, fmt.Errorf("%w: type %d", ErrPacket, b[5])
 	}
-	if b[6] != 0 || b[7] != 0 {
-		return Packet{}, fmt.Errorf("%w: reserved bytes set", ErrPacket)
+	if b[7] != 0 {
+		return Packet{}, fmt.Errorf("%w: reserved byte set", ErrPacket)
+	}
+	if b[6] == 0 {
+		for _, c := range b[tagOff:] {
+			if c != 0 {
+				return Packet{}, fmt.Errorf("%w: tag without a key id", ErrPacket)
+			}
+		}
 	}
 	return Packet{
-		Type:  b[5],
-		ID:    binary.BigEndian.Uint64(b[8:]),
-		Seq:   binary.BigEndian.Uint64(b[16:]),
-		Stamp: binary.BigEndian.Uint64(b[24:]),
+		Type:   b[5],
+		KeyID:  b[6],
+		ID:     binary.BigEndian.Uint64(b[8:]),
+		Seq:    binary.BigEndian.Uint64(b[16:]),
+		Stamp:  binary.BigEndian.Uint64(b[24:]),
+		RxNano: int64(binary.BigEndian.Uint64(b[32:])),
+		TxNano: int64(binary.BigEndian.Uint64(b[40:])),
 	}, nil
+}
+
+// Verify checks the tag of the packet b (PacketSize bytes that
+// ParsePacket accepted) under the key of its key id among keys, and
+// returns that key. With no keys, only untagged packets pass (and the key
+// is nil); with keys, only packets tagged under one of them pass.
+func Verify(b []byte, keys []Key) (*Key, bool) {
+	if len(b) != PacketSize {
+		return nil, false
+	}
+	id := b[6]
+	if len(keys) == 0 {
+		return nil, id == 0
+	}
+	if id == 0 {
+		return nil, false
+	}
+	for i := range keys {
+		if keys[i].ID == id {
+			return &keys[i], hmac.Equal(tag(keys[i].Secret, b), b[tagOff:])
+		}
+	}
+	return nil, false
 }

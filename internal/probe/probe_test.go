@@ -280,8 +280,8 @@ func TestServerAndUDPEcho(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	good := Packet{Type: TypeRequest, ID: 7, Seq: 1}.Append(nil)
-	reply := Packet{Type: TypeReply, ID: 7, Seq: 1}.Append(nil)
+	good := mustAppend(t, Packet{Type: TypeRequest, ID: 7, Seq: 1}, nil)
+	reply := mustAppend(t, Packet{Type: TypeReply, ID: 7, Seq: 1}, nil)
 	bad := [][]byte{
 		append(append([]byte(nil), good...), 0), // oversized by one
 		make([]byte, 1500),                      // oversized
@@ -313,7 +313,7 @@ func TestServerAndUDPEcho(t *testing.T) {
 func TestServerRateLimit(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	srv := NewServer(ServerConfig{Rate: 10, Burst: 3, Now: func() time.Time { return now }}, nil)
-	req := func() bool { return srv.handle(Packet{Type: TypeRequest}.Append(nil)) != nil }
+	req := func() bool { return srv.handle(mustAppend(t, Packet{Type: TypeRequest}, nil), 1) != nil }
 	for i := range 3 {
 		if !req() {
 			t.Fatalf("request %d within the burst refused", i)
@@ -539,4 +539,148 @@ func (c *countingStarts) Measure(ctx context.Context, addr string) (time.Duratio
 	c.mu.Unlock()
 	time.Sleep(c.d)
 	return c.d, nil
+}
+
+func mustAppend(t testing.TB, p Packet, k *Key) []byte {
+	t.Helper()
+	b, err := p.Append(nil, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// serve runs a Server on a loopback socket and returns its address.
+func serve(t *testing.T, cfg ServerConfig) (string, *Server) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(cfg, nil)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, pc) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	return pc.LocalAddr().String(), srv
+}
+
+// TestAuthenticatedProbes checks the tags: a server with keys answers only
+// requests tagged under one of them (also the previous key, answered under
+// it), a server without keys only untagged ones, and a prober counts only
+// replies tagged under its keys.
+func TestAuthenticatedProbes(t *testing.T) {
+	k1 := Key{ID: 1, Secret: []byte("key one, thirty-two bytes long!!")}
+	k2 := Key{ID: 2, Secret: []byte("key two, thirty-two bytes long!!")}
+	k1b := Key{ID: 1, Secret: []byte("an impostor's key with id one!!!")}
+	keyed, keyedSrv := serve(t, ServerConfig{Keys: func() []Key { return []Key{k2, k1} }})
+	open, openSrv := serve(t, ServerConfig{})
+	tests := []struct {
+		name   string
+		addr   string
+		keys   []Key
+		answer bool
+	}{
+		{"current key", keyed, []Key{k2}, true},
+		{"previous key", keyed, []Key{k1, k2}, true},
+		{"no key", keyed, nil, false},
+		{"unknown key", keyed, []Key{{ID: 3, Secret: k1.Secret}}, false},
+		{"wrong secret", keyed, []Key{k1b}, false},
+		{"open server, no key", open, nil, true},
+		{"open server, key", open, []Key{k1}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := &UDPEcho{Timeout: 300 * ms, Keys: func() []Key { return tt.keys }}
+			rtt, err := u.Measure(t.Context(), tt.addr)
+			if tt.answer && (err != nil || rtt <= 0) {
+				t.Errorf("Measure = %v, %v; want an RTT", rtt, err)
+			}
+			if !tt.answer && err == nil {
+				t.Errorf("Measure = %v; want no answer", rtt)
+			}
+		})
+	}
+	if st := keyedSrv.Stats(); st.Replied != 2 || st.Unauth != 3 {
+		t.Errorf("keyed server Stats() = %+v; want 2 replied, 3 unauthenticated", st)
+	}
+	if st := openSrv.Stats(); st.Replied != 1 || st.Unauth != 1 {
+		t.Errorf("open server Stats() = %+v; want 1 replied, 1 unauthenticated", st)
+	}
+
+	// A reply under another key, or tampered with, does not count.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			p, err := ParsePacket(buf[:n])
+			if err != nil {
+				continue
+			}
+			p.Type = TypeReply
+			forged, _ := p.Append(nil, &Key{ID: p.KeyID, Secret: k1b.Secret})
+			pc.WriteTo(forged, from)
+			tampered, _ := p.Append(nil, &k1)
+			tampered[20] ^= 1
+			pc.WriteTo(tampered, from)
+		}
+	}()
+	u := &UDPEcho{Timeout: 300 * ms, Keys: func() []Key { return []Key{k1} }}
+	if rtt, err := u.Measure(t.Context(), pc.LocalAddr().String()); err == nil {
+		t.Errorf("Measure took a forged reply: %v", rtt)
+	}
+}
+
+// TestTurnaroundSubtracted checks the TWAMP-like measurement: a responder
+// that holds each request 80 ms and says so in its reply is measured at the
+// loopback RTT, not at 80 ms; one that says nothing is measured at 80 ms.
+func TestTurnaroundSubtracted(t *testing.T) {
+	for _, honest := range []bool{true, false} {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				rx := time.Now().UnixNano()
+				p, err := ParsePacket(buf[:n])
+				if err != nil {
+					continue
+				}
+				time.Sleep(80 * ms)
+				p.Type = TypeReply
+				if honest {
+					p.RxNano, p.TxNano = rx, time.Now().UnixNano()
+				}
+				b, _ := p.Append(nil, nil)
+				pc.WriteTo(b, from)
+			}
+		}()
+		rtt, err := (&UDPEcho{Timeout: time.Second}).Measure(t.Context(), pc.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if honest && rtt > 20*ms || !honest && rtt < 80*ms {
+			t.Errorf("responder reporting its turnaround %v: measured %v", honest, rtt)
+		}
+	}
 }

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package probe
+
+import "net"
+
+var oobSize = 0
+
+func enableRxTimestamps(c *net.UDPConn) bool { return false }
+
+func rxTimestamp(oob []byte) int64 { return 0 }
