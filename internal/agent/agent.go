@@ -116,11 +116,25 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg:        cfg,
 		log:        log.With("fep", cfg.FEP.ID),
 		reregister: make(chan struct{}, 1),
-		prober:     probe.NewProber(cfg.Probe, log.With("fep", cfg.FEP.ID)),
 	}
+	// Probes are tagged with the overlay key of the current table (none
+	// before the first table: then they go untagged).
+	switch m := cfg.Probe.Measurer.(type) {
+	case nil:
+		cfg.Probe.Measurer = &probe.UDPEcho{Keys: a.probeKeys}
+	case *probe.UDPEcho:
+		if m.Keys == nil {
+			m.Keys = a.probeKeys
+		}
+	}
+	a.prober = probe.NewProber(cfg.Probe, a.log)
 	if cfg.ProbeListen != "off" {
+		if cfg.ProbeServer.Keys == nil {
+			cfg.ProbeServer.Keys = a.probeKeys
+		}
 		a.probeSrv = probe.NewServer(cfg.ProbeServer, a.log)
 	}
+	a.cfg = cfg
 	if err := a.loadTable(); err != nil {
 		a.log.Warn("ignoring the persisted table", "err", err)
 	}
@@ -164,6 +178,14 @@ func (a *Agent) Version() uint64 {
 
 // Snapshot returns the current snapshot, or nil.
 func (a *Agent) Snapshot() *Snapshot { return a.snap.Load() }
+
+// probeKeys returns the probe keys of the current table, or nil.
+func (a *Agent) probeKeys() []probe.Key {
+	if s := a.snap.Load(); s != nil {
+		return s.ProbeKeys
+	}
+	return nil
+}
 
 // Estimates returns the prober's current RTT estimates per peer.
 func (a *Agent) Estimates() map[string]time.Duration { return a.prober.Estimates() }

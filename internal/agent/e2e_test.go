@@ -137,10 +137,29 @@ func TestAgentsWithRealController(t *testing.T) {
 		}
 		return true
 	})
-	v := fra.Version()
+	// With a table, the measurement endpoints answer only probes tagged
+	// with the overlay key.
+	keys := fra.Snapshot().ProbeKeys
+	if len(keys) == 0 {
+		t.Fatal("no probe keys in fra's snapshot")
+	}
+	par := feps[1].ProbeAddr
+	if _, err := (&probe.UDPEcho{Timeout: 300 * time.Millisecond}).Measure(context.Background(), par); err == nil {
+		t.Error("an untagged probe was answered by a FEP holding the overlay key")
+	}
+	eventually(t, "a probe tagged with fra's key answered by par", func() bool {
+		_, err := (&probe.UDPEcho{Timeout: 300 * time.Millisecond, Keys: func() []probe.Key { return keys }}).Measure(context.Background(), par)
+		return err == nil
+	})
+	if st := agents["par"].ProbeStats(); st.Unauth == 0 || st.Replied == 0 {
+		t.Errorf("par's endpoint stats %+v; want tagged probes answered and the untagged one dropped", st)
+	}
 	if err := stops["fra"](); err != nil {
 		t.Fatal(err)
 	}
+	// Read after the stop: a table may arrive until then.
+	v := fra.Version()
+	e, _ = fra.Lookup("fra", "ams", 1<<20)
 
 	// Controller gone; a restarted fra routes on its persisted table.
 	srv.Close()

@@ -10,6 +10,7 @@ import (
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
+	"github.com/mosto-net/mosto/internal/probe"
 )
 
 // Snapshot is one immutable table of the LoP as the proxy uses it. Never
@@ -21,6 +22,9 @@ type Snapshot struct {
 	Members map[string]string // FEP id -> hop address
 	Keys    pki.OverlayKeys   // zero when the controller sent none
 	Keyring *hop.Keyring      // nil when the controller sent no keys
+	// ProbeKeys are the same keys for probe tags, current first; nil when
+	// the controller sent none.
+	ProbeKeys []probe.Key
 }
 
 // newSnapshot validates t and builds the snapshot of it. lop, when not
@@ -66,6 +70,10 @@ func newSnapshot(t *api.Table, lop string) (*Snapshot, error) {
 			return nil, fmt.Errorf("table version %d: keys: %w", t.Version, err)
 		}
 		s.Keys, s.Keyring = ks, kr
+		s.ProbeKeys = []probe.Key{{ID: ks.Current.ID, Secret: ks.Current.Secret}}
+		if ks.Previous != nil {
+			s.ProbeKeys = append(s.ProbeKeys, probe.Key{ID: ks.Previous.ID, Secret: ks.Previous.Secret})
+		}
 	}
 	return s, nil
 }
