@@ -222,6 +222,9 @@ type SocketConfig struct {
 // MetricsConfig is the HTTP listener for /metrics and /healthz.
 type MetricsConfig struct {
 	Listen string `yaml:"listen"` // empty: no metrics listener
+	// PProf also serves Go's profiles under /debug/pprof/ on the metrics
+	// listener (off by default: profiles reveal internals and cost CPU).
+	PProf bool `yaml:"pprof"`
 }
 
 // Defaults used when a field is zero.

@@ -14,14 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var errIdle = errors.New("relay: idle timeout")
-
 // pipe relays bytes between the two TCP connections of one flow: down is
 // the connection towards the client, up the one towards the origin.
 type pipe struct {
 	down, up *net.TCPConn
 	idle     time.Duration
 	last     atomic.Int64 // unix nanoseconds of the last progress in either direction
+	timer    atomic.Pointer[time.Timer]
+	idled    atomic.Bool // the idle timer ended the flow
 	abortMu  sync.Once
 	aborted  atomic.Bool
 	upBytes  prometheus.Counter
@@ -32,14 +32,22 @@ type pipe struct {
 // run copies both directions until both ended and returns the flow outcome.
 // A clean EOF in one direction is passed on as a half-close; an error in
 // either direction resets both connections so each peer learns promptly.
+// With an idle timeout one timer per flow (not per-read deadlines) ends the
+// flow when neither direction moved for the timeout.
 func (p *pipe) run() string {
-	p.last.Store(time.Now().UnixNano())
+	if p.idle > 0 {
+		p.last.Store(time.Now().UnixNano())
+		p.timer.Store(time.AfterFunc(p.idle, p.checkIdle))
+	}
 	errc := make(chan error, 1)
 	go p.copyUpstream(errc)
 	errDown := p.copyHalf(p.down, p.up, p.dnBytes)
 	errUp := <-errc
+	if t := p.timer.Load(); t != nil {
+		t.Stop()
+	}
 	switch {
-	case errors.Is(errDown, errIdle) || errors.Is(errUp, errIdle):
+	case p.idled.Load():
 		return outcomeIdle
 	case errDown != nil || errUp != nil:
 		return outcomeReset
@@ -49,14 +57,28 @@ func (p *pipe) run() string {
 	return outcomeOK
 }
 
+// checkIdle runs when the idle timer fires: it re-arms the timer for the
+// rest of the timeout after the last progress, or ends the flow.
+func (p *pipe) checkIdle() {
+	quiet := time.Since(time.Unix(0, p.last.Load()))
+	if quiet < p.idle {
+		if t := p.timer.Load(); t != nil {
+			t.Reset(p.idle - quiet)
+			return
+		}
+	}
+	p.idled.Store(true)
+	p.abort()
+}
+
 // copyUpstream is the client -> origin direction, a named goroutine so
 // stack dumps show what each flow goroutine does.
 func (p *pipe) copyUpstream(errc chan<- error) {
 	errc <- p.copyHalf(p.up, p.down, p.upBytes)
 }
 
-// copyHalf copies src to dst (spliced), then half-closes: CloseWrite on dst
-// passes the EOF on, CloseRead on src. On error it aborts the flow.
+// copyHalf copies src to dst, then half-closes dst (CloseWrite passes the
+// EOF on). On error it aborts the flow.
 func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 	err := p.copyData(dst, src, bytes)
 	if err != nil {
@@ -67,61 +89,131 @@ func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 		p.abort()
 		return err
 	}
-	src.CloseRead()
 	return nil
 }
 
-// copyData moves src's bytes to dst until EOF. It waits for data without
-// holding a splice pipe (an idle flow costs its two sockets, no pipe fds),
-// then splices exactly the queued bytes with io.CopyN between the two
-// *net.TCPConn. With an idle timeout, deadlines are renewed on progress
-// and the flow ends when neither direction moved for the timeout.
+// copyData moves src's bytes to dst until EOF.
+//
+// A flow starts in small mode: each wait for data is one read(2) into a
+// pooled buffer, done inside the runtime poller's callback (the buffer is
+// taken only once data is there, so an idle flow holds none), then one
+// write. A read that fills the buffer switches the direction to bulk mode
+// for good: it waits without holding a splice pipe (SIOCINQ, then a
+// MSG_PEEK to tell EOF) and splices exactly the queued bytes with
+// io.CopyN between the two *net.TCPConn (Go's splice path); small queues
+// still go through a pooled buffer.
 func (p *pipe) copyData(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 	rc, err := src.SyscallConn()
 	if err != nil {
 		return err
 	}
+	r := smallReader{bufs: p.bufs}
+	r.fn = r.read
+	bulk := p.bufs == nil
 	for {
-		if p.idle > 0 {
-			deadline := time.Now().Add(p.idle)
-			src.SetReadDeadline(deadline)
-			dst.SetWriteDeadline(deadline)
-		}
-		avail, err := waitReadable(rc)
 		var n int64
 		switch {
-		case err != nil:
-		case avail == 0:
-			return nil // EOF
-		case avail < smallCopy && p.bufs != nil:
-			n, err = p.copySmall(dst, src, avail)
-		default:
-			n, err = io.CopyN(dst, src, int64(avail))
-		}
-		if n > 0 {
-			bytes.Add(float64(n))
-			if p.idle > 0 {
-				p.last.Store(time.Now().UnixNano())
+		case !bulk:
+			bp, nr, err := r.next(rc)
+			if err != nil {
+				return err
 			}
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, io.EOF):
-			return nil
-		case p.idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && !p.aborted.Load():
-			if n > 0 || time.Since(time.Unix(0, p.last.Load())) < p.idle {
-				continue
+			if nr == 0 {
+				return nil // EOF
 			}
-			return errIdle
+			_, err = dst.Write((*bp)[:nr])
+			bulk = nr == len(*bp)
+			p.bufs.Put(bp)
+			if err != nil {
+				return err
+			}
+			n = int64(nr)
 		default:
-			return err
+			avail, err := waitReadable(rc)
+			switch {
+			case err != nil:
+			case avail == 0:
+				return nil // EOF
+			case avail < smallCopy && p.bufs != nil:
+				n, err = p.copySmall(dst, src, avail)
+			default:
+				n, err = io.CopyN(dst, src, int64(avail))
+			}
+			p.progress(bytes, n)
+			switch {
+			case err == nil:
+			case errors.Is(err, io.EOF):
+				return nil
+			default:
+				return err
+			}
+			continue
 		}
+		p.progress(bytes, n)
 	}
 }
 
-// smallCopy is the queued-byte count below which read+write through a
-// pooled buffer replaces splice: the same two syscalls, without taking a
-// pipe (and without creating one when the pool is empty).
+// progress counts n relayed bytes and, with an idle timeout, notes the time.
+func (p *pipe) progress(bytes prometheus.Counter, n int64) {
+	if n <= 0 {
+		return
+	}
+	bytes.Add(float64(n))
+	if p.idle > 0 {
+		p.last.Store(time.Now().UnixNano())
+	}
+}
+
+// smallReader reads whatever a socket has queued into a pooled buffer from
+// inside the runtime poller's callback. fn is its read method, bound once
+// per direction so waiting allocates nothing.
+type smallReader struct {
+	bufs *sync.Pool
+	fn   func(fd uintptr) bool
+	bp   *[]byte
+	n    int
+	err  error
+}
+
+// next waits until src has data or reached EOF and returns a pooled buffer
+// holding n bytes (n == 0: EOF, no buffer). The caller puts the buffer back.
+func (r *smallReader) next(rc syscall.RawConn) (*[]byte, int, error) {
+	r.bp, r.n, r.err = nil, 0, nil
+	if err := rc.Read(r.fn); err != nil {
+		if r.bp != nil {
+			r.bufs.Put(r.bp)
+		}
+		return nil, 0, err
+	}
+	return r.bp, r.n, r.err
+}
+
+func (r *smallReader) read(fd uintptr) bool {
+	b := r.bufs.Get().(*[]byte)
+	for {
+		n, err := unix.Read(int(fd), *b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			r.bufs.Put(b)
+			return false // nothing yet: wait for readability
+		case err != nil:
+			r.bufs.Put(b)
+			r.err = os.NewSyscallError("read", err)
+		case n == 0:
+			r.bufs.Put(b)
+		default:
+			r.bp, r.n = b, n
+		}
+		return true
+	}
+}
+
+// smallCopy is the size of the pooled buffers, and the queued-byte count
+// below which read+write through one replaces splice: the same two
+// syscalls, without taking a pipe (and without creating one when the pool
+// is empty).
 const smallCopy = 16 << 10
 
 // copySmall moves avail queued bytes from src to dst through a pooled buffer.

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -266,7 +267,7 @@ func (s *Server) clientFirstBytes(c *net.TCPConn) []byte {
 			c.SetReadDeadline(time.Time{})
 		}
 	}
-	return queued(c, earlyMax)
+	return s.earlyBytes(c)
 }
 
 // earlyMax bounds the client bytes sent along with a hop header.
@@ -277,11 +278,16 @@ const earlyMax = 16 << 10
 // SIOCINQ, which answers 0 while a Fast Open connection is still in
 // SYN_RECV although its SYN's data is there.
 func queued(c *net.TCPConn, max int) []byte {
+	return queuedInto(c, make([]byte, max))
+}
+
+// queuedInto reads bytes already received on c into b, without waiting,
+// and returns them (nil when none).
+func queuedInto(c *net.TCPConn, b []byte) []byte {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil
 	}
-	b := make([]byte, max)
 	n := 0
 	rc.Read(func(fd uintptr) bool {
 		m, _, err := unix.Recvfrom(int(fd), b, unix.MSG_DONTWAIT)
@@ -294,6 +300,18 @@ func queued(c *net.TCPConn, max int) []byte {
 		return nil
 	}
 	return b[:n]
+}
+
+// earlyBytes is queued(c, earlyMax) through a pooled buffer: only the
+// bytes read are allocated.
+func (s *Server) earlyBytes(c *net.TCPConn) []byte {
+	bp := s.bufs.Get().(*[]byte)
+	defer s.bufs.Put(bp)
+	b := queuedInto(c, (*bp)[:min(earlyMax, len(*bp))])
+	if b == nil {
+		return nil
+	}
+	return bytes.Clone(b)
 }
 
 // route returns the chain from this FEP to egp for a transfer of size

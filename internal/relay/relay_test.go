@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"io"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -369,7 +371,74 @@ func TestMetricsAndHealth(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 }
 
+// TestPProfOptIn checks that Go's profiles are served only with
+// metrics.pprof.
+func TestPProfOptIn(t *testing.T) {
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) {
+		c.Metrics.Listen = "127.0.0.1:0"
+		c.Metrics.PProf = c.ID == "a"
+	})
+	defer http.DefaultClient.CloseIdleConnections()
+	for _, tc := range []struct {
+		name string
+		s    *Server
+		want int
+	}{
+		{"pprof on", w.a.Server, http.StatusOK},
+		{"pprof off", w.b.Server, http.StatusNotFound},
+	} {
+		resp, err := http.Get("http://" + tc.s.MetricsAddr().String() + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: GET /debug/pprof/goroutine = %d; want %d", tc.name, resp.StatusCode, tc.want)
+		}
+		if tc.want == http.StatusOK && !strings.Contains(string(body), "goroutine profile") {
+			t.Errorf("%s: goroutine profile missing: %.200s", tc.name, body)
+		}
+	}
+}
+
 // TestIdleTimeout checks that a flow without data is closed after the idle
+// TestIdleTimeoutStuckWriter checks that a flow whose origin stops reading
+// (so the proxy's writes block) still ends after the idle timeout, with a
+// reset towards the client.
+func TestIdleTimeoutStuckWriter(t *testing.T) {
+	leakCheck(t)
+	const idle = 500 * time.Millisecond
+	release := make(chan struct{})
+	defer close(release)
+	o := newOrigin(t, func(c *net.TCPConn) {
+		c.SetReadBuffer(4096)
+		<-release // never reads
+	})
+	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Idle = Duration(idle) })
+	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(15 * time.Second))
+	start := time.Now()
+	// Write until the buffers along the chain are full and writes block
+	// (the deadline), or the proxy resets the flow.
+	buf := make([]byte, 64<<10)
+	var werr error
+	for werr == nil {
+		_, werr = c.Write(buf)
+	}
+	if errors.Is(werr, os.ErrDeadlineExceeded) {
+		t.Fatalf("flow not ended after %v (idle timeout %v)", time.Since(start), idle)
+	}
+	waitFor(t, 5*time.Second, "idle outcome", func() bool {
+		return flows(w.a.Server, roleInP, outcomeIdle)+flows(w.b.Server, roleTrP, outcomeIdle)+flows(w.c.Server, roleEgP, outcomeIdle) >= 1
+	})
+}
+
 // timeout, while a slow but steady flow is not.
 func TestIdleTimeout(t *testing.T) {
 	leakCheck(t)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"sync"
@@ -722,7 +723,7 @@ func (s *Server) awaitFirstByte(c *net.TCPConn, src netip.AddrPort, d time.Durat
 func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header, log *slog.Logger) *net.TCPConn {
 	// The flow's first bytes that came with the header (in its SYN with
 	// Fast Open) leave with the next header.
-	early := queued(c, earlyMax)
+	early := s.earlyBytes(c)
 	up, err := s.dialHop(next, addr, h, early)
 	if err != nil {
 		log.Debug("connect next hop", "next", next, "addr", addr, "err", err)
@@ -906,6 +907,13 @@ func (s *Server) newHTTPServer() *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.m.handler())
 	mux.HandleFunc("/healthz", s.healthz)
+	if s.cfg.Metrics.PProf {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 }
 
