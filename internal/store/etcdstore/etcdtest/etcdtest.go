@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -17,9 +18,32 @@ import (
 // Start starts etcd and returns its client endpoints.
 func Start(tb testing.TB) []string {
 	tb.Helper()
+	return startRetry(tb, nil)
+}
+
+// TLSFiles are the PEM files of a TLS etcd started by StartTLS: etcd's CA,
+// and a client certificate and key that the CA signed.
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// StartTLS starts etcd serving https on its client URL and requiring a
+// client certificate signed by a fresh CA; it returns the endpoints and the
+// files a client needs.
+func StartTLS(tb testing.TB) ([]string, TLSFiles) {
+	tb.Helper()
+	files, server, err := writeCerts(tb.TempDir())
+	if err != nil {
+		tb.Fatalf("etcd test certificates: %v", err)
+	}
+	return startRetry(tb, &server), files
+}
+
+func startRetry(tb testing.TB, tlsInfo *transport.TLSInfo) []string {
+	tb.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		eps, err := start(tb)
+		eps, err := start(tb, tlsInfo)
 		if err == nil {
 			return eps
 		}
@@ -38,7 +62,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func start(tb testing.TB) ([]string, error) {
+func start(tb testing.TB, tlsInfo *transport.TLSInfo) ([]string, error) {
 	cp, err := freePort()
 	if err != nil {
 		return nil, err
@@ -47,7 +71,11 @@ func start(tb testing.TB) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cp))
+	scheme := "http"
+	if tlsInfo != nil {
+		scheme = "https"
+	}
+	cu, _ := url.Parse(fmt.Sprintf("%s://127.0.0.1:%d", scheme, cp))
 	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pp))
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
@@ -64,6 +92,9 @@ func start(tb testing.TB) ([]string, error) {
 	cfg.AutoCompactionMode = embed.CompactorModeRevision
 	cfg.AutoCompactionRetention = "1000"
 	cfg.MaxRequestBytes = 8 << 20
+	if tlsInfo != nil {
+		cfg.ClientTLSInfo = *tlsInfo
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, err
