@@ -241,7 +241,7 @@ func loadTable(path string) (*pathcomp.Index, error) {
 }
 
 func (s *Server) bind() error {
-	lc := net.ListenConfig{Control: s.cfg.Socket.control(sockListen), KeepAlive: s.cfg.Socket.keepAlive()}
+	lc := net.ListenConfig{Control: s.listenControl(), KeepAlive: s.cfg.Socket.keepAlive()}
 	listen := func(addr string, l *listener) error {
 		ln, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {
