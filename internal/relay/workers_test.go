@@ -205,10 +205,11 @@ func TestWorkers10kFlows(t *testing.T) {
 	dir := t.TempDir()
 
 	// The origin.
+	childErr := &raceWatch{w: os.Stderr} // every child's stderr
 	originOut := &lineSink{ch: make(chan string, 16)}
 	oc := exec.Command(os.Args[0], "-test.run=^TestOriginProcess$")
 	oc.Env = append(os.Environ(), envOriginFlows+"="+strconv.Itoa(flows))
-	oc.Stdout, oc.Stderr = originOut, os.Stderr
+	oc.Stdout, oc.Stderr = originOut, childErr
 	oc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	originIn, err := oc.StdinPipe()
 	if err != nil {
@@ -266,7 +267,7 @@ metrics: {listen: '127.0.0.1:0'}
 		sv := &Supervisor{N: workers, Stop: 20 * time.Second, Log: testLogger(t), Command: func(i int) *exec.Cmd {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$")
 			cmd.Env = append(os.Environ(), envWorkerConfig+"="+path, fmt.Sprintf("%s=%d", WorkerEnv, i))
-			cmd.Stdout, cmd.Stderr = workerOut, os.Stderr
+			cmd.Stdout, cmd.Stderr = workerOut, childErr
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			return cmd
 		}}
@@ -377,7 +378,23 @@ metrics: {listen: '127.0.0.1:0'}
 		t.Logf("%s: %v flows (%s) per worker", id, per, role)
 	}
 	stopAll()
+	if childErr.raced.Load() {
+		t.Error("a child process reported a data race (see its stderr above)")
+	}
 	t.Logf("total %v", time.Since(startTime).Round(time.Millisecond))
+}
+
+// raceWatch passes a child's stderr on and notes race detector reports.
+type raceWatch struct {
+	w     io.Writer
+	raced atomic.Bool
+}
+
+func (r *raceWatch) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("DATA RACE")) {
+		r.raced.Store(true)
+	}
+	return r.w.Write(p)
 }
 
 func runSupervisor(wg *sync.WaitGroup, ctx context.Context, sv *Supervisor, errs chan<- error) {
