@@ -81,6 +81,18 @@ func (f *fakeBackend) Targets(ctx context.Context, id string) ([]api.Target, err
 	return f.targets[id], nil
 }
 
+func (f *fakeBackend) DestTargets(ctx context.Context, id string) ([]api.DestTarget, error) {
+	return nil, nil
+}
+
+func (f *fakeBackend) RegisterDestination(ctx context.Context, d api.Destination) error { return nil }
+
+func (f *fakeBackend) DeleteDestination(ctx context.Context, id string) error { return api.ErrNotFound }
+
+func (f *fakeBackend) Destinations(ctx context.Context) ([]api.DestinationStatus, error) {
+	return nil, nil
+}
+
 func (f *fakeBackend) Report(ctx context.Context, r api.Report) (api.ReportResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

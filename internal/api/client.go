@@ -120,6 +120,31 @@ func (c *Client) Report(ctx context.Context, r Report) (ReportResult, error) {
 	return out, err
 }
 
+// TargetsAndDestinations returns the peers and the destinations FEP id
+// must measure.
+func (c *Client) TargetsAndDestinations(ctx context.Context, id string) (Targets, error) {
+	var out Targets
+	err := c.do(ctx, http.MethodGet, PathFEPs+"/"+url.PathEscape(id)+"/targets", nil, &out)
+	return out, err
+}
+
+// RegisterDestination registers or updates d.
+func (c *Client) RegisterDestination(ctx context.Context, d Destination) error {
+	return c.do(ctx, http.MethodPost, PathDestinations, d, nil)
+}
+
+// DeleteDestination removes the destination id.
+func (c *Client) DeleteDestination(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, PathDestinations+"/"+url.PathEscape(id), nil, nil)
+}
+
+// Destinations lists the destinations with their current EgP.
+func (c *Client) Destinations(ctx context.Context) ([]DestinationStatus, error) {
+	var out DestinationList
+	err := c.do(ctx, http.MethodGet, PathDestinations, nil, &out)
+	return out.Destinations, err
+}
+
 // Matrix returns the current RTT matrix.
 func (c *Client) Matrix(ctx context.Context) (Matrix, error) {
 	var out Matrix

@@ -17,6 +17,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"fep":"fra","samples":[{"peer":"ams","rtt_ms":9.5}]}`))
 	f.Add([]byte(`{"token":"good","fep":` + goodFEP + `,"csr_pem":"x"}`))
 	f.Add([]byte(`{"fep":"fra","samples":[{"peer":"ams","rtt_ms":1e400}]}`))
+	f.Add([]byte(`{"fep":"fra","destinations":[{"dest":"shop","rtt_ms":20}]}`))
+	f.Add([]byte(goodDest))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`null`))
 	f.Add([]byte("\x00\xff"))
@@ -24,7 +26,7 @@ func FuzzDecode(f *testing.F) {
 	b.feps["fra"] = api.FEP{ID: "fra"}
 	h := api.NewHandler(api.ServerConfig{Backend: b, Joiner: denyJoiner{}})
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, path := range []string{api.PathFEPs, api.PathReports, api.PathJoin} {
+		for _, path := range []string{api.PathFEPs, api.PathReports, api.PathJoin, api.PathDestinations} {
 			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
@@ -38,6 +40,12 @@ func FuzzDecode(f *testing.F) {
 				}
 				if err := r.Validate(time.Now()); err != nil {
 					t.Fatalf("accepted report is invalid: %v", err)
+				}
+			}
+			if rec.Code == http.StatusOK && path == api.PathDestinations {
+				d, err := api.DecodeJSON[api.Destination](bytes.NewReader(body))
+				if err != nil || d.Validate() != nil {
+					t.Fatalf("accepted destination %q: %v, %v", body, err, d.Validate())
 				}
 			}
 		}

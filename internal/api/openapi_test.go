@@ -32,6 +32,8 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 		"ReportResult": api.ReportResult{}, "Keys": api.Keys{}, "Egress": api.Egress{}, "Table": api.Table{},
 		"Matrix": api.Matrix{}, "Health": api.Health{}, "Error": api.Error{},
 		"TableFile": pathcomp.TableFile{}, "ChainEntry": pathcomp.ChainEntry{},
+		"DestTarget": api.DestTarget{}, "Destination": api.Destination{}, "DestSample": api.DestSample{},
+		"DestinationList": api.DestinationList{},
 	}
 	for name, v := range types {
 		s, ok := doc.Components.Schemas[name]
@@ -57,7 +59,8 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 		}
 	}
 	for _, p := range []string{api.PathJoin, api.PathFEPs, api.PathFEPs + "/{id}", api.PathFEPs + "/{id}/targets",
-		api.PathReports, api.PathTables + "{lop}", api.PathMatrix, api.PathHealth, api.PathMetrics, api.PathOpenAPI} {
+		api.PathReports, api.PathTables + "{lop}", api.PathMatrix, api.PathHealth, api.PathMetrics, api.PathOpenAPI,
+		api.PathDestinations, api.PathDestinations + "/{id}"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("openapi.yaml has no path %s", p)
 		}

@@ -43,12 +43,20 @@ type Backend interface {
 	DeleteFEP(ctx context.Context, id string) error
 	FEPs(ctx context.Context) ([]FEP, error)
 	Targets(ctx context.Context, id string) ([]Target, error)
+	// DestTargets returns the destinations FEP id must measure.
+	DestTargets(ctx context.Context, id string) ([]DestTarget, error)
 	Report(ctx context.Context, r Report) (ReportResult, error)
 	// WaitTable blocks until the table of lop has a version > since and
 	// returns the newest one, or returns ctx.Err(). ErrNotFound: no such LoP.
 	WaitTable(ctx context.Context, lop string, since uint64) (*EncodedTable, error)
 	Matrix(ctx context.Context) (Matrix, error)
 	Health(ctx context.Context) Health
+	// RegisterDestination adds or replaces the destination d.ID.
+	RegisterDestination(ctx context.Context, d Destination) error
+	// DeleteDestination removes a destination (ErrNotFound: none).
+	DeleteDestination(ctx context.Context, id string) error
+	// Destinations lists the destinations with their current EgP, by id.
+	Destinations(ctx context.Context) ([]DestinationStatus, error)
 }
 
 // Joiner checks a join token and signs the FEP's certificate request
@@ -104,13 +112,16 @@ func NewHandler(cfg ServerConfig) http.Handler {
 	route("POST", PathReports, s.report, false)
 	route("GET", PathTables+"{lop}", s.table, false)
 	route("GET", PathMatrix, s.matrix, false)
+	route("GET", PathDestinations, s.listDestinations, false)
+	route("POST", PathDestinations, s.registerDestination, false)
+	route("DELETE", PathDestinations+"/{id}", s.deleteDestination, false)
 	route("GET", PathHealth, s.health, true)
 	route("GET", PathOpenAPI, s.openapi, true)
 	if cfg.Metrics != nil {
 		mux.Handle("GET "+PathMetrics, s.guard(cfg.Metrics.ServeHTTP, false))
 	}
 	for _, p := range []string{PathJoin, PathFEPs, PathFEPs + "/{id}", PathFEPs + "/{id}/targets", PathReports,
-		PathTables + "{lop}", PathMatrix, PathHealth, PathOpenAPI} {
+		PathTables + "{lop}", PathMatrix, PathHealth, PathOpenAPI, PathDestinations, PathDestinations + "/{id}"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s", r.Method, r.URL.Path))
 		})
@@ -329,7 +340,12 @@ func (s *server) targets(w http.ResponseWriter, r *http.Request) {
 	if t == nil {
 		t = []Target{}
 	}
-	writeJSON(w, http.StatusOK, Targets{FEP: id, Targets: t})
+	d, err := s.cfg.Backend.DestTargets(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Targets{FEP: id, Targets: t, Destinations: d})
 }
 
 func (s *server) report(w http.ResponseWriter, r *http.Request) {
@@ -350,6 +366,11 @@ func (s *server) report(w http.ResponseWriter, r *http.Request) {
 	for i := range rep.Samples {
 		if rep.Samples[i].At.IsZero() {
 			rep.Samples[i].At = now
+		}
+	}
+	for i := range rep.Destinations {
+		if rep.Destinations[i].At.IsZero() {
+			rep.Destinations[i].At = now
 		}
 	}
 	res, err := s.cfg.Backend.Report(r.Context(), rep)
@@ -467,6 +488,65 @@ func (s *server) matrix(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, m)
+}
+
+// mayAdmin reports whether the caller may change the overlay's
+// configuration: anonymous callers (no TLS) and the admin may, FEPs may not.
+func (s *server) mayAdmin(r *http.Request) error {
+	who, ok := s.cfg.Identity(r)
+	if !ok || who == AdminIdentity {
+		return nil
+	}
+	return fmt.Errorf("%w: certificate of %q may not change destinations (admin only)", ErrForbidden, who)
+}
+
+func (s *server) listDestinations(w http.ResponseWriter, r *http.Request) {
+	ds, err := s.cfg.Backend.Destinations(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ds == nil {
+		ds = []DestinationStatus{}
+	}
+	writeJSON(w, http.StatusOK, DestinationList{Destinations: ds})
+}
+
+func (s *server) registerDestination(w http.ResponseWriter, r *http.Request) {
+	d, err := decodeBody[Destination](w, r)
+	if err != nil {
+		s.badBody(w, err)
+		return
+	}
+	if err := d.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := s.mayAdmin(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.cfg.Backend.RegisterDestination(r.Context(), d); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *server) deleteDestination(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	if err := s.mayAdmin(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.cfg.Backend.DeleteDestination(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *server) health(w http.ResponseWriter, r *http.Request) {

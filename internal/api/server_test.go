@@ -22,6 +22,7 @@ type fakeBackend struct {
 	feps    map[string]api.FEP
 	reports []api.Report
 	table   *api.EncodedTable
+	dests   map[string]api.Destination
 }
 
 func newFake() *fakeBackend { return &fakeBackend{feps: map[string]api.FEP{}} }
@@ -45,6 +46,9 @@ func (b *fakeBackend) FEPs(ctx context.Context) ([]api.FEP, error) { return nil,
 func (b *fakeBackend) Targets(ctx context.Context, id string) ([]api.Target, error) {
 	return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
 }
+func (b *fakeBackend) DestTargets(ctx context.Context, id string) ([]api.DestTarget, error) {
+	return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
+}
 func (b *fakeBackend) Report(ctx context.Context, r api.Report) (api.ReportResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -66,6 +70,33 @@ func (b *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64) (
 }
 func (b *fakeBackend) Matrix(ctx context.Context) (api.Matrix, error) { return api.Matrix{}, nil }
 func (b *fakeBackend) Health(ctx context.Context) api.Health          { return api.Health{Status: "ok"} }
+func (b *fakeBackend) RegisterDestination(ctx context.Context, d api.Destination) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dests == nil {
+		b.dests = map[string]api.Destination{}
+	}
+	b.dests[d.ID] = d
+	return nil
+}
+func (b *fakeBackend) DeleteDestination(ctx context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.dests[id]; !ok {
+		return fmt.Errorf("destination %s: %w", id, api.ErrNotFound)
+	}
+	delete(b.dests, id)
+	return nil
+}
+func (b *fakeBackend) Destinations(ctx context.Context) ([]api.DestinationStatus, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []api.DestinationStatus
+	for _, d := range b.dests {
+		out = append(out, api.DestinationStatus{Destination: d})
+	}
+	return out, nil
+}
 
 type denyJoiner struct{}
 
@@ -77,6 +108,8 @@ func (denyJoiner) Join(ctx context.Context, token string, f api.FEP, csr []byte)
 }
 
 const goodFEP = `{"id":"fra","hop_addr":"10.0.0.1:7000","probe_addr":"10.0.0.1:7001","lat":50.1,"lon":8.7}`
+
+const goodDest = `{"id":"shop","prefix":"198.51.100.0/24","lat":37.3,"lon":-121.9,"probe_addr":"198.51.100.10:443"}`
 
 func TestValidation(t *testing.T) {
 	b := newFake()
@@ -117,6 +150,23 @@ func TestValidation(t *testing.T) {
 		{"report future", "POST", "/v1/reports", `{"fep":"fra","samples":[{"peer":"ams","rtt_ms":1,"at":"` + future + `"}]}`, 400, "future"},
 		{"report bad time", "POST", "/v1/reports", `{"fep":"fra","samples":[{"peer":"ams","rtt_ms":1,"at":"yesterday"}]}`, 400, "decode"},
 		{"report rtt string", "POST", "/v1/reports", `{"fep":"fra","samples":[{"peer":"ams","rtt_ms":"1"}]}`, 400, "decode"},
+		{"report dest ok", "POST", "/v1/reports", `{"fep":"fra","samples":[],"destinations":[{"dest":"shop","rtt_ms":20}]}`, 200, ""},
+		{"report dest bad id", "POST", "/v1/reports", `{"fep":"fra","destinations":[{"dest":"a/b","rtt_ms":20}]}`, 400, "dest"},
+		{"report dest zero rtt", "POST", "/v1/reports", `{"fep":"fra","destinations":[{"dest":"shop","rtt_ms":0}]}`, 400, "rtt_ms"},
+		{"report dest future", "POST", "/v1/reports", `{"fep":"fra","destinations":[{"dest":"shop","rtt_ms":1,"at":"` + future + `"}]}`, 400, "future"},
+		{"report neither", "POST", "/v1/reports", `{"fep":"fra"}`, 400, "both empty"},
+		{"destination ok", "POST", "/v1/destinations", goodDest, 200, ""},
+		{"destination no probe", "POST", "/v1/destinations", strings.Replace(goodDest, `,"probe_addr":"198.51.100.10:443"`, ``, 1), 200, ""},
+		{"destination bad id", "POST", "/v1/destinations", strings.Replace(goodDest, `"shop"`, `".x"`, 1), 400, "destination id"},
+		{"destination bad prefix", "POST", "/v1/destinations", strings.Replace(goodDest, `198.51.100.0/24`, `198.51.100.0/33`, 1), 400, "prefix"},
+		{"destination no prefix", "POST", "/v1/destinations", strings.Replace(goodDest, `"198.51.100.0/24"`, `""`, 1), 400, "prefix"},
+		{"destination bad lat", "POST", "/v1/destinations", strings.Replace(goodDest, `37.3`, `-90.5`, 1), 400, "lat"},
+		{"destination bad probe", "POST", "/v1/destinations", strings.Replace(goodDest, `:443`, ``, 1), 400, "probe_addr"},
+		{"destination unknown field", "POST", "/v1/destinations", `{"id":"x","egp":"fra"}`, 400, "unknown field"},
+		{"destination list", "GET", "/v1/destinations", "", 200, ""},
+		{"destination delete", "DELETE", "/v1/destinations/shop", "", 204, ""},
+		{"destination delete again", "DELETE", "/v1/destinations/shop", "", 404, "not found"},
+		{"destination delete bad id", "DELETE", "/v1/destinations/-x", "", 400, "id"},
 		{"table unknown lop", "GET", "/v1/tables/nope", "", 404, "not found"},
 		{"table bad since", "GET", "/v1/tables/fra?since=-1", "", 400, "since"},
 		{"table bad wait", "GET", "/v1/tables/fra?wait=forever", "", 400, "wait"},
@@ -192,6 +242,16 @@ func TestIdentityMayOnlyActForItself(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		if rec.Code != tc.want {
 			t.Errorf("report for fra by %q = %d %s; want %d", tc.who, rec.Code, rec.Body, tc.want)
+		}
+	}
+	// Destinations are the admin's: no FEP may change them.
+	for who, want := range map[string]int{"fra": 403, api.AdminIdentity: 200} {
+		req := httptest.NewRequest("POST", "/v1/destinations", strings.NewReader(goodDest))
+		req.Header.Set("X-Test-Identity", who)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("register destination by %q = %d %s; want %d", who, rec.Code, rec.Body, want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -18,16 +19,19 @@ const (
 	PathReports = "/v1/reports" // POST
 	PathTables  = "/v1/tables/" // GET /v1/tables/{lop}?since=V&wait=30s
 	PathMatrix  = "/v1/matrix"
-	PathHealth  = "/healthz"
-	PathMetrics = "/metrics"
-	PathOpenAPI = "/v1/openapi.yaml"
+	// PathDestinations: POST, GET; DELETE .../{id}.
+	PathDestinations = "/v1/destinations"
+	PathHealth       = "/healthz"
+	PathMetrics      = "/metrics"
+	PathOpenAPI      = "/v1/openapi.yaml"
 )
 
 // Limits applied to requests.
 const (
 	MaxIDLen        = 63
 	MaxBodyBytes    = 4 << 20 // request bodies larger than this are refused (413)
-	MaxSamples      = 10000   // samples in one report
+	MaxSamples      = 10000   // samples in one report (FEP and destination samples each)
+	MaxDestinations = 10000   // registered destinations
 	MaxRTTMS        = 60000   // an RTT above one minute is a measurement bug
 	MaxWait         = 120 * time.Second
 	MaxClockSkew    = time.Minute // a sample time further in the future is refused
@@ -155,6 +159,66 @@ type Target struct {
 type Targets struct {
 	FEP     string   `json:"fep"`
 	Targets []Target `json:"targets"`
+	// Destinations are the destinations this FEP must measure (TCP
+	// connect time to their probe address), so the controller can pick
+	// the EgP of each by measured RTT.
+	Destinations []DestTarget `json:"destinations,omitempty"`
+}
+
+// DestTarget is a destination a FEP must measure.
+type DestTarget struct {
+	ID        string `json:"id"`
+	ProbeAddr string `json:"probe_addr"` // host:port a TCP connect is timed to
+}
+
+// Destination is a destination prefix (a service's origins) and where it
+// is. With a probe address, the FEPs nearest to it measure their RTT to it
+// and its EgP is the FEP with the lowest measured RTT; without one (or
+// before any measurement) the FEP nearest to its coordinates.
+type Destination struct {
+	ID        string  `json:"id"`                   // like a FEP id
+	Prefix    string  `json:"prefix"`               // CIDR
+	Lat       float64 `json:"lat"`                  // degrees, -90..90
+	Lon       float64 `json:"lon"`                  // degrees, -180..180
+	ProbeAddr string  `json:"probe_addr,omitempty"` // host:port of a TCP listener there (e.g. an origin)
+}
+
+// Validate reports the first problem of d, or nil.
+func (d Destination) Validate() error {
+	if err := ValidateID(d.ID); err != nil {
+		return fmt.Errorf("destination id: %w", err)
+	}
+	if _, err := netip.ParsePrefix(d.Prefix); err != nil {
+		return fmt.Errorf("destination %s prefix: %w", d.ID, err)
+	}
+	if math.IsNaN(d.Lat) || d.Lat < -90 || d.Lat > 90 {
+		return fmt.Errorf("destination %s lat %v: want -90..90", d.ID, d.Lat)
+	}
+	if math.IsNaN(d.Lon) || d.Lon < -180 || d.Lon > 180 {
+		return fmt.Errorf("destination %s lon %v: want -180..180", d.ID, d.Lon)
+	}
+	if d.ProbeAddr != "" {
+		if err := validateHostPort(d.ProbeAddr); err != nil {
+			return fmt.Errorf("destination %s probe_addr: %w", d.ID, err)
+		}
+	}
+	return nil
+}
+
+// DestinationStatus is a destination with its current EgP.
+type DestinationStatus struct {
+	Destination
+	EgP string `json:"egp,omitempty"` // empty while no FEP is registered
+	// By says how the EgP was chosen: "rtt" (the lowest RTT measured by a
+	// FEP) or "distance" (the FEP nearest to the coordinates).
+	By string `json:"by,omitempty"`
+	// RTTMS are the RTTs measured to the destination, FEP id -> ms.
+	RTTMS map[string]float64 `json:"rtt_ms,omitempty"`
+}
+
+// DestinationList is the body of GET /v1/destinations.
+type DestinationList struct {
+	Destinations []DestinationStatus `json:"destinations"`
 }
 
 // Sample is one RTT measurement from the reporting FEP to a peer.
@@ -164,10 +228,19 @@ type Sample struct {
 	At    time.Time `json:"at"`     // when measured; zero means "now"
 }
 
-// Report is the body of POST /v1/reports.
+// DestSample is one RTT measurement from the reporting FEP to a destination.
+type DestSample struct {
+	Dest  string    `json:"dest"`   // destination id
+	RTTMS float64   `json:"rtt_ms"` // > 0 and <= 60000
+	At    time.Time `json:"at"`     // when measured; zero means "now"
+}
+
+// Report is the body of POST /v1/reports: RTTs to peers, to destinations,
+// or both.
 type Report struct {
-	FEP     string   `json:"fep"`
-	Samples []Sample `json:"samples"`
+	FEP          string       `json:"fep"`
+	Samples      []Sample     `json:"samples"`
+	Destinations []DestSample `json:"destinations,omitempty"`
 }
 
 // Validate checks r against now (for sample times in the future).
@@ -175,8 +248,19 @@ func (r Report) Validate(now time.Time) error {
 	if err := ValidateID(r.FEP); err != nil {
 		return fmt.Errorf("fep: %w", err)
 	}
-	if len(r.Samples) == 0 {
-		return errors.New("samples: empty")
+	if len(r.Samples) == 0 && len(r.Destinations) == 0 {
+		return errors.New("samples and destinations: both empty")
+	}
+	if len(r.Destinations) > MaxSamples {
+		return fmt.Errorf("destinations: %d > %d", len(r.Destinations), MaxSamples)
+	}
+	for i, s := range r.Destinations {
+		if err := ValidateID(s.Dest); err != nil {
+			return fmt.Errorf("destination sample %d dest: %w", i, err)
+		}
+		if err := validRTT(s.RTTMS, s.At, now); err != nil {
+			return fmt.Errorf("destination sample %d dest %s: %w", i, s.Dest, err)
+		}
 	}
 	if len(r.Samples) > MaxSamples {
 		return fmt.Errorf("samples: %d > %d", len(r.Samples), MaxSamples)
@@ -194,6 +278,16 @@ func (r Report) Validate(now time.Time) error {
 		if s.At.After(now.Add(MaxClockSkew)) {
 			return fmt.Errorf("sample %d peer %s: time %s is in the future", i, s.Peer, s.At.Format(time.RFC3339))
 		}
+	}
+	return nil
+}
+
+func validRTT(ms float64, at, now time.Time) error {
+	if math.IsNaN(ms) || math.IsInf(ms, 0) || ms <= 0 || ms > MaxRTTMS {
+		return fmt.Errorf("rtt_ms %v: want > 0 and <= %d", ms, MaxRTTMS)
+	}
+	if at.After(now.Add(MaxClockSkew)) {
+		return fmt.Errorf("time %s is in the future", at.Format(time.RFC3339))
 	}
 	return nil
 }

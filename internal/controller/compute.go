@@ -212,11 +212,8 @@ func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, err
 	for i, id := range m.Names {
 		p.qnames[i] = appendJSONString(nil, id)
 	}
-	for _, d := range cfg.Topology.Egress {
-		if k := Closest(d.Lat, d.Lon, feps, nil); k >= 0 {
-			p.egress = append(p.egress, api.Egress{Prefix: d.Prefix, FEP: feps[k].ID})
-		}
-	}
+	// p.egress is set by the caller (chooseEgress: it needs the RTTs to
+	// the destinations).
 	return p, nil
 }
 

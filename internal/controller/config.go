@@ -118,11 +118,20 @@ type Topology struct {
 	Egress []Destination     `yaml:"egress" json:"egress,omitempty"`
 }
 
-// Destination is a destination prefix and where it is.
+// Destination is a destination prefix and where it is. With an id and a
+// probe address (host:port of a TCP listener there, e.g. an origin), the
+// FEPs nearest to it measure their RTT to it and its EgP is the FEP with
+// the lowest measured RTT; otherwise the FEP nearest to its coordinates.
 type Destination struct {
-	Prefix string  `yaml:"prefix" json:"prefix"`
-	Lat    float64 `yaml:"lat" json:"lat"`
-	Lon    float64 `yaml:"lon" json:"lon"`
+	ID        string  `yaml:"id" json:"id,omitempty"`
+	Prefix    string  `yaml:"prefix" json:"prefix"`
+	Lat       float64 `yaml:"lat" json:"lat"`
+	Lon       float64 `yaml:"lon" json:"lon"`
+	ProbeAddr string  `yaml:"probe_addr" json:"probe_addr,omitempty"`
+}
+
+func (d Destination) api() api.Destination {
+	return api.Destination{ID: d.ID, Prefix: d.Prefix, Lat: d.Lat, Lon: d.Lon, ProbeAddr: d.ProbeAddr}
 }
 
 // ParseTopology reads a Topology from YAML (or JSON) and checks it.
@@ -166,6 +175,7 @@ func (t Topology) Validate() error {
 			return fmt.Errorf("topology inp %s: %q is not in lops", inp, lop)
 		}
 	}
+	ids := map[string]bool{}
 	for i, d := range t.Egress {
 		if _, err := netip.ParsePrefix(d.Prefix); err != nil {
 			return fmt.Errorf("topology egress %d: %w", i, err)
@@ -173,6 +183,19 @@ func (t Topology) Validate() error {
 		if math.IsNaN(d.Lat) || d.Lat < -90 || d.Lat > 90 || math.IsNaN(d.Lon) || d.Lon < -180 || d.Lon > 180 {
 			return fmt.Errorf("topology egress %s: coordinates %v,%v out of range", d.Prefix, d.Lat, d.Lon)
 		}
+		if d.ID == "" {
+			if d.ProbeAddr != "" {
+				return fmt.Errorf("topology egress %s: probe_addr needs an id", d.Prefix)
+			}
+			continue
+		}
+		if err := d.api().Validate(); err != nil {
+			return fmt.Errorf("topology egress: %w", err)
+		}
+		if ids[d.ID] {
+			return fmt.Errorf("topology egress: id %q listed twice", d.ID)
+		}
+		ids[d.ID] = true
 	}
 	return nil
 }

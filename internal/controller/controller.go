@@ -31,14 +31,20 @@ type Controller struct {
 	mu      sync.Mutex // guards the fields below
 	feps    []api.FEP  // sorted by id
 	targets [][]api.Target
-	seen    map[[2]string]float64 // newest RTT this controller stored, for ReportResult.Changed
+	seen    map[[2]string]float64      // newest RTT this controller stored, for ReportResult.Changed
+	dests   map[string]api.Destination // registered through the API, by id
+	// destTargets are the destinations each FEP (by index in feps)
+	// measures; nil: to be chosen again.
+	destTargets [][]api.DestTarget
 
 	// Owned by the leader goroutine.
 	hashes     map[string][32]byte
 	lastMatrix *Matrix
+	lastEgress []api.Egress
 	keys       store.Keys
 
 	kick     chan struct{} // Trigger: compute now
+	dirty    chan struct{} // something changed: compute (debounced)
 	computed chan uint64   // test hook: versions written, non-blocking
 }
 
@@ -60,7 +66,9 @@ func New(cfg Config) (*Controller, error) {
 		m:     newMetrics(cfg.Metrics),
 		cache: newTableCache(),
 		seen:  make(map[[2]string]float64),
+		dests: make(map[string]api.Destination),
 		kick:  make(chan struct{}, 1),
+		dirty: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -74,7 +82,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.reloadTables(ctx); err != nil {
 		return err
 	}
-	dirty := make(chan struct{}, 1)
+	dirty := c.dirty
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -116,6 +124,7 @@ func (c *Controller) reloadFEPs(ctx context.Context) error {
 	c.mu.Lock()
 	c.feps = feps
 	c.targets = nil
+	c.destTargets = nil
 	c.mu.Unlock()
 	c.m.feps.Set(float64(len(feps)))
 	return nil
@@ -228,6 +237,7 @@ func (c *Controller) leadLoop(ctx context.Context, dirty <-chan struct{}) {
 func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 	c.hashes = make(map[string][32]byte)
 	c.lastMatrix = nil
+	c.lastEgress = nil
 	retry := time.Duration(0)
 	last := time.Now() // start of the latest computation
 	if err := c.ensureKeys(lctx); err != nil {
@@ -345,17 +355,19 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 		return fmt.Errorf("load rtts: %w", err)
 	}
 	m := BuildMatrix(feps, rtts)
-	if !force && !Significant(c.lastMatrix, m, c.cfg.Rel, c.cfg.AbsMS) {
+	egress := egressEntries(chooseEgress(c.destinations(), feps, rtts), feps)
+	if !force && !Significant(c.lastMatrix, m, c.cfg.Rel, c.cfg.AbsMS) && slices.Equal(c.lastEgress, egress) {
 		return nil
 	}
 	if len(feps) == 0 {
-		c.lastMatrix = m
+		c.lastMatrix, c.lastEgress = m, egress
 		return nil
 	}
 	p, err := newPlan(c.cfg, feps, m, c.keys)
 	if err != nil {
 		return err
 	}
+	p.egress = egress
 	planned := time.Since(start)
 	// The version is taken before building (tables embed it); a
 	// computation that changes nothing leaves a gap, which is harmless.
@@ -368,7 +380,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
-	c.lastMatrix = m
+	c.lastMatrix, c.lastEgress = m, egress
 	if len(changed) == 0 {
 		c.log.Debug("computation changed no table", "feps", len(feps))
 		return nil
@@ -449,6 +461,7 @@ func (c *Controller) RegisterFEP(ctx context.Context, f api.FEP) error {
 	}
 	c.feps = feps
 	c.targets = nil
+	c.destTargets = nil
 	c.mu.Unlock()
 	c.log.Info("fep registered", "fep", f.ID, "hop_addr", f.HopAddr, "location", f.Location)
 	return nil
@@ -466,6 +479,7 @@ func (c *Controller) DeleteFEP(ctx context.Context, id string) error {
 	if i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP); ok {
 		c.feps = slices.Delete(slices.Clone(c.feps), i, i+1)
 		c.targets = nil
+		c.destTargets = nil
 	}
 	for k := range c.seen {
 		if k[0] == id || k[1] == id {
@@ -512,8 +526,12 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 	} else if !ok {
 		return api.ReportResult{}, fmt.Errorf("%w: fep %s is not registered", api.ErrForbidden, r.FEP)
 	}
-	rtts := make([]store.RTT, 0, len(r.Samples))
+	rtts := make([]store.RTT, 0, len(r.Samples)+len(r.Destinations))
 	var res api.ReportResult
+	known := map[string]bool{}
+	for _, d := range c.destinations() {
+		known[d.ID] = d.ID != ""
+	}
 	c.mu.Lock()
 	for _, s := range r.Samples {
 		if _, ok := slices.BinarySearchFunc(c.feps, s.Peer, cmpFEP); !ok {
@@ -525,6 +543,21 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 		}
 		rtts = append(rtts, store.RTT{From: r.FEP, To: s.Peer, MS: s.RTTMS, At: at.UTC()})
 		k := [2]string{r.FEP, s.Peer}
+		if old, ok := c.seen[k]; !ok || SignificantChange(old, s.RTTMS, c.cfg.Rel, c.cfg.AbsMS) {
+			res.Changed++
+		}
+		c.seen[k] = s.RTTMS
+	}
+	for _, s := range r.Destinations {
+		if !known[s.Dest] {
+			continue // an unknown (or deleted) destination
+		}
+		at := s.At
+		if at.IsZero() {
+			at = c.cfg.Now()
+		}
+		rtts = append(rtts, store.RTT{From: r.FEP, To: destKey(s.Dest), MS: s.RTTMS, At: at.UTC()})
+		k := [2]string{r.FEP, destKey(s.Dest)}
 		if old, ok := c.seen[k]; !ok || SignificantChange(old, s.RTTMS, c.cfg.Rel, c.cfg.AbsMS) {
 			res.Changed++
 		}

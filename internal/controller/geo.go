@@ -54,6 +54,9 @@ type TargetPolicy struct {
 	Near int    // each FEP measures its Near nearest FEPs by distance; default 8
 	Far  int    // plus Far others chosen by a stable hash; default 2
 	Seed uint64 // changes which far pairs are chosen
+	// Dests is how many FEPs, the nearest by distance, measure each
+	// destination that has a probe address; default 8.
+	Dests int
 }
 
 func (p TargetPolicy) withDefaults() TargetPolicy {
@@ -62,6 +65,12 @@ func (p TargetPolicy) withDefaults() TargetPolicy {
 	}
 	if p.Far == 0 {
 		p.Far = 2
+	}
+	if p.Dests == 0 {
+		p.Dests = 8
+	}
+	if p.Dests < 0 {
+		p.Dests = 0
 	}
 	if p.Near < 0 {
 		p.Near = 0

@@ -1,0 +1,241 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/store"
+)
+
+// destPrefix marks the RTT records to destinations in the store: a FEP's
+// RTT to destination d is the record (FEP, "@"+d). "@" is never in a FEP
+// id, so BuildMatrix and Matrix ignore these records, and DeleteFEP removes
+// them with the FEP. Keeping them in the store (not in one controller's
+// memory) lets every controller, the leader included, see reports taken by
+// any of them.
+const destPrefix = "@"
+
+func destKey(id string) string { return destPrefix + id }
+
+// egressChoice is the EgP chosen for one destination.
+type egressChoice struct {
+	dest api.Destination
+	fep  int                // index in feps; -1 when there is no FEP
+	by   string             // "rtt" or "distance"
+	rtts map[string]float64 // FEP id -> ms, measured to the destination
+}
+
+// chooseEgress picks the EgP of every destination: among the FEPs that
+// measured an RTT to it, the lowest (ties to the lower id); when none did,
+// the FEP nearest to its coordinates. Measured RTTs are not mixed with
+// distance estimates: an estimate is a guess, and a guess lower than every
+// measurement would win for no reason.
+func chooseEgress(dests []api.Destination, feps []api.FEP, rtts []store.RTT) []egressChoice {
+	if len(dests) == 0 {
+		return nil
+	}
+	byID := make(map[string]int, len(dests))
+	for i, d := range dests {
+		if d.ID != "" {
+			byID[d.ID] = i
+		}
+	}
+	measured := make([]map[string]float64, len(dests))
+	for _, r := range rtts {
+		id, ok := strings.CutPrefix(r.To, destPrefix)
+		if !ok {
+			continue
+		}
+		i, ok := byID[id]
+		if !ok {
+			continue
+		}
+		if _, ok := slices.BinarySearchFunc(feps, r.From, cmpFEP); !ok {
+			continue
+		}
+		if measured[i] == nil {
+			measured[i] = map[string]float64{}
+		}
+		measured[i][r.From] = r.MS
+	}
+	out := make([]egressChoice, len(dests))
+	for i, d := range dests {
+		ch := egressChoice{dest: d, fep: -1, rtts: measured[i]}
+		if len(measured[i]) > 0 {
+			best, bestMS := "", math.Inf(1)
+			for id, ms := range measured[i] {
+				if ms < bestMS || ms == bestMS && id < best {
+					best, bestMS = id, ms
+				}
+			}
+			ch.fep, _ = slices.BinarySearchFunc(feps, best, cmpFEP)
+			ch.by = "rtt"
+		} else if k := Closest(d.Lat, d.Lon, feps, nil); k >= 0 {
+			ch.fep, ch.by = k, "distance"
+		}
+		out[i] = ch
+	}
+	return out
+}
+
+// egressEntries is the egress list tables carry for choices.
+func egressEntries(choices []egressChoice, feps []api.FEP) []api.Egress {
+	var out []api.Egress
+	for _, ch := range choices {
+		if ch.fep >= 0 {
+			out = append(out, api.Egress{Prefix: ch.dest.Prefix, FEP: feps[ch.fep].ID})
+		}
+	}
+	return out
+}
+
+// destinations returns the topology's destinations followed by the
+// registered ones (a registered destination replaces a topology one with
+// the same id), the registered ones sorted by id.
+func (c *Controller) destinations() []api.Destination {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.destinationsLocked()
+}
+
+func (c *Controller) destinationsLocked() []api.Destination {
+	out := make([]api.Destination, 0, len(c.cfg.Topology.Egress)+len(c.dests))
+	for _, d := range c.cfg.Topology.Egress {
+		if _, ok := c.dests[d.ID]; d.ID == "" || !ok {
+			out = append(out, d.api())
+		}
+	}
+	reg := make([]api.Destination, 0, len(c.dests))
+	for _, d := range c.dests {
+		reg = append(reg, d)
+	}
+	slices.SortFunc(reg, func(a, b api.Destination) int { return cmp.Compare(a.ID, b.ID) })
+	return append(out, reg...)
+}
+
+// chooseDestTargets returns, for every FEP (by index in feps), the
+// destinations it must measure: each destination with a probe address is
+// measured by its n nearest FEPs by distance.
+func chooseDestTargets(feps []api.FEP, dests []api.Destination, n int) [][]api.DestTarget {
+	out := make([][]api.DestTarget, len(feps))
+	if n <= 0 || len(feps) == 0 {
+		return out
+	}
+	type cand struct {
+		i int
+		d float64
+	}
+	cands := make([]cand, len(feps))
+	for _, d := range dests {
+		if d.ID == "" || d.ProbeAddr == "" {
+			continue
+		}
+		for i, f := range feps {
+			cands[i] = cand{i, DistanceKm(d.Lat, d.Lon, f.Lat, f.Lon)}
+		}
+		slices.SortFunc(cands, func(a, b cand) int {
+			if c := cmp.Compare(a.d, b.d); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.i, b.i)
+		})
+		for _, cd := range cands[:min(n, len(cands))] {
+			out[cd.i] = append(out[cd.i], api.DestTarget{ID: d.ID, ProbeAddr: d.ProbeAddr})
+		}
+	}
+	return out
+}
+
+// DestTargets returns the destinations FEP id must measure.
+func (c *Controller) DestTargets(ctx context.Context, id string) ([]api.DestTarget, error) {
+	if _, ok, err := c.lookupFEP(ctx, id); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP)
+	if !ok {
+		return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
+	}
+	if c.destTargets == nil {
+		c.destTargets = chooseDestTargets(c.feps, c.destinationsLocked(), c.cfg.Targets.Dests)
+	}
+	return slices.Clone(c.destTargets[i]), nil
+}
+
+// RegisterDestination implements api.Backend. Registered destinations live
+// in this controller's memory (the topology file is the durable source); a
+// new or changed one causes a computation.
+func (c *Controller) RegisterDestination(ctx context.Context, d api.Destination) error {
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
+	}
+	c.mu.Lock()
+	if len(c.dests) >= api.MaxDestinations {
+		if _, ok := c.dests[d.ID]; !ok {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: already %d destinations", api.ErrInvalid, api.MaxDestinations)
+		}
+	}
+	old, had := c.dests[d.ID]
+	c.dests[d.ID] = d
+	c.destTargets = nil
+	c.mu.Unlock()
+	if !had || old != d {
+		c.log.Info("destination registered", "dest", d.ID, "prefix", d.Prefix, "probe_addr", d.ProbeAddr)
+		c.markDirty()
+	}
+	return nil
+}
+
+// DeleteDestination implements api.Backend.
+func (c *Controller) DeleteDestination(ctx context.Context, id string) error {
+	c.mu.Lock()
+	_, ok := c.dests[id]
+	delete(c.dests, id)
+	c.destTargets = nil
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("destination %s (registered through the API): %w", id, api.ErrNotFound)
+	}
+	c.log.Info("destination deleted", "dest", id)
+	c.markDirty()
+	return nil
+}
+
+// Destinations implements api.Backend: every destination with the EgP a
+// computation would choose now.
+func (c *Controller) Destinations(ctx context.Context) ([]api.DestinationStatus, error) {
+	feps, err := c.st.FEPs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load feps: %w", err)
+	}
+	rtts, err := c.st.RTTs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load rtts: %w", err)
+	}
+	choices := chooseEgress(c.destinations(), feps, rtts)
+	out := make([]api.DestinationStatus, len(choices))
+	for i, ch := range choices {
+		out[i] = api.DestinationStatus{Destination: ch.dest, By: ch.by, RTTMS: ch.rtts}
+		if ch.fep >= 0 {
+			out[i].EgP = feps[ch.fep].ID
+		}
+	}
+	return out, nil
+}
+
+// markDirty asks the leader loop for a (debounced) computation.
+func (c *Controller) markDirty() {
+	select {
+	case c.dirty <- struct{}{}:
+	default:
+	}
+}
