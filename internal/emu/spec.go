@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net/netip"
-	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -94,11 +93,6 @@ type TCP struct {
 
 // DefaultBufMax is the default tcp_rmem/tcp_wmem maximum in every host.
 const DefaultBufMax = 64 << 20
-
-var (
-	hostNameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	congestionRE = regexp.MustCompile(`^[a-z0-9_]{1,15}$`)
-)
 
 // ParseSpec decodes a YAML world spec and validates it. Unknown fields are
 // errors, so that a typo does not silently change the world.
@@ -246,7 +240,7 @@ func (s *Spec) resolve() (*plan, error) {
 	locIdx := make([]int, n)
 	byAddr := make(map[netip.Addr]string, n)
 	for i, h := range s.Hosts {
-		if !hostNameRE.MatchString(h.Name) {
+		if !validHostName(h.Name) {
 			return nil, fmt.Errorf("emu: host %d: bad name %q (letters, digits, '.', '_', '-'; at most 63)", i+1, h.Name)
 		}
 		if _, dup := index[h.Name]; dup {
@@ -400,7 +394,7 @@ func (t TCP) validate() error {
 	if (t.RmemMax > 0 && t.RmemMax < 65536) || (t.WmemMax > 0 && t.WmemMax < 65536) {
 		return errors.New("emu: tcp: rmem_max and wmem_max must be >= 65536")
 	}
-	if t.Congestion != "" && !congestionRE.MatchString(t.Congestion) {
+	if t.Congestion != "" && !validCongestion(t.Congestion) {
 		return fmt.Errorf("emu: tcp: bad congestion control name %q", t.Congestion)
 	}
 	if t.SlowStartAfterIdle != nil && *t.SlowStartAfterIdle != 0 && *t.SlowStartAfterIdle != 1 {

@@ -9,13 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 )
-
-var runIDRE = regexp.MustCompile(`^[a-z0-9]{1,6}$`)
 
 // State is what a running world records in <StateDir>/<runid>/state.json, for
 // `mosto emu exec`, `down` and `gc`.
@@ -172,7 +169,7 @@ func GC(stateDir string, log *slog.Logger) ([]string, error) {
 	for _, e := range ents {
 		name := e.Name()
 		f := strings.Split(name, "-")
-		if len(f) != 3 || f[0] != "mosto" || !runIDRE.MatchString(f[1]) {
+		if len(f) != 3 || f[0] != "mosto" || !validRunID(f[1]) {
 			continue
 		}
 		if _, err := strconv.Atoi(f[2]); err != nil || live[f[1]] {

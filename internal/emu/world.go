@@ -122,7 +122,7 @@ func UpWith(ctx context.Context, spec *Spec, log *slog.Logger, opt UpOptions) (*
 			}
 		}
 	}
-	if !runIDRE.MatchString(opt.RunID) {
+	if !validRunID(opt.RunID) {
 		return nil, fmt.Errorf("emu: bad run id %q (1-6 lowercase letters or digits)", opt.RunID)
 	}
 	n := len(p.names)
