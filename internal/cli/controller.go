@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/controller"
+	"github.com/mosto-net/mosto/internal/etcdhttp"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/store"
@@ -39,6 +42,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	listen := fs.String("listen", ":7443", "API listen address")
 	etcd := fs.String("etcd", "", "comma-separated etcd endpoints: share state with other controllers (leader election) instead of DIR/"+ControllerDBFile)
 	etcdPrefix := fs.String("etcd-prefix", "/mosto/", "key prefix in etcd")
+	etcdTLSFlags := addEtcdTLSFlags(fs)
 	id := fs.String("id", "", "this controller's name in the leader election (default: hostname:listen)")
 	period := fs.Duration("period", 5*time.Minute, "recompute tables at least this often")
 	debounce := fs.Duration("debounce", time.Second, "wait this long after a change for more before recomputing")
@@ -50,7 +54,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	maxProxies := fs.Int("max-proxies", 0, "at most N intermediate proxies per chain (0 = default 4, negative = unlimited, at most 14)")
 	insecure := fs.Bool("insecure", false, "serve plain HTTP without client authentication (labs and tests only)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, "usage: mosto controller --data DIR [--listen :7443] [--etcd URLS] [--period 5m] [--sizes LIST] [--lop-map FILE]\n       mosto controller init --data DIR [--hosts NAMES]")
+		fmt.Fprintln(env.Stderr, "usage: mosto controller --data DIR [--listen :7443] [--etcd URLS [--etcd-ca FILE --etcd-cert FILE --etcd-key FILE]] [--period 5m] [--sizes LIST] [--lop-map FILE]\n       mosto controller init --data DIR [--hosts NAMES]")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -129,7 +133,11 @@ func runController(ctx context.Context, env *Env, args []string) error {
 
 	var st controller.Store
 	if *etcd != "" {
-		es, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: splitList(*etcd), Prefix: *etcdPrefix, ID: *id, Log: env.Log})
+		tlsCfg, err := etcdTLSFlags.config()
+		if err != nil {
+			return err
+		}
+		es, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: splitList(*etcd), Prefix: *etcdPrefix, ID: *id, TLS: tlsCfg, Log: env.Log})
 		if err != nil {
 			return err
 		}
@@ -244,4 +252,27 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		return serveErr
 	}
 	return nil
+}
+
+// etcdTLSFlags are the flags of a TLS connection to etcd (https endpoints).
+type etcdTLSFlags struct{ ca, cert, key *string }
+
+func addEtcdTLSFlags(fs *flag.FlagSet) etcdTLSFlags {
+	return etcdTLSFlags{
+		ca:   fs.String("etcd-ca", "", "PEM file of etcd's CA (https endpoints; default the system roots)"),
+		cert: fs.String("etcd-cert", "", "PEM client certificate for etcd (with --etcd-key)"),
+		key:  fs.String("etcd-key", "", "PEM key of --etcd-cert"),
+	}
+}
+
+// config returns the TLS configuration, or nil if no flag was given.
+func (f etcdTLSFlags) config() (*tls.Config, error) {
+	if *f.ca == "" && *f.cert == "" && *f.key == "" {
+		return nil, nil
+	}
+	cfg, err := etcdhttp.TLSConfig(*f.ca, *f.cert, *f.key)
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	return cfg, nil
 }

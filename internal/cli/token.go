@@ -26,6 +26,7 @@ func runToken(ctx context.Context, env *Env, args []string) error {
 	reusable := fs.Bool("reusable", false, "allow any number of joins until expiry (default: single use)")
 	etcd := fs.String("etcd", "", "comma-separated etcd endpoints: keep the token in the controllers' etcd store instead of DIR/tokens (single use only)")
 	etcdPrefix := fs.String("etcd-prefix", "", "key prefix of the controllers' etcd store (default /mosto/)")
+	etcdTLSFlags := addEtcdTLSFlags(fs)
 	pos, err := parseFlags(fs, args[1:])
 	if err != nil {
 		return err
@@ -56,7 +57,11 @@ func runToken(ctx context.Context, env *Env, args []string) error {
 	var expires time.Time
 	where := pki.TokenDir(*data)
 	if *etcd != "" {
-		st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: splitList(*etcd), Prefix: *etcdPrefix, Log: env.Log})
+		tlsCfg, err := etcdTLSFlags.config()
+		if err != nil {
+			return err
+		}
+		st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: splitList(*etcd), Prefix: *etcdPrefix, TLS: tlsCfg, Log: env.Log})
 		if err != nil {
 			return err
 		}
