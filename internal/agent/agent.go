@@ -45,6 +45,11 @@ type Config struct {
 	ProbeListen string
 	// Probe configures the prober (interval, window, threshold...).
 	Probe probe.Config
+	// DestMeasurer measures the RTT to the destinations the controller
+	// asks this FEP to measure (for the choice of their EgP); nil means a
+	// TCP handshake (probe.TCPHandshake). The rest of that prober's
+	// configuration is Probe's.
+	DestMeasurer probe.Measurer
 	// ProbeServer bounds the measurement endpoint.
 	ProbeServer probe.ServerConfig
 	// TargetsEvery is how often the peer list is fetched again; 0 means 1m.
@@ -66,6 +71,7 @@ type Agent struct {
 
 	reregister chan struct{}
 	prober     *probe.Prober
+	destProber *probe.Prober // RTTs to destinations
 	probeSrv   *probe.Server
 }
 
@@ -128,6 +134,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		}
 	}
 	a.prober = probe.NewProber(cfg.Probe, a.log)
+	dcfg := cfg.Probe
+	dcfg.Measurer = cfg.DestMeasurer
+	if dcfg.Measurer == nil {
+		dcfg.Measurer = probe.TCPHandshake{}
+	}
+	a.destProber = probe.NewProber(dcfg, a.log.With("probing", "destinations"))
 	if cfg.ProbeListen != "off" {
 		if cfg.ProbeServer.Keys == nil {
 			cfg.ProbeServer.Keys = a.probeKeys
@@ -189,6 +201,9 @@ func (a *Agent) probeKeys() []probe.Key {
 
 // Estimates returns the prober's current RTT estimates per peer.
 func (a *Agent) Estimates() map[string]time.Duration { return a.prober.Estimates() }
+
+// DestEstimates returns the current RTT estimates per destination.
+func (a *Agent) DestEstimates() map[string]time.Duration { return a.destProber.Estimates() }
 
 // ProbeStats returns the counters of the measurement endpoint.
 func (a *Agent) ProbeStats() probe.ServerStats {
@@ -283,7 +298,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	wg.Go(func() { a.watchTargets(ctx, client) })
-	wg.Go(func() { a.prober.Run(ctx, a.reporter(client)) })
+	wg.Go(func() { a.prober.Run(ctx, a.reporter(client, false)) })
+	wg.Go(func() { a.destProber.Run(ctx, a.reporter(client, true)) })
 	wg.Go(func() { a.watchTable(ctx, client) })
 	<-ctx.Done()
 	return nil
@@ -446,7 +462,7 @@ func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 	b := newBackoff()
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		ts, err := c.Targets(tctx, a.cfg.FEP.ID)
+		ts, err := c.TargetsAndDestinations(tctx, a.cfg.FEP.ID)
 		cancel()
 		next := a.cfg.TargetsEvery
 		if err != nil {
@@ -458,13 +474,18 @@ func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 			}
 		} else {
 			b.reset()
-			pts := make([]probe.Target, 0, len(ts))
-			for _, t := range ts {
+			pts := make([]probe.Target, 0, len(ts.Targets))
+			for _, t := range ts.Targets {
 				if t.ID != a.cfg.FEP.ID {
 					pts = append(pts, probe.Target{ID: t.ID, Addr: t.ProbeAddr})
 				}
 			}
 			a.prober.SetTargets(pts)
+			dts := make([]probe.Target, 0, len(ts.Destinations))
+			for _, d := range ts.Destinations {
+				dts = append(dts, probe.Target{ID: d.ID, Addr: d.ProbeAddr})
+			}
+			a.destProber.SetTargets(dts)
 		}
 		select {
 		case <-ctx.Done():
@@ -480,12 +501,18 @@ func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 	}
 }
 
-// reporter returns the prober's report callback.
-func (a *Agent) reporter(c *api.Client) probe.ReportFunc {
+// reporter returns a prober's report callback: samples are RTTs to peers,
+// or to destinations when dests.
+func (a *Agent) reporter(c *api.Client, dests bool) probe.ReportFunc {
 	return func(ctx context.Context, samples []probe.Sample) error {
-		rep := api.Report{FEP: a.cfg.FEP.ID, Samples: make([]api.Sample, len(samples))}
-		for i, s := range samples {
-			rep.Samples[i] = api.Sample{Peer: s.Peer, RTTMS: float64(s.RTT) / float64(time.Millisecond), At: s.At.UTC()}
+		rep := api.Report{FEP: a.cfg.FEP.ID}
+		for _, s := range samples {
+			ms, at := float64(s.RTT)/float64(time.Millisecond), s.At.UTC()
+			if dests {
+				rep.Destinations = append(rep.Destinations, api.DestSample{Dest: s.Peer, RTTMS: ms, At: at})
+			} else {
+				rep.Samples = append(rep.Samples, api.Sample{Peer: s.Peer, RTTMS: ms, At: at})
+			}
 		}
 		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()

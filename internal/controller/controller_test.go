@@ -331,6 +331,10 @@ func TestParseTopology(t *testing.T) {
 		{"inp: {edge1: ams}\nlops: [fra]", "not in lops"},
 		{"egress: [{prefix: 1.2.3.4, lat: 0, lon: 0}]", "egress"},
 		{"egress: [{prefix: 10.0.0.0/8, lat: 100, lon: 0}]", "coordinates"},
+		{"egress: [{prefix: 10.0.0.0/8, lat: 0, lon: 0, probe_addr: \"10.0.0.1:80\"}]", "needs an id"},
+		{"egress: [{id: x, prefix: 10.0.0.0/8, lat: 0, lon: 0}, {id: x, prefix: 10.1.0.0/16, lat: 0, lon: 0}]", "twice"},
+		{"egress: [{id: x, prefix: 10.0.0.0/8, lat: 0, lon: 0, probe_addr: nowhere}]", "probe_addr"},
+		{"egress: [{id: \"-x\", prefix: 10.0.0.0/8, lat: 0, lon: 0}]", "id"},
 		{"bogus: 1", "not found"},
 		{"lops: [\"a b\"]", "lops"},
 	}
