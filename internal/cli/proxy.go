@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"strconv"
 	"sync"
 	"time"
 
@@ -52,6 +55,20 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "%s: ok\n", *config)
 		return nil
 	}
+	if cfg.Workers > 1 {
+		w := os.Getenv(relay.WorkerEnv)
+		if w == "" {
+			return superviseWorkers(ctx, env, cfg, args)
+		}
+		i, err := strconv.Atoi(w)
+		if err != nil {
+			return fmt.Errorf("%s=%q: not a worker number", relay.WorkerEnv, w)
+		}
+		if cfg, err = cfg.ForWorker(i); err != nil {
+			return err
+		}
+		env.Log = env.Log.With("worker", i)
+	}
 	srv, err := relay.New(cfg, env.Log)
 	if err != nil {
 		return err
@@ -75,6 +92,37 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	stop()
 	wg.Wait()
 	return err
+}
+
+// superviseWorkers runs cfg.Workers copies of this `mosto proxy` command
+// (the same executable and arguments, with relay.WorkerEnv set to the
+// worker's number) that share the listeners with SO_REUSEPORT, restarts
+// any that dies, and on SIGTERM stops them all and waits for their drains.
+func superviseWorkers(ctx context.Context, env *Env, cfg *relay.Config, args []string) error {
+	if err := relay.Check(cfg); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("workers: find this executable: %w", err)
+	}
+	drain := time.Duration(cfg.Timeouts.Drain)
+	if drain == 0 {
+		drain = relay.DefaultDrainTimeout
+	}
+	sv := &relay.Supervisor{
+		N:    cfg.Workers,
+		Stop: drain + 5*time.Second,
+		Log:  env.Log,
+		Command: func(i int) *exec.Cmd {
+			cmd := exec.Command(exe, append([]string{"proxy"}, args...)...)
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", relay.WorkerEnv, i))
+			cmd.Stdout, cmd.Stderr = env.Stdout, env.Stderr
+			return cmd
+		},
+	}
+	env.Log.Info("supervising workers", "fep", cfg.ID, "workers", cfg.Workers)
+	return sv.Run(ctx)
 }
 
 // runAgent runs the controller agent until ctx ends. The daemon keeps

@@ -6,11 +6,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +70,102 @@ func TestProxyRunsUntilCancelled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("proxy did not stop after cancel")
 	}
+}
+
+// TestProxyWorkerMode runs two `mosto proxy` processes' worth of workers
+// (relay.WorkerEnv set, as the supervisor does) in this process on one
+// config with workers: 2: both bind the same service port (SO_REUSEPORT)
+// and worker 1 serves metrics on the configured port + 1.
+func TestProxyWorkerMode(t *testing.T) {
+	svc, mport := freeAddr(t), freePortPair(t)
+	cfg := filepath.Join(t.TempDir(), "p.yaml")
+	y := fmt.Sprintf("id: a\nworkers: 2\nservices: [{listen: '%s', origin: '127.0.0.1:9'}]\nmetrics: {listen: '127.0.0.1:%d'}\ntimeouts: {drain: 1s}\n", svc, mport)
+	os.WriteFile(cfg, []byte(y), 0o600)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 2)
+	var stderr [2]syncBuffer
+	for i := range 2 {
+		t.Setenv(relay.WorkerEnv, fmt.Sprint(i))
+		go func() {
+			done <- Run(ctx, []string{"proxy", "--config", cfg}, strings.NewReader(""), io.Discard, &stderr[i])
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(stderr[i].String(), "proxy serving") {
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %d did not start: %s", i, stderr[i].String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i := range 2 {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", mport+i))
+		if err != nil {
+			t.Fatalf("worker %d metrics on port %d: %v", i, mport+i, err)
+		}
+		resp.Body.Close()
+	}
+	cancel()
+	for i := range 2 {
+		select {
+		case got := <-done:
+			if got != 0 {
+				t.Errorf("worker exit %d; stderr %s / %s", got, stderr[0].String(), stderr[1].String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("worker %d did not stop after cancel", i)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// freePortPair returns a port p such that p and p+1 were free a moment
+// ago, below the ephemeral range (whose even ports connections take).
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 100 {
+		p := 20000 + mrand.IntN(10000)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ln2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+1))
+		ln.Close()
+		if err == nil {
+			ln2.Close()
+			return p
+		}
+	}
+	t.Fatal("no two consecutive free ports")
+	return 0
 }
 
 // TestProxyFollowsAgentTable runs `mosto proxy` with a controller section
