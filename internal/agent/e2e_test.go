@@ -177,3 +177,105 @@ func TestAgentsWithRealController(t *testing.T) {
 		t.Errorf("restarted Lookup = %v, %v; want %v", e2.Path, ok, e.Path)
 	}
 }
+
+// TestAgentsMeasureDestinations runs two agents against the real controller
+// on loopback with a destination registered through the API whose probe
+// address is a TCP listener (an origin): the agents are told to measure it,
+// time TCP handshakes to it, report, and the controller's EgP for it is
+// chosen by the measured RTTs and reaches the tables.
+func TestAgentsMeasureDestinations(t *testing.T) {
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "controller.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctl, err := ctlpkg.New(ctlpkg.Config{Store: st, Debounce: 50 * time.Millisecond, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	cdone := make(chan error, 1)
+	go func() { cdone <- ctl.Run(cctx) }()
+	t.Cleanup(func() { ccancel(); <-cdone })
+	srv := httptest.NewServer(api.NewHandler(api.ServerConfig{Backend: ctl}))
+	t.Cleanup(srv.Close)
+
+	origin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer origin.Close()
+	accepted := make(chan struct{}, 1024)
+	go func() {
+		for {
+			c, err := origin.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	cl := &api.Client{BaseURL: srv.URL}
+	ctx := t.Context()
+	dest := api.Destination{ID: "origin", Prefix: "198.51.100.0/24", Lat: 51, Lon: 4, ProbeAddr: origin.Addr().String()}
+	if err := cl.RegisterDestination(ctx, dest); err != nil {
+		t.Fatal(err)
+	}
+	feps := []api.FEP{
+		{ID: "fra", HopAddr: "127.0.0.1:7001", Lat: 50.1, Lon: 8.7},
+		{ID: "ams", HopAddr: "127.0.0.1:7003", Lat: 52.4, Lon: 4.9},
+	}
+	agents := map[string]*Agent{}
+	for _, f := range feps {
+		f.ProbeAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
+		a, _ := startAgent(t, Config{
+			Controller:   srv.URL,
+			DataDir:      t.TempDir(),
+			FEP:          f,
+			Probe:        probe.Config{Interval: 100 * time.Millisecond, Jitter: -1, Probes: 2},
+			TargetsEvery: 200 * time.Millisecond,
+			Wait:         2 * time.Second,
+		})
+		agents[f.ID] = a
+	}
+	for id, a := range agents {
+		eventually(t, id+" measuring the destination", func() bool { return a.DestEstimates()["origin"] > 0 })
+	}
+	if len(accepted) == 0 {
+		t.Error("the origin accepted no connection")
+	}
+	var status api.DestinationStatus
+	eventually(t, "both RTTs at the controller and the EgP chosen by them", func() bool {
+		ds, err := cl.Destinations(ctx)
+		if err != nil || len(ds) != 1 {
+			return false
+		}
+		status = ds[0]
+		return status.By == "rtt" && len(status.RTTMS) == 2
+	})
+	best := "fra"
+	if status.RTTMS["ams"] < status.RTTMS["fra"] {
+		best = "ams"
+	}
+	if status.EgP != best {
+		t.Errorf("EgP %s; want %s (RTTs %v)", status.EgP, best, status.RTTMS)
+	}
+	eventually(t, "the tables' egress for the destination", func() bool {
+		s := agents["fra"].Snapshot()
+		if s == nil {
+			return false
+		}
+		for _, e := range s.Table.Egress {
+			if e.Prefix == dest.Prefix {
+				// The EgP can move between two loopback measurements.
+				ds, err := cl.Destinations(ctx)
+				return err == nil && len(ds) == 1 && e.FEP == ds[0].EgP
+			}
+		}
+		return false
+	})
+}
