@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -21,17 +22,7 @@ const fastOpenChild = "MOSTO_RELAY_FASTOPEN_CHILD"
 // cookies, the hop headers of later flows ride in the SYN (the kernel's
 // TCPFastOpenPassive counter grows) and the bytes still arrive intact.
 func TestFastOpen(t *testing.T) {
-	if os.Getenv(fastOpenChild) != "1" {
-		testenv.RequirePrivileged(t)
-		unshare := testenv.RequireCommand(t, "unshare")
-		script := `set -e; ip link set lo up; sysctl -q -w net.ipv4.tcp_fastopen=3; exec "$0" -test.run='^TestFastOpen$' -test.v`
-		cmd := exec.CommandContext(t.Context(), unshare, "--net", "sh", "-c", script, os.Args[0])
-		cmd.Env = append(os.Environ(), fastOpenChild+"=1")
-		out, err := cmd.CombinedOutput()
-		t.Logf("child in a new netns:\n%s", out)
-		if err != nil {
-			t.Fatalf("child: %v", err)
-		}
+	if !inFastOpenNetns(t) {
 		return
 	}
 	o := newOrigin(t, echo)
@@ -48,6 +39,82 @@ func TestFastOpen(t *testing.T) {
 	}
 	// The EgP counts a flow just after the client saw its end.
 	waitFor(t, 5*time.Second, "4 ok flows at the EgP", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 4 })
+}
+
+// inFastOpenNetns re-runs the calling test in a new network namespace with
+// net.ipv4.tcp_fastopen=3 and reports whether this process is that child
+// (false: the parent, which already checked the child's result).
+func inFastOpenNetns(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(fastOpenChild) == "1" {
+		return true
+	}
+	testenv.RequirePrivileged(t)
+	unshare := testenv.RequireCommand(t, "unshare")
+	script := `set -e; ip link set lo up; sysctl -q -w net.ipv4.tcp_fastopen=3; exec "$0" -test.run="^$1\$" -test.v`
+	cmd := exec.CommandContext(t.Context(), unshare, "--net", "sh", "-c", script, os.Args[0], t.Name())
+	cmd.Env = append(os.Environ(), fastOpenChild+"=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("child in a new netns:\n%s", out)
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	return false
+}
+
+// TestFastOpenUnreachableFirstHop: with Fast Open, connect() returns before
+// any packet left and the first write only queues the request in the SYN,
+// so a first hop that refuses connections, or drops them (no answer at
+// all), shows only after the request was written. The InP must notice it
+// before relaying and serve the flow directly instead of resetting the
+// client or leaving it waiting.
+func TestFastOpenUnreachableFirstHop(t *testing.T) {
+	if !inFastOpenNetns(t) {
+		return
+	}
+	nft := testenv.RequireCommand(t, "nft")
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) {
+		c.Socket.FastOpen = true
+		c.Timeouts.Connect = Duration(500 * time.Millisecond)
+	})
+	closedPort := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	// A first flow gets the Fast Open cookie of 127.0.0.1 (cookies are
+	// kept per address, not per port), so the later SYNs carry data and the
+	// writes succeed before the SYN is answered.
+	hashTrip(t, w.a.ServiceAddr(0).String(), 1000)
+	if got := counterValue(w.a.m.direct.WithLabelValues("hop_unreachable")); got != 0 {
+		t.Fatalf("the first flow without a cookie went direct (%v): want the chain", got)
+	}
+	refused, dropped := closedPort(), closedPort()
+	_, port, _ := net.SplitHostPort(dropped)
+	for _, args := range [][]string{
+		{"add", "table", "inet", "fotest"},
+		{"add", "chain", "inet", "fotest", "in", "{ type filter hook input priority 0; }"},
+		{"add", "rule", "inet", "fotest", "in", "tcp", "dport", port, "drop"},
+	} {
+		if out, err := exec.Command(nft, args...).CombinedOutput(); err != nil {
+			t.Fatalf("nft %v: %v: %s", args, err, out)
+		}
+	}
+	for i, dead := range []string{refused, dropped} {
+		w.a.SetMembers(map[string]string{"a": w.a.HopAddr().String(), "b": dead, "c": w.c.HopAddr().String()})
+		for j := range 2 {
+			hashTrip(t, w.a.ServiceAddr(0).String(), 5000+10*i+j)
+		}
+	}
+	if got := counterValue(w.a.m.direct.WithLabelValues("hop_unreachable")); got != 4 {
+		t.Errorf("flows served directly after the first hop failed = %v; want 4", got)
+	}
+	// The InP counts a flow just after the client saw its end.
+	waitFor(t, 5*time.Second, "5 ok flows at the InP", func() bool { return flows(w.a.Server, roleInP, outcomeOK) == 5 })
 }
 
 // tcpExt reads a TcpExt counter of this network namespace.

@@ -1,10 +1,15 @@
 package relay
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -17,6 +22,34 @@ const (
 	poolHit   = "hit"   // a pooled connection was used
 	poolMiss  = "miss"  // none was ready: the flow dialed
 	poolStale = "stale" // a pooled connection was found closed or too old and discarded
+	// poolUnsupported: a member did not answer the pool hello (a relay
+	// that does not know pooled connections); it is dialed per flow for
+	// poolRetry.
+	poolUnsupported = "unsupported"
+)
+
+// The pool hello: a pooled hop connection starts with poolHello, and a
+// member that keeps pooled connections idle answers poolGrantMagic and how
+// long (uint32 ms, big endian) it will wait for the flow's header. A relay
+// that does not know the hello reads it as a malformed hop header (it is
+// not a PROXY v2 signature) and resets the connection: the pool then stops
+// pooling to it for poolRetry and its flows dial, as without a pool.
+var (
+	poolHello      = [16]byte{'M', 'O', 'S', 'T', 'O', '-', 'P', 'O', 'O', 'L', '/', '1', '\r', '\n', '\r', '\n'}
+	poolGrantMagic = [4]byte{'M', 'P', 'O', 'K'}
+)
+
+const (
+	// poolGrantLen is the answer's length: magic + uint32 milliseconds.
+	poolGrantLen = 8
+	// DefaultPoolGrant is how long a relay keeps a member's pooled
+	// connection idle when its hop.member_idle is 0.
+	DefaultPoolGrant = 60 * time.Second
+	// poolRetry is how long a member that refused the hello is not pooled.
+	poolRetry = 5 * time.Minute
+	// poolGrantMargin: a pooled connection is retired this long before the
+	// peer's grant runs out, so a flow never races the peer's close.
+	poolGrantMargin = time.Second
 )
 
 // connPool keeps up to size pre-established connections to each target
@@ -34,6 +67,10 @@ type connPool struct {
 	dial    func(ctx context.Context, addr string) (*net.TCPConn, error)
 	targets func() []string // static targets; nil: none
 	results *prometheus.CounterVec
+	// hello, if set, runs on every new connection before it is pooled and
+	// returns how long the peer keeps it idle (see poolHello); an error
+	// marks the target unsupported for poolRetry.
+	hello func(ctx context.Context, c *net.TCPConn) (time.Duration, error)
 
 	kick chan struct{}
 
@@ -41,13 +78,15 @@ type connPool struct {
 	idle    map[string][]pooledConn
 	pending map[string]int       // dials in progress per target
 	learned map[string]time.Time // learned target -> last use
+	nopool  map[string]time.Time // target -> when to try the hello again
 	closed  bool
 	dials   sync.WaitGroup // refill dials in progress
 }
 
 type pooledConn struct {
-	c     *net.TCPConn
-	since time.Time
+	c       *net.TCPConn
+	since   time.Time
+	expires time.Time // since + the lesser of maxIdle and the peer's grant
 }
 
 func newConnPool(name string, size int, maxIdle time.Duration, dial func(context.Context, string) (*net.TCPConn, error), targets func() []string, results *prometheus.CounterVec, log *slog.Logger) *connPool {
@@ -58,6 +97,7 @@ func newConnPool(name string, size int, maxIdle time.Duration, dial func(context
 		idle:    make(map[string][]pooledConn),
 		pending: make(map[string]int),
 		learned: make(map[string]time.Time),
+		nopool:  make(map[string]time.Time),
 	}
 }
 
@@ -74,7 +114,7 @@ func (p *connPool) get(addr string) *net.TCPConn {
 		q := p.idle[addr]
 		pc := q[0]
 		p.idle[addr] = q[1:]
-		if now.Sub(pc.since) < p.maxIdle && alive(pc.c) {
+		if now.Before(pc.expires) && alive(pc.c) {
 			got = pc.c
 			break
 		}
@@ -153,13 +193,19 @@ func (p *connPool) maintain(ctx context.Context) {
 		}
 		want[a] = true
 	}
-	// Retire a connection one tick before it reaches maxIdle, so get never
-	// finds only expired ones between two ticks.
-	retire := p.maxIdle - p.tick()
+	for a, until := range p.nopool {
+		if now.After(until) {
+			delete(p.nopool, a)
+			continue
+		}
+		delete(want, a) // dialed per flow until then
+	}
+	// Retire a connection one tick before it expires, so get never finds
+	// only expired ones between two ticks.
 	for a, q := range p.idle {
 		keep := q[:0]
 		for _, pc := range q {
-			if want[a] && now.Sub(pc.since) < retire && alive(pc.c) {
+			if want[a] && now.Before(pc.expires.Add(-p.tick())) && alive(pc.c) {
 				keep = append(keep, pc)
 				continue
 			}
@@ -184,6 +230,18 @@ func (p *connPool) maintain(ctx context.Context) {
 func (p *connPool) dialOne(ctx context.Context, addr string) {
 	defer p.dials.Done()
 	c, err := p.dial(ctx, addr)
+	life := p.maxIdle
+	if err == nil && p.hello != nil {
+		var grant time.Duration
+		if grant, err = p.hello(ctx, c); err != nil {
+			c.Close()
+			if ctx.Err() == nil {
+				p.unsupported(addr, err)
+			}
+		} else {
+			life = min(life, grant-poolGrantMargin)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pending[addr]--
@@ -200,7 +258,88 @@ func (p *connPool) dialOne(ctx context.Context, addr string) {
 		c.Close()
 		return
 	}
-	p.idle[addr] = append(p.idle[addr], pooledConn{c: c, since: time.Now()})
+	now := time.Now()
+	p.idle[addr] = append(p.idle[addr], pooledConn{c: c, since: now, expires: now.Add(life)})
+}
+
+// unsupported stops pooling to addr for poolRetry: its peer did not answer
+// the hello.
+func (p *connPool) unsupported(addr string, err error) {
+	p.results.WithLabelValues(p.name, poolUnsupported).Inc()
+	p.mu.Lock()
+	_, known := p.nopool[addr]
+	p.nopool[addr] = time.Now().Add(poolRetry)
+	p.mu.Unlock()
+	if !known {
+		p.log.Info("member does not take pooled connections: dialing per flow", "addr", addr, "retry", poolRetry, "err", err)
+	}
+}
+
+// writePoolHello sends the pool hello on c and reads the peer's grant.
+func writePoolHello(c *net.TCPConn, timeout time.Duration) (time.Duration, error) {
+	c.SetDeadline(time.Now().Add(timeout))
+	defer c.SetDeadline(time.Time{})
+	if _, err := c.Write(poolHello[:]); err != nil {
+		return 0, fmt.Errorf("send pool hello: %w", err)
+	}
+	var b [poolGrantLen]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return 0, fmt.Errorf("read pool grant: %w", err)
+	}
+	if [4]byte(b[:4]) != poolGrantMagic {
+		return 0, fmt.Errorf("read pool grant: unexpected answer %q", b[:])
+	}
+	grant := time.Duration(binary.BigEndian.Uint32(b[4:])) * time.Millisecond
+	if grant <= poolGrantMargin {
+		return 0, fmt.Errorf("pool grant %v too short", grant)
+	}
+	return grant, nil
+}
+
+// poolHelloDial is the hop pool's hello: the pool hello with the connect
+// timeout.
+func (s *Server) poolHelloDial(ctx context.Context, c *net.TCPConn) (time.Duration, error) {
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	return writePoolHello(c, s.dialer.Timeout)
+}
+
+// memberPreamble runs before the hop header of a connection from a
+// member's address. A pooled connection announces itself with the pool
+// hello: it is granted hop.member_idle (DefaultPoolGrant when 0) to wait
+// for its flow's header. Any other connection's first bytes are handed back
+// in the returned reader, so hop.Read sees the whole header. A connection
+// closed before its header was waiting idle and ends quietly (ok false).
+func (s *Server) memberPreamble(c *net.TCPConn, src netip.AddrPort) (r io.Reader, ok bool) {
+	mi := time.Duration(s.cfg.Hop.MemberIdle)
+	if mi > 0 && !s.awaitFirstByte(c, src, mi) {
+		return nil, false
+	}
+	var b [len(poolHello)]byte
+	c.SetReadDeadline(time.Now().Add(s.header))
+	n, err := io.ReadFull(c, b[:])
+	if err != nil || b != poolHello {
+		// Not a pooled connection (or a broken one: hop.Read meets the
+		// same error after these bytes and refuses it).
+		return io.MultiReader(bytes.NewReader(b[:n]), c), true
+	}
+	grant := mi
+	if grant <= 0 {
+		grant = DefaultPoolGrant
+	}
+	var ans [poolGrantLen]byte
+	copy(ans[:], poolGrantMagic[:])
+	binary.BigEndian.PutUint32(ans[4:], uint32(grant.Milliseconds()))
+	c.SetWriteDeadline(time.Now().Add(s.header))
+	if _, err := c.Write(ans[:]); err != nil {
+		c.Close()
+		return nil, false
+	}
+	c.SetWriteDeadline(time.Time{})
+	if !s.awaitFirstByte(c, src, grant) {
+		return nil, false
+	}
+	return c, true
 }
 
 // shutdown closes the pool: idle connections now, dials in flight as they

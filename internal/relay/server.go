@@ -152,6 +152,7 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	s.poolDialer.Control = cfg.Socket.control(sockPoolDial)
 	if n := cfg.Pool.Hop; n > 0 {
 		s.hopPool = newConnPool("hop", n, cfg.hopMaxIdle(), s.dialPooled, s.memberAddrs, s.m.pool, s.log)
+		s.hopPool.hello = s.poolHelloDial
 	}
 	if n := cfg.Pool.Origin; n > 0 {
 		s.originPool = newConnPool("origin", n, cfg.originMaxIdle(), s.dialPooled, nil, s.m.pool, s.log)
@@ -653,14 +654,16 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPC
 		s.refuse(refuseAuth, c, src, errors.New("no overlay keys"))
 		return "", nil
 	}
-	if mi := time.Duration(s.cfg.Hop.MemberIdle); mi > 0 && s.isMemberIP(src.Addr()) {
+	var hr io.Reader = c
+	if s.isMemberIP(src.Addr()) {
 		// A member's pooled connection waits here until a flow uses it.
-		if !s.awaitFirstByte(c, src, mi) {
+		var ok bool
+		if hr, ok = s.memberPreamble(c, src); !ok {
 			return "", nil
 		}
 	}
 	c.SetReadDeadline(time.Now().Add(s.header))
-	h, err := hop.Read(c, kr, time.Now(), s.cfg.maxSkew())
+	h, err := hop.Read(hr, kr, time.Now(), s.cfg.maxSkew())
 	if err == nil {
 		err = s.replay.Check(h)
 	}
@@ -784,6 +787,11 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 		return nil, fmt.Errorf("send hop header to %s: %w", next, err)
 	}
 	up.SetWriteDeadline(time.Time{})
+	if err := s.awaitFastOpen(up); err != nil {
+		s.untrack(up)
+		resetClose(up)
+		return nil, fmt.Errorf("connect %s %s: %w", next, addr, err)
+	}
 	return up, nil
 }
 

@@ -1,0 +1,173 @@
+package relay
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestPoolWithoutMemberIdle: members at the default hop.member_idle (0)
+// keep pooled connections idle past their header timeout, because the pool
+// hello asks for it; no header timeout is counted and flows use the pools.
+func TestPoolWithoutMemberIdle(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) {
+		c.Timeouts.Header = Duration(300 * time.Millisecond)
+		c.Pool.Hop = 1
+	})
+	bAddr, cAddr := w.b.HopAddr().String(), w.c.HopAddr().String()
+	waitFor(t, 5*time.Second, "pools filled", func() bool {
+		return w.a.hopPool.idleCount(bAddr) == 1 && w.b.hopPool.idleCount(cAddr) == 1
+	})
+	time.Sleep(800 * time.Millisecond) // > 2 header timeouts
+	for i := range 2 {
+		hashTrip(t, w.a.ServiceAddr(0).String(), 10000+i)
+	}
+	for _, s := range []*running{w.a, w.b} {
+		if h := poolCount(s.Server, "hop", poolHit); h < 1 {
+			t.Errorf("%s: %v hop pool hits; want >= 1", s.cfg.ID, h)
+		}
+	}
+	for _, s := range w.all() {
+		if n := refusals(s.Server, refuseHeaderTimeout); n != 0 {
+			t.Errorf("%s: %v header timeouts; pooled connections must wait", s.cfg.ID, n)
+		}
+		if n := poolCount(s.Server, "hop", poolUnsupported); n != 0 {
+			t.Errorf("%s: %v members without pool support; want 0", s.cfg.ID, n)
+		}
+	}
+}
+
+// oldPeer is a hop listener of a relay that does not know the pool hello:
+// it reads a hop header's fixed part and resets anything that is not a
+// PROXY v2 signature.
+type oldPeer struct {
+	ln       net.Listener
+	accepted atomic.Int64
+	wg       sync.WaitGroup
+}
+
+func newOldPeer(t *testing.T) *oldPeer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &oldPeer{ln: ln}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.accepted.Add(1)
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				var b [16]byte
+				io.ReadFull(c, b[:])
+				resetClose(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	return p
+}
+
+// TestPoolHelloOldPeer: a member that does not answer the hello is not
+// pooled (counted unsupported once, no redial storm) and a flow to it is a
+// plain pool miss that dials.
+func TestPoolHelloOldPeer(t *testing.T) {
+	leakCheck(t)
+	peer := newOldPeer(t)
+	s, err := New(baseConfig("a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	addr := peer.ln.Addr().String()
+	p := newConnPool("hop", 2, 10*time.Second, s.dialPooled, func() []string { return []string{addr} }, s.m.pool, s.log)
+	p.hello = s.poolHelloDial
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { p.run(ctx); close(ran) }()
+	defer func() { cancel(); <-ran }()
+
+	waitFor(t, 3*time.Second, "hello refused", func() bool { return poolCount(s, "hop", poolUnsupported) >= 1 })
+	time.Sleep(300 * time.Millisecond) // several maintenance ticks
+	if n := peer.accepted.Load(); n > 2 {
+		t.Errorf("old peer saw %d connections; want <= 2 (pool size), no redials before poolRetry", n)
+	}
+	if n := p.idleCount(addr); n != 0 {
+		t.Errorf("idle = %d; want 0", n)
+	}
+	if c := p.get(addr); c != nil {
+		c.Close()
+		t.Error("get returned a connection to a peer without pool support")
+	}
+}
+
+// TestPoolHelloGrant: a member's answer bounds the pooled connection's
+// life (its member_idle, or DefaultPoolGrant), and a garbled answer is
+// refused.
+func TestPoolHelloGrant(t *testing.T) {
+	leakCheck(t)
+	for _, tc := range []struct {
+		name       string
+		memberIdle time.Duration
+		want       time.Duration
+	}{
+		{"default", 0, DefaultPoolGrant},
+		{"member_idle", 7 * time.Second, 7 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := baseConfig("b", "a")
+			cfg.Members["a"] = "127.0.0.1:9"
+			cfg.Hop.MemberIdle = Duration(tc.memberIdle)
+			b := start(t, cfg)
+			c, err := net.Dial("tcp", b.HopAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			got, err := writePoolHello(c.(*net.TCPConn), 2*time.Second)
+			if err != nil || got != tc.want {
+				t.Errorf("grant = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+	// A peer answering something else.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		io.ReadFull(c, make([]byte, 16))
+		c.Write([]byte("HTTP/1.1"))
+		c.Close()
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if g, err := writePoolHello(c.(*net.TCPConn), 2*time.Second); err == nil {
+		t.Errorf("garbled answer accepted: grant %v", g)
+	}
+	<-done
+}
