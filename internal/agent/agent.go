@@ -70,6 +70,7 @@ type Agent struct {
 	updMu sync.Mutex // serializes swap + OnUpdate + persist
 
 	reregister chan struct{}
+	retarget   chan struct{} // a new table: fetch the targets again
 	prober     *probe.Prober
 	destProber *probe.Prober // RTTs to destinations
 	probeSrv   *probe.Server
@@ -122,6 +123,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		cfg:        cfg,
 		log:        log.With("fep", cfg.FEP.ID),
 		reregister: make(chan struct{}, 1),
+		retarget:   make(chan struct{}, 1),
 	}
 	// Probes are tagged with the overlay key of the current table (none
 	// before the first table: then they go untagged).
@@ -456,8 +458,9 @@ func (a *Agent) register(ctx context.Context, c *api.Client) error {
 	}
 }
 
-// watchTargets fetches the peers to measure every TargetsEvery, and
-// re-registers when a report tells the controller forgot this FEP.
+// watchTargets fetches the peers and destinations to measure every
+// TargetsEvery and after every new table, and re-registers when a report
+// tells the controller forgot this FEP.
 func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 	b := newBackoff()
 	for {
@@ -491,6 +494,7 @@ func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 		case <-ctx.Done():
 			return
 		case <-time.After(next):
+		case <-a.retarget:
 		case <-a.reregister:
 			if err := a.register(ctx, c); err != nil {
 				if ctx.Err() == nil {
@@ -565,6 +569,12 @@ func (a *Agent) watchTable(ctx context.Context, c *api.Client) {
 		}
 		if a.install(s, true) {
 			a.log.Info("new table", "version", s.Version, "chains", len(t.Table.Chains), "members", len(s.Members))
+			// A new table follows a change of the overlay (FEPs,
+			// destinations): the targets may have changed too.
+			select {
+			case a.retarget <- struct{}{}:
+			default:
+			}
 		}
 		since = max(since, a.Version())
 	}

@@ -179,8 +179,9 @@ func TestAgentsWithRealController(t *testing.T) {
 }
 
 // TestAgentsMeasureDestinations runs two agents against the real controller
-// on loopback with a destination registered through the API whose probe
-// address is a TCP listener (an origin): the agents are told to measure it,
+// on loopback; a destination whose probe address is a TCP listener (an
+// origin) is registered through the API once they run: the agents are told
+// to measure it (they fetch their targets again on the new table),
 // time TCP handshakes to it, report, and the controller's EgP for it is
 // chosen by the measured RTTs and reaches the tables.
 func TestAgentsMeasureDestinations(t *testing.T) {
@@ -221,10 +222,6 @@ func TestAgentsMeasureDestinations(t *testing.T) {
 	}()
 	cl := &api.Client{BaseURL: srv.URL}
 	ctx := t.Context()
-	dest := api.Destination{ID: "origin", Prefix: "198.51.100.0/24", Lat: 51, Lon: 4, ProbeAddr: origin.Addr().String()}
-	if err := cl.RegisterDestination(ctx, dest); err != nil {
-		t.Fatal(err)
-	}
 	feps := []api.FEP{
 		{ID: "fra", HopAddr: "127.0.0.1:7001", Lat: 50.1, Lon: 8.7},
 		{ID: "ams", HopAddr: "127.0.0.1:7003", Lat: 52.4, Lon: 4.9},
@@ -237,10 +234,19 @@ func TestAgentsMeasureDestinations(t *testing.T) {
 			DataDir:      t.TempDir(),
 			FEP:          f,
 			Probe:        probe.Config{Interval: 100 * time.Millisecond, Jitter: -1, Probes: 2},
-			TargetsEvery: 200 * time.Millisecond,
+			TargetsEvery: time.Hour, // targets are fetched again on a new table
 			Wait:         2 * time.Second,
 		})
 		agents[f.ID] = a
+	}
+	for id, a := range agents {
+		eventually(t, id+" holding a table", func() bool { return a.Version() > 0 })
+	}
+	// Registered after the agents fetched their targets: the new table
+	// (its egress changed) makes them fetch them again.
+	dest := api.Destination{ID: "origin", Prefix: "198.51.100.0/24", Lat: 51, Lon: 4, ProbeAddr: origin.Addr().String()}
+	if err := cl.RegisterDestination(ctx, dest); err != nil {
+		t.Fatal(err)
 	}
 	for id, a := range agents {
 		eventually(t, id+" measuring the destination", func() bool { return a.DestEstimates()["origin"] > 0 })
