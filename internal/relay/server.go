@@ -81,6 +81,13 @@ type Server struct {
 	conns map[net.Conn]struct{} // open connections, for the forced close
 	ran   atomic.Bool
 	close sync.Once
+
+	// Handshake workers (see dispatch): idle ones wait on jobs until
+	// stopWorkers is closed.
+	jobs        chan handshakeJob
+	stopWorkers chan struct{}
+	idleWorkers atomic.Int32
+	workerWG    sync.WaitGroup
 }
 
 type chainBox struct{ src ChainSource }
@@ -146,6 +153,8 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	s.refLog = newRateLog(s.log, 10*time.Second)
 	s.lookups = newLookupMetrics(s.m.reg)
 	s.bufs.New = newSmallBuf
+	s.jobs = make(chan handshakeJob)
+	s.stopWorkers = make(chan struct{})
 	s.flowCtx, s.flowCancel = context.WithCancel(context.Background())
 	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control(sockDial), KeepAlive: cfg.Socket.keepAlive()}
 	s.poolDialer = s.dialer
@@ -463,6 +472,8 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 	}
 	acceptWG.Wait()
+	close(s.stopWorkers)
+	s.workerWG.Wait()
 	s.flowCancel()
 	s.log.Info("proxy stopped")
 	return runErr
@@ -567,46 +578,88 @@ func (s *Server) acceptLoop(wg *sync.WaitGroup, l *listener, fatal chan<- error)
 			continue
 		}
 		s.wg.Add(1)
-		go s.serveConn(l, c, src)
+		s.dispatch(handshakeJob{l, c, src})
 	}
 }
 
-// serveConn owns one accepted connection for its whole life. The
-// handshake (header or entry protocol, chain choice, dial) runs in its own
-// short-lived goroutine, so the deep stack it grows is freed before the
-// long copy phase, which runs here on a small stack.
+// handshakeJob is one accepted connection for a handshake worker.
+type handshakeJob struct {
+	l   *listener
+	c   *net.TCPConn
+	src netip.AddrPort
+}
+
+// maxIdleWorkers bounds the handshake workers kept waiting for work.
+const maxIdleWorkers = 32
+
+// dispatch hands j to an idle handshake worker, or starts a new one.
+// Workers live on after their handshake, so the deep stack a handshake
+// needs (the dial path) is grown once per worker instead of once per flow;
+// each flow's copy phase runs on fresh small-stack goroutines.
+func (s *Server) dispatch(j handshakeJob) {
+	select {
+	case s.jobs <- j:
+		return
+	default:
+	}
+	s.workerWG.Add(1)
+	go s.handshakeWorker(j)
+}
+
+// handshakeWorker runs handshakes until it is told to stop, or finds
+// enough workers idle already.
+func (s *Server) handshakeWorker(j handshakeJob) {
+	defer s.workerWG.Done()
+	for {
+		s.serveConn(j.l, j.c, j.src)
+		if s.idleWorkers.Add(1) > maxIdleWorkers {
+			s.idleWorkers.Add(-1)
+			return
+		}
+		select {
+		case j = <-s.jobs:
+			s.idleWorkers.Add(-1)
+		case <-s.stopWorkers:
+			s.idleWorkers.Add(-1)
+			return
+		}
+	}
+}
+
+// serveConn runs the accept-side protocol of one connection (header or
+// entry protocol, chain choice, dial) on a handshake worker, then hands the
+// flow to its own goroutine for the copy phase.
 func (s *Server) serveConn(l *listener, c *net.TCPConn, src netip.AddrPort) {
-	defer s.wg.Done()
-	defer s.limits.release(src.Addr(), l.kind == kindHop)
-	defer c.Close() // every path closes c already; this is the safety net
 	s.track(c)
-	defer s.untrack(c)
 	if nd := s.cfg.Socket.NoDelay; nd != nil {
 		c.SetNoDelay(*nd)
 	}
-	ch := make(chan handoff, 1)
-	go s.handshake(l, c, src, ch)
-	h := <-ch
-	if h.up != nil {
-		s.relay(h.role, c, h.up)
-	}
-}
-
-// handoff is a handshake's result: the upstream connection to relay to
-// (nil when the flow was refused or failed, already counted and closed).
-type handoff struct {
-	role string
-	up   *net.TCPConn
-}
-
-// handshake runs the accept-side protocol of one connection.
-func (s *Server) handshake(l *listener, c *net.TCPConn, src netip.AddrPort, ch chan<- handoff) {
+	var role string
+	var up *net.TCPConn
 	if l.kind == kindHop {
-		role, up := s.serveHop(c, src)
-		ch <- handoff{role, up}
+		role, up = s.serveHop(c, src)
+	} else {
+		role, up = roleInP, s.serveEntry(l, c, src)
+	}
+	if up == nil { // refused or failed: already counted and closed
+		s.endConn(l, c, src)
 		return
 	}
-	ch <- handoff{roleInP, s.serveEntry(l, c, src)}
+	go s.relayConn(l, c, src, role, up)
+}
+
+// relayConn owns an accepted connection for its copy phase.
+func (s *Server) relayConn(l *listener, c *net.TCPConn, src netip.AddrPort, role string, up *net.TCPConn) {
+	defer s.endConn(l, c, src)
+	s.relay(role, c, up)
+}
+
+// endConn releases what an accepted connection held.
+func (s *Server) endConn(l *listener, c *net.TCPConn, src netip.AddrPort) {
+	s.untrack(c)
+	c.Close() // every path closes c already; this is the safety net
+	s.limits.release(src.Addr(), l.kind == kindHop)
+	s.wg.Done()
 }
 
 func isTemporary(err error) bool {
