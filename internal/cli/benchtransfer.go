@@ -177,7 +177,8 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	res, err := sc.Measure(ctx, scenario.Plan{Modes: modes, Sizes: sizes, Runs: *runs, Progress: func(run int, s scenario.Sample) {
 		rows = append(rows, []string{strconv.Itoa(run), transfer.FormatSize(s.Size), strconv.FormatInt(s.Size, 10), string(s.Mode),
 			fmt.Sprintf("%.3f", float64(s.Result.Connect)/1e6), fmt.Sprintf("%.3f", float64(s.Result.FirstByte)/1e6),
-			fmt.Sprintf("%.3f", float64(s.Result.Total)/1e6), strconv.FormatBool(s.NewOriginConn)})
+			fmt.Sprintf("%.3f", float64(s.Result.Total)/1e6), strconv.FormatBool(s.NewOriginConn),
+			strconv.FormatInt(s.CPU.Emu.Milliseconds(), 10), strconv.FormatInt(s.CPU.Proxies.Milliseconds(), 10), fmt.Sprintf("%.2f", s.CPU.Busy)})
 		if len(rows)%20 == 0 || len(rows) == total {
 			fmt.Fprintf(env.Stderr, "  %d/%d fetches, %v\n", len(rows), total, time.Since(start).Round(time.Second))
 		}
@@ -213,7 +214,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 func writeSamples(path string, rows [][]string) error {
 	var b bytes.Buffer
 	cw := csv.NewWriter(&b)
-	cw.Write([]string{"run", "size", "bytes", "mode", "connect_ms", "first_byte_ms", "total_ms", "new_origin_conn"})
+	cw.Write([]string{"run", "size", "bytes", "mode", "connect_ms", "first_byte_ms", "total_ms", "new_origin_conn", "emu_cpu_ms", "proxies_cpu_ms", "machine_busy"})
 	cw.WriteAll(rows)
 	if err := cw.Error(); err != nil {
 		return err

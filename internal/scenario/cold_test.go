@@ -40,3 +40,20 @@ func FuzzParsePooled(f *testing.F) {
 		}
 	})
 }
+
+func TestParseCPU(t *testing.T) {
+	d, err := parsePidStat([]byte("1234 (mosto (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 100 0 0"))
+	if err != nil || d != 325*clockTick {
+		t.Errorf("parsePidStat = %v, %v; want %v", d, err, 325*clockTick)
+	}
+	if _, err := parsePidStat([]byte("1 (x) S 1 2")); err == nil {
+		t.Error("parsePidStat accepted a short line")
+	}
+	busy, total, err := parseProcStat([]byte("cpu  100 5 50 800 20 3 2 0 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"))
+	if err != nil || busy != 160 || total != 980 {
+		t.Errorf("parseProcStat = %d, %d, %v; want 160, 980", busy, total, err)
+	}
+	if _, _, err := parseProcStat([]byte("intr 1 2 3")); err == nil {
+		t.Error("parseProcStat accepted a file without a cpu line")
+	}
+}

@@ -40,6 +40,8 @@ type Results struct {
 	// ColdFlows and ColdPooled count, per cold mode (mosto-cold,
 	// mosto-plain), its fetches and the hops of them served from a pool.
 	ColdFlows, ColdPooled map[Mode]int
+	// CPU holds every fetch's processor time, like MS.
+	CPU map[Mode]map[int64][]CPU
 	RTT                   time.Duration // configured client-origin RTT
 	RateBps               float64       // bottleneck rate of the direct path, bytes/s; 0: none
 }
@@ -61,8 +63,10 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 	} else if s.cfg.Table != nil {
 		r.Source = fmt.Sprintf("from the given table file, version %d", s.TableVersion())
 	}
+	r.CPU = make(map[Mode]map[int64][]CPU)
 	for _, m := range p.Modes {
 		r.MS[m] = make(map[int64][]float64)
+		r.CPU[m] = make(map[int64][]CPU)
 	}
 	for _, size := range p.Sizes {
 		if e, ok := s.ComputedEntry(size); ok {
@@ -141,6 +145,7 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 					r.NotWarm++
 				}
 				r.MS[m][size] = append(r.MS[m][size], float64(smp.Result.Total)/1e6)
+				r.CPU[m][size] = append(r.CPU[m][size], smp.CPU)
 				if isCold(m) {
 					if r.ColdFlows == nil {
 						r.ColdFlows, r.ColdPooled = make(map[Mode]int), make(map[Mode]int)
@@ -265,6 +270,9 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 			return err
 		}
 	}
+	if err := r.writeCPU(w); err != nil {
+		return err
+	}
 	for _, m := range []Mode{ChainCold, ChainPlain} {
 		if n := r.ColdFlows[m]; n > 0 {
 			fmt.Fprintf(w, "\n%s: %d fetches, each the first flow after every proxy restarted (TCP metrics and Fast Open cookies flushed on the FEPs); %d hops of them were served from a pool filled during the start.\n", m, n, r.ColdPooled[m])
@@ -274,6 +282,35 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(w, "\nWarning: %d cdn-cold fetches found a warm upstream connection and %d cdn-warm fetches opened a new one.\n", r.NotCold, r.NotWarm)
 	}
 	return nil
+}
+
+// writeCPU writes the median processor time per fetch: this process (the
+// emulator with the client and the origin), the proxies, and the machine's
+// busy share over the fetch.
+func (r *Results) writeCPU(w io.Writer) error {
+	if len(r.CPU) == 0 {
+		return nil
+	}
+	fmt.Fprint(w, "\nProcessor time per fetch (medians; 10 ms resolution): emu = the bench process (emulator, which also runs the receivers' TCP stacks, client, origin), proxies = all proxies together, busy = share of both CPUs busy during the fetch (all processes, other users' too).\n\n")
+	t := &report.Table{Header: []string{"size", "mode", "emu ms", "proxies ms", "busy"},
+		Align: []report.Align{report.Left, report.Left, report.Right, report.Right, report.Right}}
+	for _, size := range r.Sizes {
+		for _, m := range r.Modes {
+			cs := r.CPU[m][size]
+			if len(cs) == 0 {
+				continue
+			}
+			var e, p, b []float64
+			for _, c := range cs {
+				e = append(e, float64(c.Emu)/1e6)
+				p = append(p, float64(c.Proxies)/1e6)
+				b = append(b, c.Busy)
+			}
+			t.AddRow(transfer.FormatSize(size), string(m), ms(stats.Median(e)), ms(stats.Median(p)),
+				strconv.FormatFloat(100*stats.Median(b), 'f', 0, 64)+"%")
+		}
+	}
+	return t.WriteMarkdown(w)
 }
 
 func chainString(c []string) string {

@@ -449,7 +449,9 @@ func (s *Scenario) Fetch(ctx context.Context, mode Mode, size int64, seed uint64
 		}
 	}
 	before := s.originConn.Load()
+	cpu0 := s.cpuSnap()
 	res, err := c.Object(ctx, size, seed)
+	cpu := s.cpuSnap().since(cpu0)
 	if mode == CDNWarm || mode == CDNCold {
 		s.lastCDN = time.Now()
 	}
@@ -459,7 +461,7 @@ func (s *Scenario) Fetch(ctx context.Context, mode Mode, size int64, seed uint64
 	if isCold(mode) {
 		s.afterCold(ctx, mode)
 	}
-	return Sample{Mode: mode, Size: size, Result: res, NewOriginConn: s.originConn.Load() > before}, nil
+	return Sample{Mode: mode, Size: size, Result: res, NewOriginConn: s.originConn.Load() > before, CPU: cpu}, nil
 }
 
 // Sample is one fetch.
@@ -470,6 +472,8 @@ type Sample struct {
 	// NewOriginConn: the origin accepted a connection during the fetch
 	// (always for direct; for cdn-warm it means the connection was not warm).
 	NewOriginConn bool
+	// CPU is the processor time the fetch used (see CPU).
+	CPU CPU
 }
 
 func (s *Scenario) client(mode Mode, size int64) (*transfer.Client, error) {
