@@ -41,9 +41,9 @@ type Results struct {
 	// mosto-plain), its fetches and the hops of them served from a pool.
 	ColdFlows, ColdPooled map[Mode]int
 	// CPU holds every fetch's processor time, like MS.
-	CPU map[Mode]map[int64][]CPU
-	RTT                   time.Duration // configured client-origin RTT
-	RateBps               float64       // bottleneck rate of the direct path, bytes/s; 0: none
+	CPU     map[Mode]map[int64][]CPU
+	RTT     time.Duration // configured client-origin RTT
+	RateBps float64       // bottleneck rate of the direct path, bytes/s; 0: none
 }
 
 // Measure runs the plan: for every run, for every size, every mode once, in
