@@ -14,7 +14,7 @@ import (
 func runToken(ctx context.Context, env *Env, args []string) error {
 	if len(args) == 0 || args[0] != "create" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(env.Stdout, "usage: mosto token create --data DIR [--ttl 24h] [--fep ID] [--reusable | --etcd URLS]")
+			fmt.Fprintln(env.Stdout, "usage: mosto token create --data DIR [--ttl 24h] [--fep ID] [--reusable | --etcd URLS [--etcd-ca FILE] [--etcd-cert FILE --etcd-key FILE]]")
 			return nil
 		}
 		return usageErrorf("want: mosto token create --data DIR [--ttl 24h] [--fep ID] [--reusable]")
