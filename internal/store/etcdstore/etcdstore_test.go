@@ -3,10 +3,14 @@ package etcdstore_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/controller"
+	"github.com/mosto-net/mosto/internal/etcdhttp"
 	"github.com/mosto-net/mosto/internal/store/etcdstore"
 	"github.com/mosto-net/mosto/internal/store/etcdstore/etcdtest"
 	"github.com/mosto-net/mosto/internal/store/storetest"
@@ -74,5 +78,57 @@ func TestLeadExclusive(t *testing.T) {
 	}
 	if lb.Err() != nil {
 		t.Error("new leader's context is done")
+	}
+}
+
+func deadEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr
+}
+
+// TestEndpoints: a dead endpoint before a live one is skipped; only dead
+// endpoints fail Open promptly with a clear error; mutual TLS works.
+func TestEndpoints(t *testing.T) {
+	ctx := context.Background()
+	live := etcdtest.Start(t)
+	s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{deadEndpoint(t), live[0]}, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatalf("Open with a dead first endpoint: %v", err)
+	}
+	defer s.Close()
+	if err := s.PutFEP(ctx, api.FEP{ID: "fra", HopAddr: "192.0.2.1:7000"}); err != nil {
+		t.Fatal(err)
+	}
+	if feps, err := s.FEPs(ctx); err != nil || len(feps) != 1 {
+		t.Fatalf("FEPs = %v, %v; want the one FEP", feps, err)
+	}
+
+	start := time.Now()
+	_, err = etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{deadEndpoint(t), deadEndpoint(t)}, DialTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "every endpoint failed") {
+		t.Errorf("Open with only dead endpoints = %v; want every endpoint failed", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Open with dead endpoints took %v", d)
+	}
+
+	eps, files := etcdtest.StartTLS(t)
+	tlsCfg, err := etcdhttp.TLSConfig(files.CA, files.Cert, files.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: eps, TLS: tlsCfg})
+	if err != nil {
+		t.Fatalf("Open over mutual TLS: %v", err)
+	}
+	defer ts.Close()
+	if _, err := ts.NextVersion(ctx); err != nil {
+		t.Errorf("NextVersion over mutual TLS: %v", err)
 	}
 }
