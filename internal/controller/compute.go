@@ -20,9 +20,9 @@ import (
 	"github.com/mosto-net/mosto/internal/store"
 )
 
-// Matrix is the symmetric RTT matrix the controller plans with: the mean of
-// the two directions where both were measured, the one measured otherwise,
-// +Inf where neither was. Names are the FEP ids, sorted.
+// Matrix is the symmetric RTT matrix the controller plans with, from the
+// RTTs both ends of a pair measured (see BuildMatrix); +Inf where neither
+// did. Names are the FEP ids, sorted.
 type Matrix struct {
 	Names []string
 	RTT   [][]float64
@@ -30,7 +30,13 @@ type Matrix struct {
 }
 
 // BuildMatrix makes the planning matrix of feps (sorted by id) from rtts;
-// samples naming an unknown FEP are ignored.
+// samples naming an unknown FEP are ignored. A pair measured from one end
+// takes that value. A pair measured from both ends takes the mean of the
+// two when they agree (within 10% or 2 ms, the reporting threshold), and
+// the newer one when they do not: both measure the same round trip, so a
+// disagreement means the older report predates a change the other end
+// already saw (each end probes on its own phase, so the first to notice a
+// change moves the pair, not the mean of the new and the stale value).
 func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
 	n := len(feps)
 	m := &Matrix{Names: make([]string, n), RTT: make([][]float64, n), index: make(map[string]int, n)}
@@ -38,36 +44,47 @@ func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
 		m.Names[i] = f.ID
 		m.index[f.ID] = i
 	}
-	sum := make([][]float64, n)
-	cnt := make([][]uint8, n)
-	for i := range sum {
-		sum[i] = make([]float64, n)
-		cnt[i] = make([]uint8, n)
+	// dir[i][j] is 1 + the index in rtts of the sample from i to j (the
+	// store keeps one per direction; with several, the newest counts).
+	dir := make([][]int32, n)
+	for i := range dir {
+		dir[i] = make([]int32, n)
 	}
-	for _, r := range rtts {
+	for k, r := range rtts {
 		i, ok1 := m.index[r.From]
 		j, ok2 := m.index[r.To]
 		if !ok1 || !ok2 || i == j {
 			continue
 		}
-		sum[i][j] += r.MS
-		cnt[i][j]++
-		sum[j][i] += r.MS
-		cnt[j][i]++
+		if o := dir[i][j]; o == 0 || !rtts[o-1].At.After(r.At) {
+			dir[i][j] = int32(k + 1)
+		}
 	}
 	for i := range m.RTT {
-		row := make([]float64, n)
-		for j := range row {
+		m.RTT[i] = make([]float64, n)
+	}
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			v := math.Inf(1)
+			a, b := dir[i][j], dir[j][i]
 			switch {
-			case i == j:
-				row[j] = 0
-			case cnt[i][j] == 0:
-				row[j] = math.Inf(1)
-			default:
-				row[j] = sum[i][j] / float64(cnt[i][j])
+			case a != 0 && b != 0:
+				ra, rb := rtts[a-1], rtts[b-1]
+				switch {
+				case !SignificantChange(ra.MS, rb.MS, 0.10, 2) && !SignificantChange(rb.MS, ra.MS, 0.10, 2):
+					v = (ra.MS + rb.MS) / 2
+				case rb.At.After(ra.At):
+					v = rb.MS
+				default:
+					v = ra.MS
+				}
+			case a != 0:
+				v = rtts[a-1].MS
+			case b != 0:
+				v = rtts[b-1].MS
 			}
+			m.RTT[i][j], m.RTT[j][i] = v, v
 		}
-		m.RTT[i] = row
 	}
 	return m
 }

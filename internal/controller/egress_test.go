@@ -192,3 +192,33 @@ func TestTopologyDestinationsMeasured(t *testing.T) {
 		t.Errorf("after deleting a: %+v, %v; want EgP d and no RTT from a", ds, err)
 	}
 }
+
+// TestBuildMatrixDirections checks how the two directions of a pair
+// combine: the mean when they agree, the newer when they do not (a change
+// one end already saw), the one measured otherwise.
+func TestBuildMatrixDirections(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(from, to string, ms float64, s int) store.RTT {
+		return store.RTT{From: from, To: to, MS: ms, At: t0.Add(time.Duration(s) * time.Second)}
+	}
+	tests := []struct {
+		name string
+		rtts []store.RTT
+		want float64
+	}{
+		{"one direction", []store.RTT{at("a", "b", 10, 0)}, 10},
+		{"agree: mean", []store.RTT{at("a", "b", 10, 0), at("b", "a", 11, 5)}, 10.5},
+		{"agree within 2 ms on a short pair", []store.RTT{at("a", "b", 3, 0), at("b", "a", 4.9, 5)}, 3.95},
+		{"disagree: the newer (reverse)", []store.RTT{at("a", "b", 10, 0), at("b", "a", 30, 5)}, 30},
+		{"disagree: the newer (forward)", []store.RTT{at("a", "b", 10, 9), at("b", "a", 30, 5)}, 10},
+		{"an older duplicate is ignored", []store.RTT{at("a", "b", 10, 9), at("a", "b", 50, 1)}, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := BuildMatrix(line[:2], tt.rtts)
+			if m.RTT[0][1] != tt.want || m.RTT[1][0] != tt.want {
+				t.Errorf("RTT a-b = %v / %v; want %v both ways", m.RTT[0][1], m.RTT[1][0], tt.want)
+			}
+		})
+	}
+}

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/scenario"
@@ -27,7 +29,9 @@ var issue5Cities = []string{"Frankfurt", "London", "Paris", "Amsterdam", "NewYor
 //     (World.SetLink): the time until the controller has a new table and
 //     until every proxy holds its LoP's current version (median and max);
 //  3. with the controller killed, flows keep being relayed on the cached
-//     tables (no failed flow), also after a proxy restarted meanwhile.
+//     tables (no failed flow), also after a proxy restarted meanwhile;
+//  4. (run before 3) the EgP of a destination is chosen by the RTTs the
+//     FEPs measured to it, not by its (wrong) coordinates.
 //
 // Run with -v to see the figures (docs/demo.md records them).
 func TestIssue5Figures(t *testing.T) {
@@ -58,7 +62,7 @@ func TestIssue5Figures(t *testing.T) {
 	worst := ""
 	for i, a := range m.Names {
 		for j, b := range m.Names {
-			if m.RTTMS[i][j] == nil {
+			if i == j || m.RTTMS[i][j] == nil {
 				continue
 			}
 			got, want := *m.RTTMS[i][j], float64(w.RTT(a, b))/1e6
@@ -130,6 +134,51 @@ func TestIssue5Figures(t *testing.T) {
 	slices.Sort(alls)
 	t.Logf("delay change -> new table at every LoP, %d changes of %s-%s (%.1f <-> %.1f ms): median %v, max %v; probe interval %v",
 		changes, a, b, float64(old)/1e6, float64(w.RTT(a, b))/1e6, alls[len(alls)/2].Round(time.Millisecond), alls[len(alls)-1].Round(time.Millisecond), interval)
+
+	// 4. EgP by measured RTT: the origin registered as a destination with
+	// Chicago's coordinates (deliberately wrong: it is in San Jose) and
+	// its HTTP port as probe address. By distance its EgP would be
+	// Chicago; the FEPs near those coordinates time TCP handshakes to it
+	// and the EgP becomes the FEP with the lowest measured RTT.
+	oaddr := netip.AddrPortFrom(w.Addr(r.Origin), 80)
+	dest := api.Destination{ID: "origin", Prefix: netip.PrefixFrom(oaddr.Addr(), 32).String(), Lat: 41.88, Lon: -87.63, ProbeAddr: oaddr.String()}
+	registered := time.Now()
+	if err := sc.API().RegisterDestination(ctx, dest); err != nil {
+		t.Fatal(err)
+	}
+	var st api.DestinationStatus
+	for {
+		ds, err := sc.API().Destinations(ctx)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("destinations %v, %v", ds, err)
+		}
+		st = ds[0]
+		// Every FEP asked (the 8 nearest to the coordinates) reported.
+		if st.By == "rtt" && len(st.RTTMS) >= 8 {
+			break
+		}
+		if time.Since(registered) > 20*time.Second {
+			t.Fatalf("destination not measured 20 s after its registration: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tMeasured := time.Since(registered)
+	var egInP string
+	for egInP != st.EgP && time.Since(registered) < 20*time.Second {
+		if tab, err := sc.API().Table(ctx, r.InP, 0, 0); err == nil && tab != nil {
+			for _, e := range tab.Egress {
+				if e.Prefix == dest.Prefix {
+					egInP = e.FEP
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("destination %s at %s registered with Chicago's coordinates: measured by %d FEPs after %v (%v), EgP %s by %s; the InP's table says %s after %v",
+		dest.ID, oaddr, len(st.RTTMS), tMeasured.Round(time.Millisecond), st.RTTMS, st.EgP, st.By, egInP, time.Since(registered).Round(time.Millisecond))
+	if st.EgP != "SanJose" || egInP != st.EgP {
+		t.Errorf("EgP of the origin %s, in the InP's table %s; want SanJose (the FEP next to it: lowest measured RTT)", st.EgP, egInP)
+	}
 
 	// 3. Controller down: flows keep going on the cached tables.
 	if err := sc.KillController(); err != nil {
