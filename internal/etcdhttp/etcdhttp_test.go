@@ -558,3 +558,20 @@ func TestSessionLost(t *testing.T) {
 		t.Error("campaign on an ended session succeeded")
 	}
 }
+
+// TestLeakCheckSees: the goroutine check used above does see a live
+// session's keepalive (so it can fail).
+func TestLeakCheckSees(t *testing.T) {
+	ctx := ctxT(t)
+	c := newClient(t, Config{Endpoints: etcdtest.Start(t)})
+	s, err := NewSession(ctx, c, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := clientGoroutines(); !strings.Contains(left, "etcdhttp.NewSession") { // the keepalive goroutine, running or not yet started
+		t.Errorf("live session's keepalive not seen by clientGoroutines:\n%s", left)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
