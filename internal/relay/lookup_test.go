@@ -21,9 +21,15 @@ type lopWorld struct {
 
 func newLoPWorld(t *testing.T, origin string, table chainTable) *lopWorld {
 	t.Helper()
+	return newLoPWorldEgress(t, origin, table, "e")
+}
+
+// newLoPWorldEgress is newLoPWorld with egp as the InP's EgP.
+func newLoPWorldEgress(t *testing.T, origin string, table chainTable, egp string) *lopWorld {
+	t.Helper()
 	ca := baseConfig("a", "l", "t", "e")
 	ca.LoP = "l"
-	ca.Egress.Default = "e"
+	ca.Egress.Default = egp
 	ca.Services = []ServiceConfig{{Name: "svc", Listen: "127.0.0.1:0", Origin: origin, Size: 1000}}
 	w := &lopWorld{
 		a: start(t, ca),
@@ -85,7 +91,7 @@ func TestRemoteLoP(t *testing.T) {
 			}
 			waitFor(t, 5*time.Second, "flow accounting", func() bool {
 				return flows(w.a.Server, roleInP, outcomeOK) == 1 && flows(w.e.Server, roleEgP, outcomeOK) == 1 &&
-					flows(w.l.Server, roleTrP, outcomeOK) == 1
+					flows(w.l.Server, roleTrP, outcomeOK) == 1 && flows(w.t.Server, roleTrP, outcomeOK) == tc.next["t"]["e"]
 			})
 			if n := lookups(w.a, lookupAsked); n != 1 {
 				t.Errorf("a: lookup{asked} = %v; want 1", n)
@@ -108,6 +114,24 @@ func TestRemoteLoP(t *testing.T) {
 				t.Errorf("a went direct %v times; want 0", n)
 			}
 		})
+	}
+}
+
+// TestRemoteLoPIsEgP: when the EgP is the LoP itself the InP asks no
+// lookup and the LoP exits to the origin.
+func TestRemoteLoPIsEgP(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newLoPWorldEgress(t, o.addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}}, "l")
+	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("to l")); string(got) != "to l" {
+		t.Fatalf("echo = %q", got)
+	}
+	waitFor(t, 5*time.Second, "flow at the LoP as EgP", func() bool { return flows(w.l.Server, roleEgP, outcomeOK) == 1 })
+	if n := lookups(w.l, lookupCompleted) + lookups(w.l, lookupNoChain) + lookups(w.l, lookupSelfEgress); n != 0 {
+		t.Errorf("l answered %v lookups; want none (no lookup asked)", n)
+	}
+	if n := upstream(w.l, "origin"); n != 1 {
+		t.Errorf("l -> origin: %v flows; want 1", n)
 	}
 }
 
