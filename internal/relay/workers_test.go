@@ -377,6 +377,14 @@ metrics: {listen: '127.0.0.1:0'}
 		}
 		t.Logf("%s: %v flows (%s) per worker", id, per, role)
 	}
+	// Every worker let go of its flows' sockets before being stopped.
+	for i, a := range metricsAddrs {
+		var m map[string]float64
+		waitFor(t, 20*time.Second, fmt.Sprintf("worker %d of %s to close its flows (%v)", i%workers, ids[i/workers], m), func() bool {
+			m = scrape(t, a, "process_open_fds", "mosto_relay_active_flows")
+			return m["mosto_relay_active_flows"] == 0 && m["process_open_fds"] < 100
+		})
+	}
 	stopAll()
 	if childErr.raced.Load() {
 		t.Error("a child process reported a data race (see its stderr above)")
