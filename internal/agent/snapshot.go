@@ -70,9 +70,9 @@ func newSnapshot(t *api.Table, lop string) (*Snapshot, error) {
 			return nil, fmt.Errorf("table version %d: keys: %w", t.Version, err)
 		}
 		s.Keys, s.Keyring = ks, kr
-		s.ProbeKeys = []probe.Key{{ID: ks.Current.ID, Secret: ks.Current.Secret}}
+		s.ProbeKeys = []probe.Key{probe.NewKey(ks.Current.ID, ks.Current.Secret)}
 		if ks.Previous != nil {
-			s.ProbeKeys = append(s.ProbeKeys, probe.Key{ID: ks.Previous.ID, Secret: ks.Previous.Secret})
+			s.ProbeKeys = append(s.ProbeKeys, probe.NewKey(ks.Previous.ID, ks.Previous.Secret))
 		}
 	}
 	return s, nil

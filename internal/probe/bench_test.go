@@ -6,7 +6,7 @@ import (
 )
 
 func BenchmarkServerHandle(b *testing.B) {
-	key := Key{ID: 1, Secret: []byte("0123456789abcdef0123456789abcdef")}
+	key := NewKey(1, []byte("0123456789abcdef0123456789abcdef"))
 	for _, tt := range []struct {
 		name string
 		keys []Key

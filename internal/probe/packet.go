@@ -1,11 +1,14 @@
 package probe
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 )
 
 // PacketSize is the size of every probe datagram. Requests and replies have
@@ -32,10 +35,35 @@ const (
 var ErrPacket = errors.New("probe: bad packet")
 
 // Key is one overlay key a probe is authenticated with (the hop-header
-// HMAC key the controller distributes; see pki.OverlayKeys).
+// HMAC key the controller distributes; see pki.OverlayKeys). Make it with
+// NewKey to reuse the HMAC state across packets; a literal Key works too,
+// at the cost of a new HMAC per packet.
 type Key struct {
 	ID     uint8 // never 0: key id 0 means "not authenticated"
 	Secret []byte
+	macs   *sync.Pool // of hash.Hash: HMAC-SHA256 under Secret; nil: none
+}
+
+// NewKey returns the key id with secret (copied), with reusable HMAC state.
+func NewKey(id uint8, secret []byte) Key {
+	secret = bytes.Clone(secret)
+	return Key{ID: id, Secret: secret, macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}
+}
+
+// tag returns the truncated HMAC of the first tagOff bytes of a packet.
+func (k *Key) tag(head []byte) []byte {
+	var h hash.Hash
+	if k.macs != nil {
+		h = k.macs.Get().(hash.Hash)
+		defer k.macs.Put(h)
+		h.Reset()
+	} else {
+		h = hmac.New(sha256.New, k.Secret)
+	}
+	h.Write([]byte(tagLabel))
+	h.Write(head[:tagOff])
+	var sum [sha256.Size]byte
+	return h.Sum(sum[:0])[:tagLen]
 }
 
 // Packet is a probe datagram (version 2, TWAMP-like):
@@ -93,15 +121,7 @@ func (p Packet) Append(b []byte, key *Key) ([]byte, error) {
 	if p.KeyID == 0 {
 		return append(b, make([]byte, tagLen)...), nil
 	}
-	return append(b, tag(key.Secret, b[start:])...), nil
-}
-
-// tag returns the truncated HMAC of the first tagOff bytes of a packet.
-func tag(secret, head []byte) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(tagLabel))
-	h.Write(head[:tagOff])
-	return h.Sum(nil)[:tagLen]
+	return append(b, key.tag(b[start:])...), nil
 }
 
 // ParsePacket decodes a probe datagram without checking its tag (Verify
@@ -159,7 +179,7 @@ func Verify(b []byte, keys []Key) (*Key, bool) {
 	}
 	for i := range keys {
 		if keys[i].ID == id {
-			return &keys[i], hmac.Equal(tag(keys[i].Secret, b), b[tagOff:])
+			return &keys[i], hmac.Equal(keys[i].tag(b), b[tagOff:])
 		}
 	}
 	return nil, false

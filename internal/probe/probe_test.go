@@ -578,7 +578,10 @@ func TestAuthenticatedProbes(t *testing.T) {
 	k1 := Key{ID: 1, Secret: []byte("key one, thirty-two bytes long!!")}
 	k2 := Key{ID: 2, Secret: []byte("key two, thirty-two bytes long!!")}
 	k1b := Key{ID: 1, Secret: []byte("an impostor's key with id one!!!")}
-	keyed, keyedSrv := serve(t, ServerConfig{Keys: func() []Key { return []Key{k2, k1} }})
+	// The server's keys carry reusable HMAC state (NewKey), the prober's
+	// are literals: both tag alike.
+	srvKeys := []Key{NewKey(k2.ID, k2.Secret), NewKey(k1.ID, k1.Secret)}
+	keyed, keyedSrv := serve(t, ServerConfig{Keys: func() []Key { return srvKeys }})
 	open, openSrv := serve(t, ServerConfig{})
 	tests := []struct {
 		name   string
