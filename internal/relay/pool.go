@@ -76,9 +76,10 @@ type connPool struct {
 
 	mu      sync.Mutex
 	idle    map[string][]pooledConn
-	pending map[string]int       // dials in progress per target
-	learned map[string]time.Time // learned target -> last use
-	nopool  map[string]time.Time // target -> when to try the hello again
+	pending map[string]int        // dials in progress per target
+	learned map[string]time.Time  // learned target -> last use
+	nopool  map[string]time.Time  // target -> when to try the hello again
+	retry   map[string]retryState // targets whose last dial failed
 	closed  bool
 	dials   sync.WaitGroup // refill dials in progress
 }
@@ -98,6 +99,7 @@ func newConnPool(name string, size int, maxIdle time.Duration, dial func(context
 		pending: make(map[string]int),
 		learned: make(map[string]time.Time),
 		nopool:  make(map[string]time.Time),
+		retry:   make(map[string]retryState),
 	}
 }
 
@@ -152,15 +154,16 @@ func (p *connPool) refill() {
 // run refills and expires the pool until ctx ends, then closes every idle
 // connection and waits for refill dials in flight.
 func (p *connPool) run(ctx context.Context) {
-	tick := time.NewTicker(p.tick())
-	defer tick.Stop()
+	wake := time.NewTimer(p.tick())
+	defer wake.Stop()
 	defer p.shutdown()
 	for {
 		p.maintain(ctx)
+		wake.Reset(p.nextRound())
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-wake.C:
 		case <-p.kick:
 		}
 	}
@@ -168,6 +171,30 @@ func (p *connPool) run(ctx context.Context) {
 
 // tick is the interval of maintenance rounds.
 func (p *connPool) tick() time.Duration { return max(p.maxIdle/4, 25*time.Millisecond) }
+
+// Retry of failed pool dials (a member restarting, say): the next round
+// comes after poolRetryMin, doubling with every failure in a row, at most
+// one tick.
+const poolRetryMin = 50 * time.Millisecond
+
+// nextRound returns when the next maintenance round is due: a tick from
+// now, or sooner when a failed target may be dialed again.
+func (p *connPool) nextRound() time.Duration {
+	d := p.tick()
+	now := time.Now()
+	p.mu.Lock()
+	for _, r := range p.retry {
+		d = min(d, max(r.at.Sub(now), time.Millisecond))
+	}
+	p.mu.Unlock()
+	return d
+}
+
+// retryState is the dial backoff of one target.
+type retryState struct {
+	fails int       // dials failed in a row
+	at    time.Time // no dial before
+}
 
 // maintain drops expired and dead connections and forgotten targets, and
 // starts the dials that bring every target back to size.
@@ -200,6 +227,11 @@ func (p *connPool) maintain(ctx context.Context) {
 		}
 		delete(want, a) // dialed per flow until then
 	}
+	for a := range p.retry {
+		if !want[a] {
+			delete(p.retry, a)
+		}
+	}
 	// Retire a connection one tick before it expires, so get never finds
 	// only expired ones between two ticks.
 	for a, q := range p.idle {
@@ -218,6 +250,9 @@ func (p *connPool) maintain(ctx context.Context) {
 		}
 	}
 	for a := range want {
+		if r, ok := p.retry[a]; ok && now.Before(r.at) {
+			continue // backing off after a failed dial
+		}
 		for n := len(p.idle[a]) + p.pending[a]; n < p.size; n++ {
 			p.pending[a]++
 			p.dials.Add(1)
@@ -251,9 +286,15 @@ func (p *connPool) dialOne(ctx context.Context, addr string) {
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			p.log.Debug("pool dial", "addr", addr, "err", err)
+			r := p.retry[addr]
+			r.fails++
+			r.at = time.Now().Add(min(poolRetryMin<<min(r.fails-1, 16), p.tick()))
+			p.retry[addr] = r
+			p.refill() // the run loop sets its timer for the retry
 		}
 		return
 	}
+	delete(p.retry, addr)
 	if p.closed {
 		c.Close()
 		return

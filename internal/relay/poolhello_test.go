@@ -171,3 +171,65 @@ func TestPoolHelloGrant(t *testing.T) {
 	}
 	<-done
 }
+
+// TestPoolRetriesSoon: a member that refuses connections for a moment (a
+// restart) is dialed again after a short backoff, not a maintenance tick
+// later, so its pool refills at once when it listens again; while it
+// refuses, the pool does not spin.
+func TestPoolRetriesSoon(t *testing.T) {
+	leakCheck(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // refusing for now
+	s, err := New(baseConfig("a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// maxIdle 40 s: a maintenance tick every 10 s.
+	var dials atomic.Int64
+	dial := func(ctx context.Context, a string) (*net.TCPConn, error) {
+		dials.Add(1)
+		return s.dialPooled(ctx, a)
+	}
+	p := newConnPool("hop", 2, 40*time.Second, dial, func() []string { return []string{addr} }, s.m.pool, s.log)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { p.run(ctx); close(ran) }()
+	defer func() { cancel(); <-ran }()
+	time.Sleep(500 * time.Millisecond)
+	if n := dials.Load(); n < 4 || n > 40 {
+		t.Errorf("%d dials in 500 ms to a refusing target; want a few retries with backoff (4-40)", n)
+	}
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("port %s taken meanwhile: %v", addr, err)
+	}
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	var mu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln2.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		ln2.Close()
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	waitFor(t, 2*time.Second, "pool filled after the target came back", func() bool { return p.idleCount(addr) == 2 })
+}
