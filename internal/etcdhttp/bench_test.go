@@ -15,7 +15,7 @@ import (
 // package) with the same request through etcd's gRPC client, against the
 // same embedded etcd in the same run:
 //
-//	go test -run '^$' -bench Request -benchtime 2000x ./internal/etcdhttp/
+//	go test -run '^$' -bench Request -benchtime 1000x -count 3 ./internal/etcdhttp/
 func BenchmarkRequest(b *testing.B) {
 	eps := etcdtest.Start(b)
 	ctx := context.Background()
