@@ -40,7 +40,7 @@ func (p *pipe) run() string {
 		p.timer.Store(time.AfterFunc(p.idle, p.checkIdle))
 	}
 	errc := make(chan error, 1)
-	go p.copyUpstream(errc)
+	p.startUpstream(errc)
 	errDown := p.copyHalf(p.down, p.up, p.dnBytes)
 	errUp := <-errc
 	if t := p.timer.Load(); t != nil {
@@ -71,9 +71,53 @@ func (p *pipe) checkIdle() {
 	p.abort()
 }
 
+// startUpstream starts the client -> origin direction. It first reads what
+// the client has queued without waiting: a client that already sent
+// everything and half-closed (its request left with the handshake) needs
+// no goroutine, its EOF is passed on here; otherwise copyUpstream runs,
+// starting with the bytes read.
+func (p *pipe) startUpstream(errc chan<- error) {
+	if p.bufs == nil {
+		go p.copyUpstream(errc, nil, 0)
+		return
+	}
+	rc, err := p.down.SyscallConn()
+	if err != nil {
+		p.abort()
+		errc <- err
+		return
+	}
+	r := smallReader{bufs: p.bufs}
+	r.fn = r.read
+	r.nowait = true
+	if err := rc.Read(r.fn); err != nil {
+		r.err = err
+	}
+	switch {
+	case r.err != nil:
+		p.abort()
+		errc <- r.err
+	case r.eof:
+		errc <- p.halfClose(p.up)
+	default:
+		go p.copyUpstream(errc, r.bp, r.n)
+	}
+}
+
 // copyUpstream is the client -> origin direction, a named goroutine so
-// stack dumps show what each flow goroutine does.
-func (p *pipe) copyUpstream(errc chan<- error) {
+// stack dumps show what each flow goroutine does. bp holds n bytes already
+// read from the client (nil: none).
+func (p *pipe) copyUpstream(errc chan<- error, bp *[]byte, n int) {
+	if bp != nil {
+		_, err := p.up.Write((*bp)[:n])
+		p.bufs.Put(bp)
+		if err != nil {
+			p.abort()
+			errc <- err
+			return
+		}
+		p.progress(p.upBytes, int64(n))
+	}
 	errc <- p.copyHalf(p.up, p.down, p.upBytes)
 }
 
@@ -85,6 +129,11 @@ func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 		p.abort()
 		return err
 	}
+	return p.halfClose(dst)
+}
+
+// halfClose passes an EOF on to dst.
+func (p *pipe) halfClose(dst *net.TCPConn) error {
 	if err := dst.CloseWrite(); err != nil && !p.aborted.Load() {
 		p.abort()
 		return err
@@ -168,17 +217,19 @@ func (p *pipe) progress(bytes prometheus.Counter, n int64) {
 // inside the runtime poller's callback. fn is its read method, bound once
 // per direction so waiting allocates nothing.
 type smallReader struct {
-	bufs *sync.Pool
-	fn   func(fd uintptr) bool
-	bp   *[]byte
-	n    int
-	err  error
+	bufs   *sync.Pool
+	fn     func(fd uintptr) bool
+	nowait bool // do not wait for data: bp == nil && !eof means none queued
+	bp     *[]byte
+	n      int
+	eof    bool
+	err    error
 }
 
 // next waits until src has data or reached EOF and returns a pooled buffer
 // holding n bytes (n == 0: EOF, no buffer). The caller puts the buffer back.
 func (r *smallReader) next(rc syscall.RawConn) (*[]byte, int, error) {
-	r.bp, r.n, r.err = nil, 0, nil
+	r.bp, r.n, r.eof, r.err = nil, 0, false, nil
 	if err := rc.Read(r.fn); err != nil {
 		if r.bp != nil {
 			r.bufs.Put(r.bp)
@@ -197,12 +248,13 @@ func (r *smallReader) read(fd uintptr) bool {
 			continue
 		case err == unix.EAGAIN:
 			r.bufs.Put(b)
-			return false // nothing yet: wait for readability
+			return r.nowait // nothing yet: wait for readability
 		case err != nil:
 			r.bufs.Put(b)
 			r.err = os.NewSyscallError("read", err)
 		case n == 0:
 			r.bufs.Put(b)
+			r.eof = true
 		default:
 			r.bp, r.n = b, n
 		}

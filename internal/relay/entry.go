@@ -203,7 +203,7 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPCo
 func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
 	egp := s.egress.lookup(in.Target)
 	if egp == s.self {
-		s.m.direct.WithLabelValues("self_egress").Inc()
+		s.m.directFor("self_egress").Inc()
 		return s.dialOriginEarly(in, early)
 	}
 	if s.cfg.LoP != "" { // a remote lookup proxy completes the route (lookup.go)
@@ -211,7 +211,7 @@ func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
 	}
 	route, reason := s.route(egp, in.Size)
 	if route == nil {
-		s.m.direct.WithLabelValues(reason).Inc()
+		s.m.directFor(reason).Inc()
 		return s.dialOriginEarly(in, early)
 	}
 	next := route[1]
@@ -231,7 +231,7 @@ func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
 	if err != nil {
 		// The first hop is down: serve the flow directly rather than not at all.
 		log.Debug("first hop unreachable, going direct", "next", next, "err", err)
-		s.m.direct.WithLabelValues("hop_unreachable").Inc()
+		s.m.directFor("hop_unreachable").Inc()
 		return s.dialOriginEarly(in, early)
 	}
 	if log.Enabled(context.Background(), slog.LevelDebug) {

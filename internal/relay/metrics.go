@@ -2,6 +2,7 @@ package relay
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -59,11 +60,52 @@ type metrics struct {
 	// Children of the per-role vectors, resolved once so the flow path
 	// neither hashes labels nor grows its goroutine stacks doing so.
 	roles map[string]*roleMetrics
+	// Children resolved on first use, by peer and by direct reason.
+	peers   sync.Map // string -> *peerMetrics
+	directs sync.Map // string -> prometheus.Counter
 }
 
 type roleMetrics struct {
 	active   prometheus.Gauge
 	up, down prometheus.Counter
+	flows    *prometheus.CounterVec
+	role     string
+	outcomes sync.Map // string -> prometheus.Counter
+}
+
+// flow returns the flows counter of this role for outcome.
+func (r *roleMetrics) flow(outcome string) prometheus.Counter {
+	if c, ok := r.outcomes.Load(outcome); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := r.outcomes.LoadOrStore(outcome, r.flows.WithLabelValues(r.role, outcome))
+	return c.(prometheus.Counter)
+}
+
+// peerMetrics are the per-next-hop children of a peer (a FEP id, or origin).
+type peerMetrics struct {
+	connect prometheus.Observer
+	dial    prometheus.Counter
+}
+
+func (m *metrics) peer(p string) *peerMetrics {
+	if pm, ok := m.peers.Load(p); ok {
+		return pm.(*peerMetrics)
+	}
+	pm, _ := m.peers.LoadOrStore(p, &peerMetrics{
+		connect: m.connect.WithLabelValues(p),
+		dial:    m.upstream.WithLabelValues(p, "dial"),
+	})
+	return pm.(*peerMetrics)
+}
+
+// directFor returns the direct-flows counter for reason.
+func (m *metrics) directFor(reason string) prometheus.Counter {
+	if c, ok := m.directs.Load(reason); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := m.directs.LoadOrStore(reason, m.direct.WithLabelValues(reason))
+	return c.(prometheus.Counter)
 }
 
 func newMetrics() *metrics {
@@ -112,6 +154,8 @@ func newMetrics() *metrics {
 			active: m.active.WithLabelValues(r),
 			up:     m.bytes.WithLabelValues(r, "up"),
 			down:   m.bytes.WithLabelValues(r, "down"),
+			flows:  m.flows,
+			role:   r,
 		}
 	}
 	return m

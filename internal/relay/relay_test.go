@@ -405,6 +405,35 @@ func TestPProfOptIn(t *testing.T) {
 }
 
 // TestIdleTimeout checks that a flow without data is closed after the idle
+// TestRequestThenHalfClose sends requests of several sizes followed at once
+// by a half-close, through one proxy and through a chain: the client's
+// direction may be finished (or partly queued) before the relay starts, so
+// this covers the EOF passed on without a goroutine, the bytes read before
+// the copy goroutine starts, and the switch to splicing.
+func TestRequestThenHalfClose(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), nil)
+	single := baseConfig("s")
+	single.Hop.Listen = ""
+	single.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
+	s := start(t, single)
+	for _, entry := range []struct {
+		name string
+		addr string
+	}{{"direct", s.ServiceAddr(0).String()}, {"chain", w.a.ServiceAddr(0).String()}} {
+		for _, size := range []int{0, 1, 64, smallCopy - 1, smallCopy, 3*smallCopy + 7, 1 << 20} {
+			msg := make([]byte, size)
+			rand.Read(msg)
+			for i := range 3 {
+				if got := roundTrip(t, entry.addr, msg); !bytes.Equal(got, msg) {
+					t.Errorf("%s: %d-byte request, try %d: echo of %d bytes differs", entry.name, size, i, len(got))
+				}
+			}
+		}
+	}
+}
+
 // TestIdleTimeoutStuckWriter checks that a flow whose origin stops reading
 // (so the proxy's writes block) still ends after the idle timeout, with a
 // reset towards the client.

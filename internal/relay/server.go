@@ -926,8 +926,9 @@ func (s *Server) dial(peer, addr string) (*net.TCPConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s %s: %w", peer, addr, err)
 	}
-	s.m.connect.WithLabelValues(peer).Observe(time.Since(start).Seconds())
-	s.m.upstream.WithLabelValues(peer, "dial").Inc()
+	pm := s.m.peer(peer)
+	pm.connect.Observe(time.Since(start).Seconds())
+	pm.dial.Inc()
 	c := nc.(*net.TCPConn)
 	if s.cfg.Socket.NoDelay != nil {
 		c.SetNoDelay(*s.cfg.Socket.NoDelay)
@@ -957,7 +958,7 @@ func (s *Server) relay(role string, down, up *net.TCPConn) {
 }
 
 func (s *Server) endFlow(role, outcome string) {
-	s.m.flows.WithLabelValues(role, outcome).Inc()
+	s.m.roles[role].flow(outcome).Inc()
 }
 
 func flowString(id [16]byte) string {
