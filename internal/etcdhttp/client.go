@@ -197,7 +197,7 @@ func (c *Client) open(ctx context.Context, path string, body []byte, idempotent 
 	var errs []error
 	for i := range c.eps {
 		idx := (start + i) % len(c.eps)
-		resp, err := c.post(ctx, c.eps[idx]+path, body)
+		resp, err := c.post(ctx, c.eps[idx]+path, body, idempotent)
 		if err == nil {
 			if resp.StatusCode == http.StatusOK {
 				c.next.Store(uint32(idx))
@@ -221,7 +221,7 @@ func (c *Client) open(ctx context.Context, path string, body []byte, idempotent 
 	return nil, fmt.Errorf("etcd %s: every endpoint failed: %w", path, errors.Join(errs...))
 }
 
-func (c *Client) post(ctx context.Context, url string, body []byte) (*http.Response, error) {
+func (c *Client) post(ctx context.Context, url string, body []byte, idempotent bool) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -230,6 +230,12 @@ func (c *Client) post(ctx context.Context, url string, body []byte) (*http.Respo
 	// Like clientv3.WithRequireLeader: a member cut off from the leader
 	// fails the request instead of serving stale data or a silent watch.
 	req.Header.Set("Grpc-Metadata-Hasleader", "true")
+	if idempotent {
+		// A nil Idempotency-Key is not sent but lets net/http resend the
+		// request on a fresh connection when a pooled one turns out to be
+		// closed by the server (as it does for GET).
+		req.Header["Idempotency-Key"] = nil
+	}
 	return c.hc.Do(req)
 }
 
