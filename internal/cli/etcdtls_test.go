@@ -60,3 +60,71 @@ func TestTokenCreateEtcdTLS(t *testing.T) {
 		t.Errorf("--etcd-cert without --etcd-key = %v; want a usage error naming the key", err)
 	}
 }
+
+// TestControllerEtcdTLS: `mosto controller --etcd https://... --etcd-ca
+// --etcd-cert --etcd-key` stores its state in a mutual-TLS etcd, wins the
+// election, and resigns (its election key goes) when stopped.
+func TestControllerEtcdTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd")
+	}
+	eps, files := etcdtest.StartTLS(t)
+	tlsCfg, err := etcdhttp.TLSConfig(files.CA, files.Cert, files.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := etcdhttp.New(etcdhttp.Config{Endpoints: eps, TLS: tlsCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env, _, _ := testEnv()
+	done := make(chan error, 1)
+	go func() {
+		done <- runController(ctx, env, []string{"--data", t.TempDir(), "--insecure", "--listen", "127.0.0.1:0",
+			"--etcd", strings.Join(eps, ","), "--etcd-ca", files.CA, "--etcd-cert", files.Cert, "--etcd-key", files.Key,
+			"--id", "c-tls"})
+	}()
+	electionKeys := func() []string {
+		t.Helper()
+		r, err := etcd.GetPrefix(context.Background(), "/mosto/election/", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vals []string
+		for _, kv := range r.Kvs {
+			vals = append(vals, string(kv.Value))
+		}
+		return vals
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if v := electionKeys(); len(v) == 1 && v[0] == "c-tls" {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("controller ended early: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("controller did not campaign in etcd within 20s (election keys %q)", electionKeys())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("controller: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("controller still running 20s after cancel")
+	}
+	if v := electionKeys(); len(v) != 0 {
+		t.Errorf("election keys %q left after the controller stopped; want none", v)
+	}
+}
