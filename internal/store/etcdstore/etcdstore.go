@@ -82,7 +82,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd client %v: %w", cfg.Endpoints, err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	// Enough time to try every endpoint, each of which may time out.
+	pctx, cancel := context.WithTimeout(ctx, time.Duration(len(cfg.Endpoints)+1)*cfg.DialTimeout)
 	defer cancel()
 	if _, err := cli.Get(pctx, cfg.Prefix+"version"); err != nil {
 		cli.Close()
