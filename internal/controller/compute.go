@@ -31,12 +31,10 @@ type Matrix struct {
 
 // BuildMatrix makes the planning matrix of feps (sorted by id) from rtts;
 // samples naming an unknown FEP are ignored. A pair measured from one end
-// takes that value. A pair measured from both ends takes the mean of the
-// two when they agree (within 10% or 2 ms, the reporting threshold), and
-// the newer one when they do not: both measure the same round trip, so a
-// disagreement means the older report predates a change the other end
-// already saw (each end probes on its own phase, so the first to notice a
-// change moves the pair, not the mean of the new and the stale value).
+// takes that value, one measured from both ends the mean of the two (when
+// one end already saw a change the other has not reported yet, the mean
+// moves half-way, which is enough to be significant: the change is computed
+// at once and again when the other end reports).
 func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
 	n := len(feps)
 	m := &Matrix{Names: make([]string, n), RTT: make([][]float64, n), index: make(map[string]int, n)}
@@ -69,15 +67,7 @@ func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
 			a, b := dir[i][j], dir[j][i]
 			switch {
 			case a != 0 && b != 0:
-				ra, rb := rtts[a-1], rtts[b-1]
-				switch {
-				case !SignificantChange(ra.MS, rb.MS, 0.10, 2) && !SignificantChange(rb.MS, ra.MS, 0.10, 2):
-					v = (ra.MS + rb.MS) / 2
-				case rb.At.After(ra.At):
-					v = rb.MS
-				default:
-					v = ra.MS
-				}
+				v = (rtts[a-1].MS + rtts[b-1].MS) / 2
 			case a != 0:
 				v = rtts[a-1].MS
 			case b != 0:

@@ -194,8 +194,8 @@ func TestTopologyDestinationsMeasured(t *testing.T) {
 }
 
 // TestBuildMatrixDirections checks how the two directions of a pair
-// combine: the mean when they agree, the newer when they do not (a change
-// one end already saw), the one measured otherwise.
+// combine: the mean of both, the one measured otherwise, and of several
+// samples of one direction the newest.
 func TestBuildMatrixDirections(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(from, to string, ms float64, s int) store.RTT {
@@ -208,10 +208,9 @@ func TestBuildMatrixDirections(t *testing.T) {
 	}{
 		{"one direction", []store.RTT{at("a", "b", 10, 0)}, 10},
 		{"agree: mean", []store.RTT{at("a", "b", 10, 0), at("b", "a", 11, 5)}, 10.5},
-		{"agree within 2 ms on a short pair", []store.RTT{at("a", "b", 3, 0), at("b", "a", 4.9, 5)}, 3.95},
-		{"disagree: the newer (reverse)", []store.RTT{at("a", "b", 10, 0), at("b", "a", 30, 5)}, 30},
-		{"disagree: the newer (forward)", []store.RTT{at("a", "b", 10, 9), at("b", "a", 30, 5)}, 10},
+		{"disagree: still the mean", []store.RTT{at("a", "b", 10, 0), at("b", "a", 30, 5)}, 20},
 		{"an older duplicate is ignored", []store.RTT{at("a", "b", 10, 9), at("a", "b", 50, 1)}, 10},
+		{"a newer duplicate wins", []store.RTT{at("a", "b", 50, 1), at("a", "b", 10, 9), at("b", "a", 12, 3)}, 11},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
