@@ -21,7 +21,8 @@ type pipe struct {
 	idle     time.Duration
 	last     atomic.Int64 // unix nanoseconds of the last progress in either direction
 	timer    atomic.Pointer[time.Timer]
-	idled    atomic.Bool // the idle timer ended the flow
+	idled    atomic.Bool  // the idle timer ended the flow
+	ended    atomic.Int32 // directions that reached EOF
 	abortMu  sync.Once
 	aborted  atomic.Bool
 	upBytes  prometheus.Counter
@@ -132,8 +133,13 @@ func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 	return p.halfClose(dst)
 }
 
-// halfClose passes an EOF on to dst.
+// halfClose passes an EOF on to dst. The direction that ends second
+// leaves it to the close that follows at once (a FIN all the same, one
+// syscall less).
 func (p *pipe) halfClose(dst *net.TCPConn) error {
+	if p.ended.Add(1) == 2 {
+		return nil
+	}
 	if err := dst.CloseWrite(); err != nil && !p.aborted.Load() {
 		p.abort()
 		return err
