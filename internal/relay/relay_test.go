@@ -402,6 +402,30 @@ func TestPProfOptIn(t *testing.T) {
 			t.Errorf("%s: goroutine profile missing: %.200s", tc.name, body)
 		}
 	}
+	base := "http://" + w.a.MetricsAddr().String() + "/debug/pprof/"
+	for _, tc := range []struct {
+		path string
+		code int
+		gzip bool // a protobuf profile, gzipped
+	}{
+		{"profile?seconds=1", http.StatusOK, true},
+		{"heap", http.StatusOK, true},
+		{"", http.StatusOK, false},
+		{"nosuchprofile", http.StatusNotFound, false},
+	} {
+		resp, err := http.Get(base + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("GET /debug/pprof/%s = %d; want %d", tc.path, resp.StatusCode, tc.code)
+		}
+		if tc.gzip && (len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b) {
+			t.Errorf("GET /debug/pprof/%s: %d bytes, not a gzipped profile", tc.path, len(body))
+		}
+	}
 }
 
 // TestIdleTimeout checks that a flow without data is closed after the idle

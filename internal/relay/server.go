@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/netip"
 	"os"
 	"sync"
@@ -970,11 +969,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	mux.Handle("/metrics", s.m.handler())
 	mux.HandleFunc("/healthz", s.healthz)
 	if s.cfg.Metrics.PProf {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/", servePProf)
 	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 }
