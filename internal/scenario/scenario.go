@@ -569,7 +569,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // cold modes) and applies Config.Tune in every FEP namespace.
 func (s *Scenario) tune(ctx context.Context) error {
 	t := s.cfg.Tune
-	if t.InitCwnd < 0 || t.InitCwnd > 10000 || t.RmemInit < 0 {
+	if t.InitCwnd < 0 || t.InitCwnd > 65535 || t.RmemInit < 0 {
 		return fmt.Errorf("scenario: bad tuning %+v", t)
 	}
 	s.cold.route = make(map[string]string)
