@@ -45,8 +45,9 @@ const (
 	// DefaultPoolGrant is how long a relay keeps a member's pooled
 	// connection idle when its hop.member_idle is 0.
 	DefaultPoolGrant = 60 * time.Second
-	// poolRetry is how long a member that refused the hello is not pooled.
-	poolRetry = 5 * time.Minute
+	// poolRetry is how long a member that refused the hello is not pooled
+	// (short: a new member refuses it until it has the member list).
+	poolRetry = time.Minute
 	// poolGrantMargin: a pooled connection is retired this long before the
 	// peer's grant runs out, so a flow never races the peer's close.
 	poolGrantMargin = time.Second
