@@ -17,6 +17,14 @@ type Store interface {
 	DeleteFEP(ctx context.Context, id string) error
 	FEPs(ctx context.Context) ([]api.FEP, error) // sorted by id
 
+	// PutDestination registers or replaces a destination registered
+	// through the API (d.ID is the key).
+	PutDestination(ctx context.Context, d api.Destination) error
+	// DeleteDestination removes the destination id and every RTT to it
+	// (To == store.DestPrefix+id); store.ErrNotFound if there is none.
+	DeleteDestination(ctx context.Context, id string) error
+	Destinations(ctx context.Context) ([]api.Destination, error) // sorted by id
+
 	// PutRTTs keeps the newest sample of each (From, To) pair.
 	PutRTTs(ctx context.Context, rtts []store.RTT) error
 	RTTs(ctx context.Context) ([]store.RTT, error)

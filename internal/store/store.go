@@ -54,4 +54,11 @@ const (
 	ChangeRTTs
 	ChangeTables
 	ChangeKeys
+	ChangeDests // destinations registered through the API
 )
+
+// DestPrefix marks the RTT records to destinations: a FEP's RTT to the
+// destination d is the record (FEP, DestPrefix+d). "@" is never in a FEP id,
+// so these records never mix with FEP-to-FEP RTTs; DeleteDestination
+// removes them with the destination and DeleteFEP with the FEP.
+const DestPrefix = "@"

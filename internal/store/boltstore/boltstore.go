@@ -22,6 +22,7 @@ var (
 	bTables = []byte("tables") // lop -> 8-byte big-endian version + data
 	bMeta   = []byte("meta")
 	bTokens = []byte("tokens")
+	bDests  = []byte("dests") // id -> api.Destination JSON
 
 	kVersion = []byte("version")
 	kKeys    = []byte("keys")
@@ -44,7 +45,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open bolt store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bFEPs, bRTTs, bTables, bMeta, bTokens} {
+		for _, b := range [][]byte{bFEPs, bRTTs, bTables, bMeta, bTokens, bDests} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -137,6 +138,62 @@ func (s *Store) FEPs(ctx context.Context) ([]api.FEP, error) {
 				return fmt.Errorf("decode fep %s: %w", k, err)
 			}
 			out = append(out, f)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PutDestination registers or replaces the destination d.ID.
+func (s *Store) PutDestination(ctx context.Context, d api.Destination) error {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return s.update(ctx, store.ChangeDests, func(tx *bolt.Tx) error {
+		return tx.Bucket(bDests).Put([]byte(d.ID), b)
+	})
+}
+
+// DeleteDestination removes the destination id and every RTT to it, in one
+// transaction.
+func (s *Store) DeleteDestination(ctx context.Context, id string) error {
+	return s.update(ctx, store.ChangeDests|store.ChangeRTTs, func(tx *bolt.Tx) error {
+		db := tx.Bucket(bDests)
+		if db.Get([]byte(id)) == nil {
+			return fmt.Errorf("destination %s: %w", id, store.ErrNotFound)
+		}
+		if err := db.Delete([]byte(id)); err != nil {
+			return err
+		}
+		rb := tx.Bucket(bRTTs)
+		to := []byte(store.DestPrefix + id)
+		var dead [][]byte
+		c := rb.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if _, t, _ := bytes.Cut(k, []byte{0}); bytes.Equal(t, to) {
+				dead = append(dead, append([]byte(nil), k...))
+			}
+		}
+		for _, k := range dead {
+			if err := rb.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Destinations lists the registered destinations sorted by id.
+func (s *Store) Destinations(ctx context.Context) ([]api.Destination, error) {
+	var out []api.Destination
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bDests).ForEach(func(k, v []byte) error {
+			var d api.Destination
+			if err := json.Unmarshal(v, &d); err != nil {
+				return fmt.Errorf("decode destination %s: %w", k, err)
+			}
+			out = append(out, d)
 			return nil
 		})
 	})

@@ -9,7 +9,8 @@
 // Key layout under the prefix (default "/mosto/"):
 //
 //	fep/<id>          FEP JSON
-//	rtt/<from>/<to>   RTT JSON (newest sample of the pair)
+//	rtt/<from>/<to>   RTT JSON (newest sample of the pair); <to> is @<dest> for a destination
+//	dest/<id>         destination registered through the API, JSON
 //	version           written by NextVersion; the etcd revision of that write is the version
 //	tv/<lop>          table version of a LoP, 20 decimal digits (compared as strings)
 //	table/<lop>       8-byte big-endian version + table data

@@ -168,6 +168,82 @@ func (s *Store) FEPs(ctx context.Context) ([]api.FEP, error) {
 	return out, nil
 }
 
+// PutDestination registers or replaces the destination d.ID.
+func (s *Store) PutDestination(ctx context.Context, d api.Destination) error {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cli.Put(ctx, s.k("dest", d.ID), string(b), 0); err != nil {
+		return fmt.Errorf("etcd put destination %s: %w", d.ID, err)
+	}
+	return nil
+}
+
+// DeleteDestination removes the destination id and every RTT to it. The
+// RTTs go first, in transactions of up to 100 keys, and the destination
+// last (guarded by its existence): a failure part way leaves the
+// destination registered, so the caller sees the error and may retry, and
+// a destination is never gone while RTTs to it stay behind (they would
+// come back with a destination registered again under the same id).
+func (s *Store) DeleteDestination(ctx context.Context, id string) error {
+	key := s.k("dest", id)
+	got, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("etcd get destination %s: %w", id, err)
+	}
+	if len(got.Kvs) == 0 {
+		return fmt.Errorf("destination %s: %w", id, store.ErrNotFound)
+	}
+	keys, err := s.cli.GetPrefix(ctx, s.k("rtt")+"/", true)
+	if err != nil {
+		return fmt.Errorf("etcd list rtts: %w", err)
+	}
+	var ops []etcdhttp.RequestOp
+	suffix := "/" + store.DestPrefix + id
+	for _, kv := range keys.Kvs {
+		if k := string(kv.Key); strings.HasSuffix(k, suffix) {
+			ops = append(ops, etcdhttp.OpDelete(k))
+		}
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), 100)
+		if _, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{Success: ops[:n]}); err != nil {
+			return fmt.Errorf("etcd delete rtts to destination %s: %w", id, err)
+		}
+		ops = ops[n:]
+	}
+	resp, err := s.cli.Txn(ctx, etcdhttp.TxnRequest{
+		Compare: []etcdhttp.Compare{etcdhttp.CmpCreate(key, etcdhttp.Greater, 0)},
+		Success: []etcdhttp.RequestOp{etcdhttp.OpDelete(key)},
+	})
+	if err != nil {
+		return fmt.Errorf("etcd delete destination %s: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("destination %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// Destinations lists the registered destinations sorted by id.
+func (s *Store) Destinations(ctx context.Context) ([]api.Destination, error) {
+	resp, err := s.cli.GetPrefix(ctx, s.k("dest")+"/", false)
+	if err != nil {
+		return nil, fmt.Errorf("etcd list destinations: %w", err)
+	}
+	out := make([]api.Destination, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var d api.Destination
+		if err := json.Unmarshal(kv.Value, &d); err != nil {
+			return nil, fmt.Errorf("decode destination %s: %w", kv.Key, err)
+		}
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
 // PutRTTs stores the newest RTT of each pair. Samples are written in
 // transactions of up to 100 keys; a sample older than the stored one is
 // skipped (checked per key, so concurrent writers never go backwards).
@@ -447,10 +523,10 @@ func (s *Store) UseToken(ctx context.Context, id string, now time.Time) (store.T
 	}
 }
 
-// Watch merges etcd watches on FEPs, RTTs, table versions and keys into
-// coalesced notifications until ctx is done, the store is closed or one of
-// the etcd watches ends (then the caller should watch again and reload).
-// The etcd watches are created before Watch returns; if one cannot be, the
+// Watch merges etcd watches on FEPs, RTTs, table versions, keys and
+// destinations into coalesced notifications until ctx is done, the store is
+// closed or one of the etcd watches ends (then the caller should watch
+// again and reload). The etcd watches are created before Watch returns; if one cannot be, the
 // channel is closed at once.
 func (s *Store) Watch(ctx context.Context) <-chan store.Change {
 	out := make(chan store.Change, 1)
@@ -465,6 +541,7 @@ func (s *Store) Watch(ctx context.Context) <-chan store.Change {
 		{true, s.k("rtt") + "/", store.ChangeRTTs},
 		{true, s.k("tv") + "/", store.ChangeTables},
 		{false, s.k("keys"), store.ChangeKeys},
+		{true, s.k("dest") + "/", store.ChangeDests},
 	}
 	var fan sync.WaitGroup
 	merged := make(chan store.Change)

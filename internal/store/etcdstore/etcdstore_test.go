@@ -2,6 +2,7 @@ package etcdstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/controller"
 	"github.com/mosto-net/mosto/internal/etcdhttp"
+	"github.com/mosto-net/mosto/internal/store"
 	"github.com/mosto-net/mosto/internal/store/etcdstore"
 	"github.com/mosto-net/mosto/internal/store/etcdstore/etcdtest"
 	"github.com/mosto-net/mosto/internal/store/storetest"
@@ -29,6 +31,40 @@ func TestConformance(t *testing.T) {
 		}
 		return s
 	})
+}
+
+// TestDestinationsShared: a destination one controller's store writes is
+// seen, and notified, through another store on the same etcd prefix.
+func TestDestinationsShared(t *testing.T) {
+	eps := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := func(id string) *etcdstore.Store {
+		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: eps, Prefix: "/shared/", ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open("a"), open("b")
+	ch := b.Watch(ctx)
+	time.Sleep(50 * time.Millisecond)
+	d := api.Destination{ID: "shop", Prefix: "198.51.100.0/24", Lat: 37.3, Lon: -121.9, ProbeAddr: "198.51.100.10:443"}
+	if err := a.PutDestination(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	storetest.WaitChange(t, ch, store.ChangeDests, 10*time.Second, "destination put through a, watched on b")
+	got, err := b.Destinations(ctx)
+	if err != nil || len(got) != 1 || got[0] != d {
+		t.Fatalf("b.Destinations = %+v, %v; want [%+v]", got, err, d)
+	}
+	if err := b.DeleteDestination(ctx, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteDestination(ctx, "shop"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a.DeleteDestination after b deleted it = %v; want ErrNotFound", err)
+	}
 }
 
 // TestLeadExclusive: while one store leads, another's Lead blocks; when the

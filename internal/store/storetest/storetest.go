@@ -28,9 +28,12 @@ func Run(t *testing.T, open Factory) {
 		{"RTTsKeepNewest", testRTTs},
 		{"VersionsIncrease", testVersions},
 		{"TablesOnlyMoveForward", testTables},
+		{"Destinations", testDests},
+		{"DeleteDestinationRemovesRTTs", testDeleteDest},
 		{"Keys", testKeys},
 		{"TokensSingleUse", testTokens},
 		{"WatchSeesChanges", testWatch},
+		{"WatchersSeeDestinations", testWatchDests},
 		{"Lead", testLead},
 	}
 	for _, tc := range tests {
@@ -221,6 +224,87 @@ func fmtTables(ts []store.Table) string {
 	return s + " ]"
 }
 
+func dest(id string) api.Destination {
+	return api.Destination{ID: id, Prefix: "198.51.100.0/24", Lat: 37.3, Lon: -121.9, ProbeAddr: "198.51.100.10:443"}
+}
+
+func testDests(t *testing.T, s controller.Store) {
+	ctx := ctxT(t)
+	got, err := s.Destinations(ctx)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("Destinations of empty store = %v; want none", got)
+	}
+	if err := s.DeleteDestination(ctx, "shop"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteDestination(unknown) = %v; want ErrNotFound", err)
+	}
+	for _, id := range []string{"shop", "cdn", "mail"} {
+		must(t, s.PutDestination(ctx, dest(id)))
+	}
+	upd := dest("mail")
+	upd.Prefix, upd.ProbeAddr, upd.Lat = "2001:db8::/32", "", -33.9
+	must(t, s.PutDestination(ctx, upd)) // overwrite
+	got, err = s.Destinations(ctx)
+	must(t, err)
+	want := []api.Destination{dest("cdn"), upd, dest("shop")}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Destinations = %+v; want %+v", got, want)
+	}
+	must(t, s.DeleteDestination(ctx, "cdn"))
+	if err := s.DeleteDestination(ctx, "cdn"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second DeleteDestination(cdn) = %v; want ErrNotFound", err)
+	}
+	got, err = s.Destinations(ctx)
+	must(t, err)
+	if want := []api.Destination{upd, dest("shop")}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Destinations after delete = %+v; want %+v", got, want)
+	}
+	// Destinations are not FEPs.
+	feps, err := s.FEPs(ctx)
+	must(t, err)
+	if len(feps) != 0 {
+		t.Errorf("FEPs = %v; want none (destinations only were stored)", feps)
+	}
+}
+
+func testDeleteDest(t *testing.T, s controller.Store) {
+	ctx := ctxT(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for _, id := range []string{"a", "b"} {
+		must(t, s.PutFEP(ctx, fep(id)))
+	}
+	must(t, s.PutDestination(ctx, dest("shop")))
+	must(t, s.PutDestination(ctx, dest("shopx")))
+	must(t, s.PutRTTs(ctx, []store.RTT{
+		{From: "a", To: "b", MS: 10, At: now},
+		{From: "a", To: store.DestPrefix + "shop", MS: 20, At: now},
+		{From: "b", To: store.DestPrefix + "shop", MS: 21, At: now},
+		{From: "b", To: store.DestPrefix + "shopx", MS: 22, At: now},
+	}))
+	must(t, s.DeleteDestination(ctx, "shop"))
+	rtts, err := s.RTTs(ctx)
+	must(t, err)
+	got := map[string]float64{}
+	for _, r := range rtts {
+		got[r.From+">"+r.To] = r.MS
+	}
+	if want := map[string]float64{"a>b": 10, "b>@shopx": 22}; !reflect.DeepEqual(got, want) {
+		t.Errorf("RTTs after deleting destination shop = %v; want %v", got, want)
+	}
+	// Deleting a FEP removes its RTTs to destinations too.
+	must(t, s.DeleteFEP(ctx, "b"))
+	rtts, err = s.RTTs(ctx)
+	must(t, err)
+	if len(rtts) != 0 {
+		t.Errorf("RTTs after deleting b = %+v; want none (a->b went with b)", rtts)
+	}
+	ds, err := s.Destinations(ctx)
+	must(t, err)
+	if len(ds) != 1 || ds[0].ID != "shopx" {
+		t.Errorf("Destinations = %+v; want shopx only", ds)
+	}
+}
+
 func testKeys(t *testing.T, s controller.Store) {
 	ctx := ctxT(t)
 	if _, err := s.Keys(ctx); !errors.Is(err, store.ErrNotFound) {
@@ -296,6 +380,8 @@ func testWatch(t *testing.T, s controller.Store) {
 			return err
 		}, store.ChangeTables},
 		{"PutKeys", func() error { return s.PutKeys(ctx, store.Keys{Current: []byte{1}}) }, store.ChangeKeys},
+		{"PutDestination", func() error { return s.PutDestination(ctx, dest("shop")) }, store.ChangeDests},
+		{"DeleteDestination", func() error { return s.DeleteDestination(ctx, "shop") }, store.ChangeDests},
 	}
 	for _, st := range steps {
 		// Let a watch that starts asynchronously (etcd) get going first.
@@ -325,6 +411,44 @@ func testWatch(t *testing.T, s controller.Store) {
 			}
 		case <-deadline:
 			t.Fatal("watch channel not closed within 10s of cancel")
+		}
+	}
+}
+
+// testWatchDests: two concurrent watchers both see a destination added
+// and deleted.
+func testWatchDests(t *testing.T, s controller.Store) {
+	ctx := ctxT(t)
+	a, b := s.Watch(ctx), s.Watch(ctx)
+	time.Sleep(50 * time.Millisecond) // an asynchronous watch (etcd) gets going
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{
+		{"PutDestination", func() error { return s.PutDestination(ctx, dest("shop")) }},
+		{"DeleteDestination", func() error { return s.DeleteDestination(ctx, "shop") }},
+	} {
+		must(t, step.do())
+		for i, ch := range []<-chan store.Change{a, b} {
+			WaitChange(t, ch, store.ChangeDests, 10*time.Second, fmt.Sprintf("%s, watcher %d", step.name, i))
+		}
+	}
+}
+
+// WaitChange waits up to d for a notification of want on ch.
+func WaitChange(t *testing.T, ch <-chan store.Change, want store.Change, d time.Duration, what string) {
+	t.Helper()
+	deadline := time.After(d)
+	var got store.Change
+	for got&want == 0 {
+		select {
+		case c, ok := <-ch:
+			if !ok {
+				t.Fatalf("%s: watch channel closed early", what)
+			}
+			got |= c
+		case <-deadline:
+			t.Fatalf("%s: no %b change notified within %v (got %b)", what, want, d, got)
 		}
 	}
 }
