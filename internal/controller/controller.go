@@ -32,7 +32,7 @@ type Controller struct {
 	feps    []api.FEP  // sorted by id
 	targets [][]api.Target
 	seen    map[[2]string]float64      // newest RTT this controller stored, for ReportResult.Changed
-	dests   map[string]api.Destination // registered through the API, by id
+	dests   map[string]api.Destination // registered through the API, by id (a copy of the store's)
 	// destTargets are the destinations each FEP (by index in feps)
 	// measures; nil: to be chosen again.
 	destTargets [][]api.DestTarget
@@ -77,6 +77,9 @@ func New(cfg Config) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context) error {
 	changes := c.st.Watch(ctx)
 	if err := c.reloadFEPs(ctx); err != nil {
+		return err
+	}
+	if err := c.reloadDests(ctx); err != nil {
 		return err
 	}
 	if err := c.reloadTables(ctx); err != nil {
@@ -153,8 +156,9 @@ func (c *Controller) reloadTables(ctx context.Context) error {
 	return nil
 }
 
-// follow applies the store's change notifications: FEPs and tables are
-// reloaded into memory, and FEP or RTT changes mark the leader's state dirty.
+// follow applies the store's change notifications: FEPs, destinations and
+// tables are reloaded into memory, and FEP, destination or RTT changes mark
+// the leader's state dirty.
 // A resync runs every period in case a notification was lost.
 func (c *Controller) follow(ctx context.Context, changes <-chan store.Change, dirty chan<- struct{}) {
 	resync := time.NewTicker(c.cfg.Period)
@@ -165,7 +169,7 @@ func (c *Controller) follow(ctx context.Context, changes <-chan store.Change, di
 		case <-ctx.Done():
 			return
 		case <-resync.C:
-			ch = store.ChangeFEPs | store.ChangeTables
+			ch = store.ChangeFEPs | store.ChangeDests | store.ChangeTables
 		case got, ok := <-changes:
 			if !ok {
 				// The store's watch ended (etcd compaction, lost
@@ -180,7 +184,7 @@ func (c *Controller) follow(ctx context.Context, changes <-chan store.Change, di
 				case <-time.After(time.Second):
 				}
 				changes = c.st.Watch(ctx)
-				ch = store.ChangeFEPs | store.ChangeRTTs | store.ChangeTables
+				ch = store.ChangeFEPs | store.ChangeDests | store.ChangeRTTs | store.ChangeTables
 				break
 			}
 			ch = got
@@ -190,12 +194,17 @@ func (c *Controller) follow(ctx context.Context, changes <-chan store.Change, di
 				c.log.Warn("reload feps", "err", err)
 			}
 		}
+		if ch&store.ChangeDests != 0 {
+			if err := c.reloadDests(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("reload destinations", "err", err)
+			}
+		}
 		if ch&store.ChangeTables != 0 {
 			if err := c.reloadTables(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("reload tables", "err", err)
 			}
 		}
-		if ch&(store.ChangeFEPs|store.ChangeRTTs) != 0 {
+		if ch&(store.ChangeFEPs|store.ChangeDests|store.ChangeRTTs) != 0 {
 			select {
 			case dirty <- struct{}{}:
 			default:
@@ -353,6 +362,11 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	rtts, err := c.st.RTTs(ctx)
 	if err != nil {
 		return fmt.Errorf("load rtts: %w", err)
+	}
+	// The durable set, not only what the watch brought so far: a new leader
+	// must not compute without a destination registered a moment ago.
+	if err := c.reloadDests(ctx); err != nil {
+		return err
 	}
 	m := BuildMatrix(feps, rtts)
 	egress := egressEntries(chooseEgress(c.destinations(), feps, rtts), feps)
@@ -531,6 +545,19 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 	known := map[string]bool{}
 	for _, d := range c.destinations() {
 		known[d.ID] = d.ID != ""
+	}
+	for _, s := range r.Destinations {
+		if !known[s.Dest] {
+			// Perhaps registered through another controller a
+			// moment ago: look at the store once.
+			if err := c.reloadDests(ctx); err != nil {
+				return api.ReportResult{}, err
+			}
+			for _, d := range c.destinations() {
+				known[d.ID] = d.ID != ""
+			}
+			break
+		}
 	}
 	c.mu.Lock()
 	for _, s := range r.Samples {

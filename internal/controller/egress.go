@@ -3,7 +3,9 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -14,11 +16,11 @@ import (
 
 // destPrefix marks the RTT records to destinations in the store: a FEP's
 // RTT to destination d is the record (FEP, "@"+d). "@" is never in a FEP
-// id, so BuildMatrix and Matrix ignore these records, and DeleteFEP removes
-// them with the FEP. Keeping them in the store (not in one controller's
-// memory) lets every controller, the leader included, see reports taken by
-// any of them.
-const destPrefix = "@"
+// id, so BuildMatrix and Matrix ignore these records; DeleteFEP removes
+// them with the FEP and DeleteDestination with the destination. Keeping
+// them in the store (not in one controller's memory) lets every
+// controller, the leader included, see reports taken by any of them.
+const destPrefix = store.DestPrefix
 
 func destKey(id string) string { return destPrefix + id }
 
@@ -170,23 +172,56 @@ func (c *Controller) DestTargets(ctx context.Context, id string) ([]api.DestTarg
 	return slices.Clone(c.destTargets[i]), nil
 }
 
-// RegisterDestination implements api.Backend. Registered destinations live
-// in this controller's memory (the topology file is the durable source); a
-// new or changed one causes a computation.
+// reloadDests replaces the registered destinations in memory with the
+// store's; the destinations FEPs measure are chosen again if they changed.
+func (c *Controller) reloadDests(ctx context.Context) error {
+	ds, err := c.st.Destinations(ctx)
+	if err != nil {
+		return fmt.Errorf("load destinations: %w", err)
+	}
+	m := make(map[string]api.Destination, len(ds))
+	for _, d := range ds {
+		m[d.ID] = d
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !maps.Equal(m, c.dests) {
+		c.dests = m
+		c.destTargets = nil
+	}
+	return nil
+}
+
+// RegisterDestination implements api.Backend. The destination is written
+// to the store first (it survives a restart and every controller sharing
+// the store sees it), then applied in memory; a store error leaves nothing
+// changed and is answered with a 5xx. A new or changed one causes a
+// computation.
 func (c *Controller) RegisterDestination(ctx context.Context, d api.Destination) error {
 	if err := d.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
 	c.mu.Lock()
-	if len(c.dests) >= api.MaxDestinations {
-		if _, ok := c.dests[d.ID]; !ok {
-			c.mu.Unlock()
-			return fmt.Errorf("%w: already %d destinations", api.ErrInvalid, api.MaxDestinations)
-		}
+	_, had := c.dests[d.ID]
+	full := len(c.dests) >= api.MaxDestinations && !had
+	c.mu.Unlock()
+	if full {
+		return fmt.Errorf("%w: already %d destinations", api.ErrInvalid, api.MaxDestinations)
 	}
+	if err := c.st.PutDestination(ctx, d); err != nil {
+		return fmt.Errorf("store destination %s (not registered): %w", d.ID, err)
+	}
+	c.mu.Lock()
 	old, had := c.dests[d.ID]
-	c.dests[d.ID] = d
-	c.destTargets = nil
+	if !had || old != d {
+		dests := maps.Clone(c.dests)
+		if dests == nil {
+			dests = map[string]api.Destination{}
+		}
+		dests[d.ID] = d
+		c.dests = dests
+		c.destTargets = nil
+	}
 	c.mu.Unlock()
 	if !had || old != d {
 		c.log.Info("destination registered", "dest", d.ID, "prefix", d.Prefix, "probe_addr", d.ProbeAddr)
@@ -195,23 +230,44 @@ func (c *Controller) RegisterDestination(ctx context.Context, d api.Destination)
 	return nil
 }
 
-// DeleteDestination implements api.Backend.
+// DeleteDestination implements api.Backend: it removes a destination
+// registered through the API, and its measured RTTs, from the store, then
+// from memory.
 func (c *Controller) DeleteDestination(ctx context.Context, id string) error {
-	c.mu.Lock()
-	_, ok := c.dests[id]
-	delete(c.dests, id)
-	c.destTargets = nil
-	c.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("destination %s (registered through the API): %w", id, api.ErrNotFound)
+	if err := c.st.DeleteDestination(ctx, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			// Perhaps deleted through another controller: forget it
+			// here too without waiting for the watch.
+			if rerr := c.reloadDests(ctx); rerr != nil {
+				c.log.Warn("reload destinations", "err", rerr)
+			}
+			return fmt.Errorf("destination %s (registered through the API): %w", id, api.ErrNotFound)
+		}
+		return fmt.Errorf("delete destination %s (still registered): %w", id, err)
 	}
+	key := destKey(id)
+	c.mu.Lock()
+	if _, ok := c.dests[id]; ok {
+		dests := maps.Clone(c.dests)
+		delete(dests, id)
+		c.dests = dests
+		c.destTargets = nil
+	}
+	for k := range c.seen {
+		if k[1] == key {
+			delete(c.seen, k)
+		}
+	}
+	c.mu.Unlock()
 	c.log.Info("destination deleted", "dest", id)
 	c.markDirty()
 	return nil
 }
 
 // Destinations implements api.Backend: every destination with the EgP a
-// computation would choose now.
+// computation would choose now. Registered destinations are read from the
+// store, so a controller serves those registered through another one at
+// once.
 func (c *Controller) Destinations(ctx context.Context) ([]api.DestinationStatus, error) {
 	feps, err := c.st.FEPs(ctx)
 	if err != nil {
@@ -220,6 +276,9 @@ func (c *Controller) Destinations(ctx context.Context) ([]api.DestinationStatus,
 	rtts, err := c.st.RTTs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load rtts: %w", err)
+	}
+	if err := c.reloadDests(ctx); err != nil {
+		return nil, err
 	}
 	choices := chooseEgress(c.destinations(), feps, rtts)
 	out := make([]api.DestinationStatus, len(choices))
