@@ -51,6 +51,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	rotate := fs.Duration("key-rotation", 24*time.Hour, "rotate the hop HMAC key this often (0 disables)")
 	near := fs.Int("near", 8, "each FEP measures its N nearest peers")
 	far := fs.Int("far", 2, "plus N far peers chosen by a stable hash")
+	dests := fs.Int("dests", 8, "each destination with a probe address is measured by its N nearest FEPs (>= 1)")
 	maxProxies := fs.Int("max-proxies", 0, "at most N intermediate proxies per chain (0 = default 4, negative = unlimited, at most 14)")
 	insecure := fs.Bool("insecure", false, "serve plain HTTP without client authentication (labs and tests only)")
 	fs.Usage = func() {
@@ -69,6 +70,9 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	}
 	if *period <= 0 || *debounce <= 0 {
 		return usageErrorf("--period and --debounce must be > 0")
+	}
+	if *dests < 1 {
+		return usageErrorf("--dests %d: want >= 1 (FEPs measuring each destination)", *dests)
 	}
 	var sizeList []int64
 	for _, s := range splitList(*sizes) {
@@ -159,7 +163,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		Debounce:    *debounce,
 		Sizes:       sizeList,
 		Topology:    topo,
-		Targets:     controller.TargetPolicy{Near: *near, Far: *far},
+		Targets:     controller.TargetPolicy{Near: *near, Far: *far, Dests: *dests},
 		MaxProxies:  *maxProxies,
 		KeyRotation: keyRotation,
 		InitialKeys: initial,

@@ -20,6 +20,8 @@ func TestControllerUsage(t *testing.T) {
 		{[]string{"controller", "--data", t.TempDir(), "--sizes", "12XB", "--insecure"}, 2, "--sizes"},
 		{[]string{"controller", "--data", t.TempDir(), "--period", "0s", "--insecure"}, 2, "--period"},
 		{[]string{"controller", "--data", t.TempDir(), "extra"}, 2, "unexpected"},
+		{[]string{"controller", "--data", t.TempDir(), "--dests", "0", "--insecure"}, 2, "--dests 0: want >= 1"},
+		{[]string{"controller", "--data", t.TempDir(), "--dests", "-3", "--insecure"}, 2, "--dests"},
 		{[]string{"controller", "--data", t.TempDir(), "--listen", "127.0.0.1:1"}, 1, "controller init"},
 	}
 	for _, tc := range tests {
