@@ -257,12 +257,14 @@ func TestDestinationsSharedOnEtcd(t *testing.T) {
 	v := b.Version()
 	stopA()
 	sa.Close()
+	stopped := time.Now()
 	waitCond(t, "b leads and computes after a stopped", 15*time.Second, func() error {
 		if !b.IsLeader() || b.Version() <= v {
 			return fmt.Errorf("b leader %v version %d; want leader, > %d", b.IsLeader(), b.Version(), v)
 		}
 		return tableEgress(b, "a", shopDest.Prefix, "b")
 	})
+	t.Logf("a stopped: b leads and serves tables routing shop by its measured EgP after %v", time.Since(stopped).Round(time.Millisecond))
 	if err := destStatus(b, "shop", "b", "rtt"); err != nil {
 		t.Errorf("b after a stopped: %v", err)
 	}
