@@ -458,6 +458,51 @@ func TestRequestThenHalfClose(t *testing.T) {
 	}
 }
 
+// TestHandshakeWorkers checks the handshake worker pool: a burst of
+// handshakes that all wait (hop connections that send no header) gets one
+// worker each, at most maxIdleWorkers of them stay once the burst is over,
+// the proxy keeps serving, and stopping the proxy ends every worker.
+func TestHandshakeWorkers(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	cfg := baseConfig("s")
+	cfg.Timeouts.Header = Duration(300 * time.Millisecond)
+	cfg.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
+	s := start(t, cfg)
+	const burst = 3 * maxIdleWorkers
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range burst {
+		c, err := net.Dial("tcp", s.HopAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	waitFor(t, 5*time.Second, "header timeouts", func() bool {
+		return refusals(s.Server, refuseHeaderTimeout) == burst
+	})
+	waitFor(t, 5*time.Second, "idle workers", func() bool {
+		return s.limits.total() == 0 && s.idleWorkers.Load() == maxIdleWorkers
+	})
+	if got := roundTrip(t, s.ServiceAddr(0).String(), []byte("after the burst")); string(got) != "after the burst" {
+		t.Errorf("echo after the burst = %q", got)
+	}
+	if n := s.idleWorkers.Load(); n > maxIdleWorkers {
+		t.Errorf("%d idle workers; want at most %d", n, maxIdleWorkers)
+	}
+	if err := s.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := s.idleWorkers.Load(); n != 0 {
+		t.Errorf("%d idle workers after Run returned; want 0", n)
+	}
+}
+
 // TestIdleTimeoutStuckWriter checks that a flow whose origin stops reading
 // (so the proxy's writes block) still ends after the idle timeout, with a
 // reset towards the client.
