@@ -56,13 +56,16 @@ type Result struct {
 	IdleRSS  int64 // bytes, all relay processes, before any traffic
 	IdleAnon int64 // the anonymous (private) part of IdleRSS; the rest is mapped binaries and libraries
 
-	Gbps      []float64 // one per throughput run
-	CPUPerGB  []float64 // relay CPU seconds per GB moved, per run
-	ConnPerS  []float64 // one per run
-	ConnFail  int64
-	CPUPer1k  []float64 // relay CPU seconds per 1000 connections, per run
-	IdleFlows int
-	PerConn   float64 // RSS bytes per idle flow
+	Gbps     []float64 // one per throughput run
+	CPUPerGB []float64 // relay CPU seconds per GB moved, per run
+	ConnPerS []float64 // one per run
+	ConnFail int64
+	CPUPer1k []float64 // relay CPU seconds per 1000 connections, per run
+	// SwitchesPerConn is the relay threads' context switches (voluntary
+	// and not) per connection, per run.
+	SwitchesPerConn []float64
+	IdleFlows       int
+	PerConn         float64 // RSS bytes per idle flow
 }
 
 // Report is the outcome of Run.
@@ -229,8 +232,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				continue
 			}
 			cpu0, _ := r.usage()
+			sw0 := switches(r.pids())
 			ok, failed, sample := connRate(ctx, r.entry, cfg.ConnParallel, cfg.ConnPayload, cfg.ConnDuration)
 			cpu1, _ := r.usage()
+			sw1 := switches(r.pids())
 			if ctx.Err() != nil {
 				return rep, ctx.Err()
 			}
@@ -239,6 +244,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			res.ConnFail += failed
 			if ok > 0 {
 				res.CPUPer1k = append(res.CPUPer1k, (cpu1-cpu0).Seconds()/float64(ok)*1000)
+				res.SwitchesPerConn = append(res.SwitchesPerConn, float64(sw1-sw0)/float64(ok))
 			}
 			cfg.Log.Info("conn rate", "mode", res.Mode, "run", run+1, "conn_per_s", int(rate), "failed", failed, "first_error", sample)
 			// Let the relays' per-connection state settle between modes.
@@ -345,15 +351,16 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", res.Mode, num(g, "%.2f"), strings.Join(runs, " "), ratio(g, hg), cpuS, cpuR)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| mode | conn/s (median) | vs HAProxy | failed | relay CPU s per 1k conns | vs HAProxy |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| mode | conn/s (median) | vs HAProxy | failed | relay CPU s per 1k conns | vs HAProxy | context switches per conn | vs HAProxy |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, res := range r.Results {
 		if len(res.ConnPerS) == 0 {
 			continue
 		}
 		rate, cpu := median(res.ConnPerS), median(res.CPUPer1k)
-		fmt.Fprintf(w, "| %s | %.0f | %s | %d | %s | %s |\n", res.Mode, rate, ratio(rate, median(h.ConnPerS)),
-			res.ConnFail, num(cpu, "%.3f"), ratio(cpu, median(h.CPUPer1k)))
+		sw := median(res.SwitchesPerConn)
+		fmt.Fprintf(w, "| %s | %.0f | %s | %d | %s | %s | %s | %s |\n", res.Mode, rate, ratio(rate, median(h.ConnPerS)),
+			res.ConnFail, num(cpu, "%.3f"), ratio(cpu, median(h.CPUPer1k)), num(sw, "%.2f"), ratio(sw, median(h.SwitchesPerConn)))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| mode | idle RSS (MB) | vs HAProxy | of which anonymous (MB) | vs HAProxy | RSS per idle flow (KB) | vs HAProxy |")

@@ -3,6 +3,7 @@ package proxybench
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -124,4 +125,41 @@ func usage(pids []int) (cpu time.Duration, rss int64) {
 		}
 	}
 	return cpu, rss
+}
+
+// switches sums the context switches (voluntary and not) of every thread
+// of the process trees of pids.
+func switches(pids []int) int64 {
+	var n int64
+	for _, root := range pids {
+		for _, p := range tree(root) {
+			tasks, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(p), "task"))
+			if err != nil {
+				continue
+			}
+			for _, t := range tasks {
+				b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p), "task", t.Name(), "status"))
+				if err == nil {
+					n += parseSwitches(b)
+				}
+			}
+		}
+	}
+	return n
+}
+
+// parseSwitches returns voluntary_ctxt_switches + nonvoluntary_ctxt_switches
+// of a /proc/PID/status text (0 for what is missing or malformed).
+func parseSwitches(b []byte) int64 {
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "voluntary_ctxt_switches" && k != "nonvoluntary_ctxt_switches") {
+			continue
+		}
+		if x, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && x > 0 {
+			n = min(n, math.MaxInt64-x) + x // saturates
+		}
+	}
+	return n
 }

@@ -77,12 +77,43 @@ func TestSinkLoads(t *testing.T) {
 	}
 }
 
+func TestParseSwitches(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   string
+		want int64
+	}{
+		{"both", "Name:\tx\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t 7\n", 127},
+		{"one", "voluntary_ctxt_switches:\t5\n", 5},
+		{"none", "Name:\tx\nVmRSS:\t900 kB\n", 0},
+		{"malformed", "voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t-3\n", 0},
+	} {
+		if got := parseSwitches([]byte(tt.in)); got != tt.want {
+			t.Errorf("%s: parseSwitches = %d; want %d", tt.name, got, tt.want)
+		}
+	}
+	if n := switches([]int{os.Getpid()}); n <= 0 {
+		t.Errorf("switches(self) = %d; want > 0", n)
+	}
+}
+
+func FuzzParseSwitches(f *testing.F) {
+	f.Add([]byte("voluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n"))
+	f.Add([]byte("Name:\tx\n"))
+	f.Add([]byte(":\n::\nvoluntary_ctxt_switches:99999999999999999999\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if n := parseSwitches(b); n < 0 {
+			t.Errorf("parseSwitches(%q) = %d < 0", b, n)
+		}
+	})
+}
+
 func TestWriteMarkdownRatios(t *testing.T) {
 	rep := &Report{
 		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10},
 		Results: []*Result{
-			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
-			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
+			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, SwitchesPerConn: []float64{1}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
+			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, SwitchesPerConn: []float64{2.5, 1.5, 3}, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
 			{Mode: ModeNginx, Err: "nginx not installed"},
 		},
 	}
@@ -91,7 +122,7 @@ func TestWriteMarkdownRatios(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x | 0.500 | 0.50x |",
-		"| mosto1 | 500 | 0.50x | 0 | 0.400 | 2.00x |",
+		"| mosto1 | 500 | 0.50x | 0 | 0.400 | 2.00x | 2.50 | 2.50x |",
 		"| mosto1 | 5.0 | 0.50x | 2.0 | 0.50x | 8.0 | 2.00x |",
 		"- nginx: nginx not installed",
 	} {
