@@ -851,9 +851,15 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 // to the allowed address and sends a PROXY v2 header to origins that want
 // one.
 func (s *Server) dialOrigin(t Target, client, local netip.AddrPort) (*net.TCPConn, error) {
-	ctx, cancel := context.WithTimeout(s.flowCtx, s.dialer.Timeout)
-	dst, err := s.policy.resolve(ctx, s.res, t)
-	cancel()
+	var dst netip.AddrPort
+	var err error
+	if t.ip().IsValid() { // an address: no lookup, so no timeout context
+		dst, err = s.policy.resolve(context.Background(), s.res, t)
+	} else {
+		ctx, cancel := context.WithTimeout(s.flowCtx, s.dialer.Timeout)
+		dst, err = s.policy.resolve(ctx, s.res, t)
+		cancel()
+	}
 	if err != nil {
 		return nil, err
 	}
