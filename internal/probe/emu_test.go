@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
 )
 
 // TestMatrixInEmulator measures the RTT matrix of 10 FEPs placed at
@@ -26,7 +27,7 @@ func TestMatrixInEmulator(t *testing.T) {
 	for i, c := range cities {
 		spec.Hosts = append(spec.Hosts, emu.HostSpec{Name: fmt.Sprintf("fep%d", i), Location: c})
 	}
-	w := emu.Start(t, spec)
+	w := emutest.Start(t, spec)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/scenario"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
@@ -26,7 +27,7 @@ func TestColdModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := emu.Start(t, spec)
+	w := emutest.Start(t, spec)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

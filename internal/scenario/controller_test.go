@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/scenario"
 	"github.com/mosto-net/mosto/internal/testenv"
@@ -18,7 +19,7 @@ import (
 // FEP following it, and waits for discovery to converge.
 func startWithController(t *testing.T, ctx context.Context, spec *emu.Spec, roles scenario.Roles, sizes []int64) (*emu.World, *scenario.Scenario) {
 	t.Helper()
-	w := emu.Start(t, spec)
+	w := emutest.Start(t, spec)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/cli"
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/scenario"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
@@ -41,7 +42,7 @@ func TestDemoWorld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := emu.Start(t, spec)
+	w := emutest.Start(t, spec)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
