@@ -205,6 +205,10 @@ type mostoConf struct {
 	Limits       map[string]int    `json:"limits"`
 	Timeouts     map[string]string `json:"timeouts"`
 	Metrics      map[string]string `json:"metrics,omitempty"`
+	// Pool and Socket turn the relay's default levers (hop pools, Fast
+	// Open) off: HAProxy and nginx have neither.
+	Pool   map[string]int  `json:"pool"`
+	Socket map[string]bool `json:"socket"`
 }
 
 func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, error) {
@@ -250,6 +254,8 @@ func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, err
 			Destinations: map[string]any{"allow": []string{originHost + "/32"}},
 			Limits:       map[string]int{"max_conns": 200000, "max_conns_per_source": 200000, "hop_max_conns_per_source": 200000},
 			Timeouts:     map[string]string{"idle": "10m"},
+			Pool:         map[string]int{"hop": 0},
+			Socket:       map[string]bool{"fastopen": false},
 		}
 		ready := []string{}
 		if n > 1 {

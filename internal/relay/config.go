@@ -81,8 +81,8 @@ type HopConfig struct {
 // A pooled connection is used by one flow, then closed with it.
 type PoolConfig struct {
 	// Hop is the number of idle connections kept to every member. The
-	// members must accept them idle: their hop.member_idle must exceed
-	// HopMaxIdle.
+	// members learn it from the pool hello. A config file without the key
+	// gets DefaultPoolHop; 0 turns pools off.
 	Hop int `yaml:"hop"`
 	// HopMaxIdle is the age after which a pooled hop connection is
 	// replaced; 0: DefaultHopMaxIdle.
@@ -208,7 +208,8 @@ type SocketConfig struct {
 	// FastOpen enables TCP Fast Open: TCP_FASTOPEN on the listeners and
 	// TCP_FASTOPEN_CONNECT on hop and origin connections, so a hop header
 	// rides in the SYN once the kernel holds the peer's cookie (needs
-	// sysctl net.ipv4.tcp_fastopen=3 on both ends).
+	// sysctl net.ipv4.tcp_fastopen=3 on both ends; without it the SYN is a
+	// plain one). On in a config file without the key; false turns it off.
 	FastOpen bool `yaml:"fastopen"`
 	// ReusePort sets SO_REUSEPORT on the hop and entry listeners, so several
 	// processes (workers, or an old and a new daemon during an upgrade)
@@ -239,6 +240,10 @@ const (
 	DefaultEarlyWait         = 20 * time.Millisecond
 	DefaultHopMaxIdle        = 30 * time.Second
 	DefaultOriginMaxIdle     = 20 * time.Second
+	// DefaultPoolHop is pool.hop when a config file does not set it: idle
+	// connections kept to every member (safe with members that lack pools:
+	// the pool hello falls back to per-flow dials).
+	DefaultPoolHop = 2
 	// MaxPool bounds pool.hop and pool.origin.
 	MaxPool = 64
 	// MaxWorkers bounds workers.
@@ -327,7 +332,10 @@ func ParseConfig(r io.Reader, dir string) (*Config, error) {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	var cfg Config
+	// A config file gets the levers that are safe with any peer (docs/proxy.md,
+	// "Defaults"): hop pools and TCP Fast Open. Set pool.hop: 0 or
+	// socket.fastopen: false to turn them off.
+	cfg := Config{Pool: PoolConfig{Hop: DefaultPoolHop}, Socket: SocketConfig{FastOpen: true}}
 	if err := dec.Decode(&cfg); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("config is empty")

@@ -182,3 +182,34 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestLeverDefaults checks that a config file gets hop pools and Fast Open
+// unless it turns them off, and that a Go Config literal gets neither.
+func TestLeverDefaults(t *testing.T) {
+	const base = "id: a\nservices: [{name: s, listen: 127.0.0.1:0, origin: 127.0.0.1:1}]\n"
+	for _, tc := range []struct {
+		name     string
+		extra    string
+		pool     int
+		fastOpen bool
+	}{
+		{"absent", "", DefaultPoolHop, true},
+		{"off", "pool: {hop: 0}\nsocket: {fastopen: false}\n", 0, false},
+		{"other keys in the sections", "pool: {origin: 1}\nsocket: {nodelay: true}\n", DefaultPoolHop, true},
+		{"more", "pool: {hop: 5}\n", 5, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig(strings.NewReader(base+tc.extra), ".")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Pool.Hop != tc.pool || cfg.Socket.FastOpen != tc.fastOpen {
+				t.Errorf("pool.hop %d, socket.fastopen %v; want %d, %v", cfg.Pool.Hop, cfg.Socket.FastOpen, tc.pool, tc.fastOpen)
+			}
+		})
+	}
+	var lit Config
+	if lit.Pool.Hop != 0 || lit.Socket.FastOpen {
+		t.Errorf("a Config literal has levers on")
+	}
+}

@@ -334,19 +334,16 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			pc.Keys = map[string]any{"current": map[string]any{"id": 1, "secret_hex": hex.EncodeToString(key[:])}}
 			pc.Table = filepath.Join(s.dir, "table.json")
 		}
+		// Levers are written out either way: the relay's own defaults turn
+		// hop pools and Fast Open on, and the plain modes must not get them.
+		pc.Socket = map[string]any{"fastopen": s.cfg.Tune.FastOpen}
 		if cc := s.cfg.Tune.Congestion; cc != "" {
-			pc.Socket = map[string]any{"congestion": cc}
+			pc.Socket["congestion"] = cc
 		}
+		pc.Pool = map[string]int{"hop": s.cfg.Tune.HopPool, "origin": s.cfg.Tune.OriginPool}
 		if t := s.cfg.Tune; t.HopPool > 0 || t.OriginPool > 0 {
-			pc.Pool = map[string]int{"hop": t.HopPool, "origin": t.OriginPool}
 			// Members' pooled connections wait idle (pool.hop_max_idle 30 s).
 			pc.Hop["member_idle"] = "60s"
-		}
-		if s.cfg.Tune.FastOpen {
-			if pc.Socket == nil {
-				pc.Socket = map[string]any{}
-			}
-			pc.Socket["fastopen"] = true
 		}
 		// The InP sends flows for the origin to the EgP through a chain; the
 		// single proxy (and every other FEP) connects to the origin itself.
@@ -363,7 +360,8 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 		}
 		// The plain chain of the cold modes: the same proxy without levers.
 		plain := pc
-		plain.Socket, plain.Pool = nil, nil
+		plain.Socket = map[string]any{"fastopen": false}
+		plain.Pool = map[string]int{"hop": 0, "origin": 0}
 		plain.Hop = map[string]string{"listen": pc.Hop["listen"]}
 		for _, c := range []struct {
 			pc    proxyConfig
