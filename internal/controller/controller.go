@@ -510,19 +510,30 @@ func (c *Controller) FEPs(ctx context.Context) ([]api.FEP, error) {
 	return c.st.FEPs(ctx)
 }
 
-// Targets implements api.Backend.
-func (c *Controller) Targets(ctx context.Context, id string) ([]api.Target, error) {
+// lockFEP checks that FEP id is registered and returns its index in c.feps
+// with c.mu held; the caller unlocks. On error c.mu is not held.
+func (c *Controller) lockFEP(ctx context.Context, id string) (int, error) {
 	if _, ok, err := c.lookupFEP(ctx, id); err != nil {
-		return nil, err
+		return 0, err
 	} else if !ok {
-		return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
+		return 0, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP)
 	if !ok {
-		return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
+		c.mu.Unlock()
+		return 0, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
 	}
+	return i, nil
+}
+
+// Targets implements api.Backend.
+func (c *Controller) Targets(ctx context.Context, id string) ([]api.Target, error) {
+	i, err := c.lockFEP(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
 	if c.targets == nil {
 		c.targets = ChooseTargets(c.feps, c.cfg.Targets)
 	}

@@ -155,17 +155,11 @@ func chooseDestTargets(feps []api.FEP, dests []api.Destination, n int) [][]api.D
 
 // DestTargets returns the destinations FEP id must measure.
 func (c *Controller) DestTargets(ctx context.Context, id string) ([]api.DestTarget, error) {
-	if _, ok, err := c.lookupFEP(ctx, id); err != nil {
+	i, err := c.lockFEP(ctx, id)
+	if err != nil {
 		return nil, err
-	} else if !ok {
-		return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP)
-	if !ok {
-		return nil, fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
-	}
 	if c.destTargets == nil {
 		c.destTargets = chooseDestTargets(c.feps, c.destinationsLocked(), c.cfg.Targets.Dests)
 	}
