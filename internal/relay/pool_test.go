@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -320,5 +321,51 @@ func TestEarlyWait(t *testing.T) {
 		if got := cfg.earlyWait(); got != tc.want {
 			t.Errorf("%s: earlyWait() = %v; want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestHopPoolLearnedInLargeOverlay: in an overlay of more than
+// MaxPooledMembers others, a proxy keeps no pools up front and pools the
+// next hops its flows use.
+func TestHopPoolLearnedInLargeOverlay(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) {
+		c.Timeouts.Header = Duration(300 * time.Millisecond)
+		c.Hop.MemberIdle = Duration(20 * time.Second)
+		c.Pool.Hop = 2
+	})
+	if n := len(w.a.hopPoolTargets()); n != 2 {
+		t.Fatalf("3-member overlay: %d pooled-up-front members; want 2", n)
+	}
+	members := map[string]string{
+		"a": w.a.HopAddr().String(), "b": w.b.HopAddr().String(), "c": w.c.HopAddr().String(),
+	}
+	const far = "127.0.0.1:9" // never dialed: not pooled up front, never a next hop
+	for i := range MaxPooledMembers {
+		members[fmt.Sprintf("m%02d", i)] = far
+	}
+	for _, s := range w.all() {
+		s.SetMembers(members)
+	}
+	if got := w.a.hopPoolTargets(); got != nil {
+		t.Fatalf("%d-member overlay: pooled up front %v; want none", len(members), got)
+	}
+	bAddr, cAddr := w.b.HopAddr().String(), w.c.HopAddr().String()
+	// Pools filled while the overlay was small drain only as they are used
+	// or expire; what matters is that no new up-front target appears.
+	hashTrip(t, w.a.ServiceAddr(0).String(), 1000)
+	waitFor(t, 5*time.Second, "next hops pooled", func() bool {
+		return w.a.hopPool.idleCount(bAddr) == 2 && w.b.hopPool.idleCount(cAddr) == 2
+	})
+	if n := w.a.hopPool.idleCount(far); n != 0 {
+		t.Errorf("%d pooled connections to a member no flow used", n)
+	}
+	hits := poolCount(w.a.Server, "hop", poolHit)
+	for i := range 2 {
+		hashTrip(t, w.a.ServiceAddr(0).String(), 2000+i)
+	}
+	if h := poolCount(w.a.Server, "hop", poolHit) - hits; h < 2 {
+		t.Errorf("a: %v hop pool hits after learning b; want 2", h)
 	}
 }

@@ -159,7 +159,7 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	s.poolDialer = s.dialer
 	s.poolDialer.Control = cfg.Socket.control(sockPoolDial)
 	if n := cfg.Pool.Hop; n > 0 {
-		s.hopPool = newConnPool("hop", n, cfg.hopMaxIdle(), s.dialPooled, s.memberAddrs, s.m.pool, s.log)
+		s.hopPool = newConnPool("hop", n, cfg.hopMaxIdle(), s.dialPooled, s.hopPoolTargets, s.m.pool, s.log)
 		s.hopPool.hello = s.poolHelloDial
 	}
 	if n := cfg.Pool.Origin; n > 0 {
@@ -393,6 +393,21 @@ func (s *Server) memberAddrs() []string {
 		}
 	}
 	return out
+}
+
+// MaxPooledMembers is the largest overlay whose every member gets a hop
+// pool up front. In a larger one a proxy pools only the next hops its flows
+// used in the last 10 minutes (learned on use), so idle connections grow
+// with the routes a proxy serves, not with the overlay.
+const MaxPooledMembers = 16
+
+// hopPoolTargets returns the members to keep pooled connections to up
+// front: all of them in a small overlay, none (learned on use) in a large one.
+func (s *Server) hopPoolTargets() []string {
+	if len(s.members.Load().src.Members()) > MaxPooledMembers+1 {
+		return nil
+	}
+	return s.memberAddrs()
 }
 
 // isMemberIP reports whether ip is the host of a member's hop address
@@ -817,6 +832,9 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 		return nil, fmt.Errorf("marshal hop header: %w", err)
 	}
 	b = append(b, early...)
+	if s.hopPool != nil {
+		s.hopPool.learn(addr) // keeps addr pooled in an overlay too large to pool up front
+	}
 	if up := s.fromPool(s.hopPool, addr); up != nil {
 		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
 		if _, err := up.Write(b); err == nil {
