@@ -221,11 +221,16 @@ type DestinationList struct {
 	Destinations []DestinationStatus `json:"destinations"`
 }
 
-// Sample is one RTT measurement from the reporting FEP to a peer.
+// Sample is one RTT measurement from the reporting FEP to a peer, or the
+// report that the peer stopped answering probes (Unreachable, no RTTMS).
 type Sample struct {
 	Peer  string    `json:"peer"`
-	RTTMS float64   `json:"rtt_ms"` // > 0 and <= 60000
-	At    time.Time `json:"at"`     // when measured; zero means "now"
+	RTTMS float64   `json:"rtt_ms,omitempty"` // > 0 and <= 60000; absent (0) when Unreachable
+	At    time.Time `json:"at"`               // when measured; zero means "now"
+	// Unreachable says the peer did not answer for several consecutive
+	// probe rounds: the controller stops using the pair as a hop until a
+	// later sample carries an RTT again. Optional: older agents never set it.
+	Unreachable bool `json:"unreachable,omitempty"`
 }
 
 // DestSample is one RTT measurement from the reporting FEP to a destination.
@@ -272,7 +277,13 @@ func (r Report) Validate(now time.Time) error {
 		if s.Peer == r.FEP {
 			return fmt.Errorf("sample %d: peer %q is the reporting fep itself", i, s.Peer)
 		}
-		if math.IsNaN(s.RTTMS) || math.IsInf(s.RTTMS, 0) || s.RTTMS <= 0 || s.RTTMS > MaxRTTMS {
+		switch {
+		case s.Unreachable && s.RTTMS != 0:
+			return fmt.Errorf("sample %d peer %s: rtt_ms %v with unreachable: a sample carries an RTT or says the peer is unreachable, not both", i, s.Peer, s.RTTMS)
+		case s.Unreachable:
+		case s.RTTMS == 0:
+			return fmt.Errorf("sample %d peer %s: no rtt_ms: want rtt_ms > 0 and <= %d, or unreachable: true", i, s.Peer, MaxRTTMS)
+		case math.IsNaN(s.RTTMS) || math.IsInf(s.RTTMS, 0) || s.RTTMS < 0 || s.RTTMS > MaxRTTMS:
 			return fmt.Errorf("sample %d peer %s: rtt_ms %v: want > 0 and <= %d", i, s.Peer, s.RTTMS, MaxRTTMS)
 		}
 		if s.At.After(now.Add(MaxClockSkew)) {

@@ -34,7 +34,10 @@ type Matrix struct {
 // takes that value, one measured from both ends the mean of the two (when
 // one end already saw a change the other has not reported yet, the mean
 // moves half-way, which is enough to be significant: the change is computed
-// at once and again when the other end reports).
+// at once and again when the other end reports). A pair whose newest sample
+// from either end says unreachable is +Inf, like a pair never measured:
+// unreachable wins over the other end's RTT, since a hop that one end cannot
+// probe is not trusted to carry flows.
 func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
 	n := len(feps)
 	m := &Matrix{Names: make([]string, n), RTT: make([][]float64, n), index: make(map[string]int, n)}
@@ -66,6 +69,7 @@ func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
 			v := math.Inf(1)
 			a, b := dir[i][j], dir[j][i]
 			switch {
+			case a != 0 && rtts[a-1].Unreachable, b != 0 && rtts[b-1].Unreachable:
 			case a != 0 && b != 0:
 				v = (rtts[a-1].MS + rtts[b-1].MS) / 2
 			case a != 0:

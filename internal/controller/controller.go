@@ -31,7 +31,7 @@ type Controller struct {
 	mu      sync.Mutex // guards the fields below
 	feps    []api.FEP  // sorted by id
 	targets [][]api.Target
-	seen    map[[2]string]float64      // newest RTT this controller stored, for ReportResult.Changed
+	seen    map[[2]string]float64      // newest RTT this controller stored (seenUnreachable: unreachable), for ReportResult.Changed
 	dests   map[string]api.Destination // registered through the API, by id (a copy of the store's)
 	// destTargets are the destinations each FEP (by index in feps)
 	// measures; nil: to be chosen again.
@@ -540,8 +540,15 @@ func (c *Controller) Targets(ctx context.Context, id string) ([]api.Target, erro
 	return slices.Clone(c.targets[i]), nil
 }
 
+// seenUnreachable is the value of Controller.seen for a pair last reported
+// unreachable.
+const seenUnreachable = -1
+
 // Report implements api.Backend: it stores the samples of a registered FEP
-// about registered peers (samples about unknown peers are dropped).
+// about registered peers (samples about unknown peers are dropped). An
+// unreachable sample is stored as such (store.RTT.Unreachable): it replaces
+// the pair's RTT, BuildMatrix then leaves the pair out, and the change (like
+// the peer answering again) counts as significant.
 func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult, error) {
 	if err := r.Validate(c.cfg.Now()); err != nil {
 		return api.ReportResult{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
@@ -579,12 +586,17 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 		if at.IsZero() {
 			at = c.cfg.Now()
 		}
-		rtts = append(rtts, store.RTT{From: r.FEP, To: s.Peer, MS: s.RTTMS, At: at.UTC()})
+		rtts = append(rtts, store.RTT{From: r.FEP, To: s.Peer, MS: s.RTTMS, At: at.UTC(), Unreachable: s.Unreachable})
 		k := [2]string{r.FEP, s.Peer}
-		if old, ok := c.seen[k]; !ok || SignificantChange(old, s.RTTMS, c.cfg.Rel, c.cfg.AbsMS) {
+		v := s.RTTMS
+		if s.Unreachable {
+			v = seenUnreachable
+		}
+		if old, ok := c.seen[k]; !ok || (old == seenUnreachable) != s.Unreachable ||
+			!s.Unreachable && SignificantChange(old, v, c.cfg.Rel, c.cfg.AbsMS) {
 			res.Changed++
 		}
-		c.seen[k] = s.RTTMS
+		c.seen[k] = v
 	}
 	for _, s := range r.Destinations {
 		if !known[s.Dest] {
@@ -651,7 +663,7 @@ func (c *Controller) Matrix(ctx context.Context) (api.Matrix, error) {
 	for _, r := range rtts {
 		i, ok1 := idx[r.From]
 		j, ok2 := idx[r.To]
-		if ok1 && ok2 && i != j {
+		if ok1 && ok2 && i != j && !r.Unreachable {
 			v := r.MS
 			out.RTTMS[i][j] = &v
 		}

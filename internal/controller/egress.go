@@ -57,7 +57,7 @@ func chooseEgress(dests []api.Destination, feps []api.FEP, rtts []store.RTT) []e
 		if !ok {
 			continue
 		}
-		if _, ok := slices.BinarySearchFunc(feps, r.From, cmpFEP); !ok {
+		if _, ok := slices.BinarySearchFunc(feps, r.From, cmpFEP); !ok || r.Unreachable {
 			continue
 		}
 		if measured[i] == nil {

@@ -13,12 +13,15 @@ var (
 	ErrClosed       = errors.New("store: closed")
 )
 
-// RTT is the latest round-trip time measured from one FEP to another.
+// RTT is the latest round-trip time measured from one FEP to another, or,
+// with Unreachable set (and MS 0), the report that From could not reach To
+// for several probe rounds. Like any sample, a newer one replaces it.
 type RTT struct {
-	From string    `json:"from"`
-	To   string    `json:"to"`
-	MS   float64   `json:"ms"`
-	At   time.Time `json:"at"`
+	From        string    `json:"from"`
+	To          string    `json:"to"`
+	MS          float64   `json:"ms"`
+	At          time.Time `json:"at"`
+	Unreachable bool      `json:"unreachable,omitempty"`
 }
 
 // Table is the encoded chain table of one LoP at a version. Data is opaque to

@@ -130,6 +130,29 @@ func testRTTs(t *testing.T, s controller.Store) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("RTTs = %v; want %v", got, want)
 	}
+	// An unreachable sample replaces the pair's RTT like any newer sample,
+	// and a newer RTT replaces it.
+	must(t, s.PutRTTs(ctx, []store.RTT{{From: "a", To: "b", At: t0.Add(2 * time.Second), Unreachable: true}}))
+	if r := rttOf(t, s, "a", "b"); !r.Unreachable || r.MS != 0 {
+		t.Errorf("a->b after an unreachable sample = %+v; want unreachable", r)
+	}
+	must(t, s.PutRTTs(ctx, []store.RTT{{From: "a", To: "b", MS: 7, At: t0.Add(3 * time.Second)}}))
+	if r := rttOf(t, s, "a", "b"); r.Unreachable || r.MS != 7 {
+		t.Errorf("a->b after a newer rtt = %+v; want 7 ms, reachable", r)
+	}
+}
+
+func rttOf(t *testing.T, s controller.Store, from, to string) store.RTT {
+	t.Helper()
+	rtts, err := s.RTTs(ctxT(t))
+	must(t, err)
+	for _, r := range rtts {
+		if r.From == from && r.To == to {
+			return r
+		}
+	}
+	t.Fatalf("no rtt %s -> %s", from, to)
+	return store.RTT{}
 }
 
 func testVersions(t *testing.T, s controller.Store) {
