@@ -505,18 +505,27 @@ func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 	}
 }
 
-// reporter returns a prober's report callback: samples are RTTs to peers,
-// or to destinations when dests.
+// reporter returns a prober's report callback: samples are RTTs to peers
+// (or the report that a peer is unreachable), or to destinations when dests
+// (the API has no unreachable destination: such samples are dropped, and the
+// destination keeps its last RTT).
 func (a *Agent) reporter(c *api.Client, dests bool) probe.ReportFunc {
 	return func(ctx context.Context, samples []probe.Sample) error {
 		rep := api.Report{FEP: a.cfg.FEP.ID}
 		for _, s := range samples {
 			ms, at := float64(s.RTT)/float64(time.Millisecond), s.At.UTC()
-			if dests {
+			switch {
+			case dests && s.Unreachable:
+			case dests:
 				rep.Destinations = append(rep.Destinations, api.DestSample{Dest: s.Peer, RTTMS: ms, At: at})
-			} else {
+			case s.Unreachable:
+				rep.Samples = append(rep.Samples, api.Sample{Peer: s.Peer, At: at, Unreachable: true})
+			default:
 				rep.Samples = append(rep.Samples, api.Sample{Peer: s.Peer, RTTMS: ms, At: at})
 			}
+		}
+		if len(rep.Samples) == 0 && len(rep.Destinations) == 0 {
+			return nil // only unreachable destinations: nothing to send
 		}
 		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()

@@ -164,6 +164,12 @@ func (s *scripted) set(addr string, d time.Duration) {
 	s.mu.Unlock()
 }
 
+func (s *scripted) unset(addr string) {
+	s.mu.Lock()
+	delete(s.rtt, addr)
+	s.mu.Unlock()
+}
+
 func (s *scripted) Measure(ctx context.Context, addr string) (time.Duration, error) {
 	s.mu.Lock()
 	d, ok := s.rtt[addr]
@@ -178,6 +184,23 @@ func (s *scripted) Measure(ctx context.Context, addr string) (time.Duration, err
 	}
 	time.Sleep(d) // fake time inside the bubble
 	return d, nil
+}
+
+// reportStrings flattens reports to "peer=rtt" (or "peer=down") with "|"
+// after each report.
+func reportStrings(reports [][]Sample) []string {
+	var got []string
+	for _, r := range reports {
+		for _, s := range r {
+			if s.Unreachable {
+				got = append(got, s.Peer+"=down")
+			} else {
+				got = append(got, s.Peer+"="+s.RTT.String())
+			}
+		}
+		got = append(got, "|")
+	}
+	return got
 }
 
 func TestProberRun(t *testing.T) {
@@ -207,22 +230,16 @@ func TestProberRun(t *testing.T) {
 			t.Helper()
 			mu.Lock()
 			defer mu.Unlock()
-			var got []string
-			for _, r := range reports {
-				for _, s := range r {
-					got = append(got, s.Peer+"="+s.RTT.String())
-				}
-				got = append(got, "|")
-			}
+			got := reportStrings(reports)
 			if !slices.Equal(got, want) {
 				t.Fatalf("%s: reports %v; want %v", what, got, want)
 			}
 		}
 		check("first round", "a=10ms", "b=80ms", "|")
 
-		time.Sleep(60 * time.Second) // 6 stable rounds
+		time.Sleep(60 * time.Second) // 6 stable rounds; c fails its third at 20 s
 		synctest.Wait()
-		check("stable", "a=10ms", "b=80ms", "|")
+		check("stable", "a=10ms", "b=80ms", "|", "c=down", "|")
 
 		m.set("b:1", 120*ms)
 		mu.Lock()
@@ -230,13 +247,13 @@ func TestProberRun(t *testing.T) {
 		mu.Unlock()
 		time.Sleep(30 * time.Second) // 3 rounds: the window's majority is now 120 ms, but reports fail
 		synctest.Wait()
-		check("controller down", "a=10ms", "b=80ms", "|")
+		check("controller down", "a=10ms", "b=80ms", "|", "c=down", "|")
 		mu.Lock()
 		fail = false
 		mu.Unlock()
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
-		check("recovered", "a=10ms", "b=80ms", "|", "b=120ms", "|")
+		check("recovered", "a=10ms", "b=80ms", "|", "c=down", "|", "b=120ms", "|")
 
 		if est := p.Estimates(); est["a"] != 10*ms || est["b"] != 120*ms {
 			t.Errorf("Estimates() = %v", est)

@@ -50,6 +50,10 @@ type Config struct {
 	Threshold    Threshold     // 0 means 10% or 2 ms, whichever is larger
 	Refresh      time.Duration // full report period; 0 means 10m, <0 never
 	Concurrency  int           // peers measured at once; 0 means 32
+	// UnreachableAfter is the number of consecutive full rounds in which a
+	// peer answered no probe after which it is reported unreachable (once,
+	// then in every full report until it answers again); 0 means 3.
+	UnreachableAfter int
 }
 
 // Prober measures its targets every Interval and reports significant
@@ -62,7 +66,7 @@ type Prober struct {
 	mu      sync.Mutex // guards targets and tracker
 	targets []Target
 	tracker *Tracker
-	failed  map[string]int // consecutive failed rounds per peer
+	failed  map[string]int // consecutive failed full rounds per peer
 }
 
 // NewProber returns a Prober; log may be nil.
@@ -100,6 +104,9 @@ func NewProber(cfg Config, log *slog.Logger) *Prober {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 32
 	}
+	if cfg.UnreachableAfter <= 0 {
+		cfg.UnreachableAfter = 3
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -126,6 +133,11 @@ func (p *Prober) SetTargets(ts []Target) {
 		ids[i] = t.ID
 	}
 	p.tracker.Retain(ids)
+	for id := range p.failed {
+		if !slices.Contains(ids, id) {
+			delete(p.failed, id)
+		}
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -261,15 +273,25 @@ func (p *Prober) round(ctx context.Context, only []string) {
 		})
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		return // the failures are ours: shutting down
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range results {
 		if r.err != nil {
+			if only != nil {
+				continue // only full rounds count towards UnreachableAfter
+			}
 			p.failed[r.id]++
-			if p.failed[r.id] == 3 {
-				p.log.Warn("peer unreachable for 3 rounds", "peer", r.id, "err", r.err)
+			if p.failed[r.id] == p.cfg.UnreachableAfter {
+				p.log.Warn("peer unreachable; reporting it", "peer", r.id, "rounds", p.cfg.UnreachableAfter, "err", r.err)
+				p.tracker.MarkUnreachable(r.id, r.at)
 			}
 			continue
+		}
+		if p.tracker.Unreachable(r.id) {
+			p.log.Info("peer answers again", "peer", r.id, "rtt", r.rtt)
 		}
 		delete(p.failed, r.id)
 		p.tracker.Observe(r.id, r.rtt, r.at)

@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// Sample is one reported RTT estimate for a peer.
+// Sample is one reported RTT estimate for a peer, or (Unreachable, RTT 0)
+// the report that the peer stopped answering.
 type Sample struct {
-	Peer string
-	RTT  time.Duration
-	At   time.Time // when the newest sample behind the estimate was taken
+	Peer        string
+	RTT         time.Duration
+	At          time.Time // when the newest sample behind the estimate was taken (for Unreachable: when it was marked)
+	Unreachable bool
 }
 
 // Tracker keeps the estimators of a prober's peers and decides what to
@@ -22,6 +24,11 @@ type Sample struct {
 // next report carries all peers again, so a controller that lost state (or a
 // new leader) converges without asking. A failed report commits nothing:
 // the same changes stay pending for the next round.
+//
+// A peer marked unreachable (MarkUnreachable, after several failed rounds)
+// loses its estimate and is reported unreachable once, then in every full
+// report until it answers again; its first sample after that is reported
+// at once, whatever the threshold.
 type Tracker struct {
 	window    int
 	threshold Threshold
@@ -36,6 +43,9 @@ type peerState struct {
 	at       time.Time
 	reported time.Duration
 	has      bool // reported at least once
+	down     bool // marked unreachable and not answering since
+	downAt   time.Time
+	sentDown bool // the latest report about the peer said unreachable
 }
 
 // NewTracker returns a Tracker keeping window samples per peer; refresh <= 0
@@ -56,6 +66,29 @@ func (t *Tracker) Observe(peer string, rtt time.Duration, at time.Time) {
 	}
 	ps.w.Add(rtt)
 	ps.last, ps.at = rtt, at
+	ps.down = false
+}
+
+// MarkUnreachable records at at that peer stopped answering: its estimate
+// is dropped (the samples from before the outage say nothing about the path
+// after it) and the next report says it is unreachable.
+func (t *Tracker) MarkUnreachable(peer string, at time.Time) {
+	ps := t.peers[peer]
+	if ps == nil {
+		ps = &peerState{}
+		t.peers[peer] = ps
+	}
+	if ps.down {
+		return
+	}
+	ps.w = NewWindow(t.window)
+	ps.down, ps.downAt = true, at
+}
+
+// Unreachable reports whether peer is marked unreachable.
+func (t *Tracker) Unreachable(peer string) bool {
+	ps := t.peers[peer]
+	return ps != nil && ps.down
 }
 
 // Suspects returns the peers whose latest round sample moved beyond the
@@ -96,15 +129,21 @@ func (t *Tracker) Estimate(peer string) (time.Duration, bool) {
 }
 
 // Pending returns the samples to report at now, sorted by peer, and whether
-// they are a full report (every peer with an estimate).
+// they are a full report (every peer with an estimate or marked unreachable).
 func (t *Tracker) Pending(now time.Time) (samples []Sample, full bool) {
 	full = t.lastFull.IsZero() || (t.refresh > 0 && now.Sub(t.lastFull) >= t.refresh)
 	for peer, ps := range t.peers {
+		if ps.down {
+			if full || !ps.sentDown {
+				samples = append(samples, Sample{Peer: peer, At: ps.downAt, Unreachable: true})
+			}
+			continue
+		}
 		est, ok := ps.w.Estimate()
 		if !ok {
 			continue
 		}
-		if full || !ps.has || t.threshold.Changed(ps.reported, est) {
+		if full || !ps.has || ps.sentDown || t.threshold.Changed(ps.reported, est) {
 			samples = append(samples, Sample{Peer: peer, RTT: est, At: ps.at})
 		}
 	}
@@ -115,8 +154,13 @@ func (t *Tracker) Pending(now time.Time) (samples []Sample, full bool) {
 // Commit records that samples (from Pending) were reported at now.
 func (t *Tracker) Commit(samples []Sample, full bool, now time.Time) {
 	for _, s := range samples {
-		if ps := t.peers[s.Peer]; ps != nil {
-			ps.reported, ps.has = s.RTT, true
+		ps := t.peers[s.Peer]
+		switch {
+		case ps == nil:
+		case s.Unreachable:
+			ps.sentDown = true
+		default:
+			ps.reported, ps.has, ps.sentDown = s.RTT, true, false
 		}
 	}
 	if full && len(samples) > 0 {
