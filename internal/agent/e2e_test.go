@@ -100,7 +100,8 @@ func TestAgentsWithRealController(t *testing.T) {
 			Token:        tok,
 			DataDir:      dirs[f.ID],
 			FEP:          f,
-			Probe:        probe.Config{Interval: 100 * time.Millisecond, Jitter: -1, Probes: 1},
+			Probe: probe.Config{Interval: 100 * time.Millisecond, Jitter: -1, Probes: 1,
+				Measurer: &probe.UDPEcho{Timeout: 300 * time.Millisecond}},
 			TargetsEvery: 200 * time.Millisecond,
 			Wait:         2 * time.Second,
 		})
@@ -154,6 +155,36 @@ func TestAgentsWithRealController(t *testing.T) {
 	if st := agents["par"].ProbeStats(); st.Unauth == 0 || st.Replied == 0 {
 		t.Errorf("par's endpoint stats %+v; want tagged probes answered and the untagged one dropped", st)
 	}
+
+	// ams dies (its probe responder with it): fra and par report it
+	// unreachable after 3 failed rounds, and the controller drops its pairs.
+	if err := stops["ams"](); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	eventually(t, "ams's pairs gone from the controller's matrix", func() bool {
+		m, err := ctl.Matrix(context.Background())
+		if err != nil || len(m.Names) != 3 || m.Names[0] != "ams" {
+			return false
+		}
+		return m.RTTMS[1][0] == nil && m.RTTMS[2][0] == nil // fra -> ams, par -> ams
+	})
+	t.Logf("ams unreachable in the controller's matrix %v after it stopped (probe interval 100ms, 3 rounds; its closed port answers ICMP, so probes fail at once)",
+		time.Since(stopped).Round(time.Millisecond))
+	eventually(t, "fra's chains to par not through ams", func() bool {
+		for _, size := range []int64{14_000, 15_000_000} {
+			e, ok := fra.Lookup("fra", "par", size)
+			if !ok || slices.Contains(e.Path[1:len(e.Path)-1], "ams") {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, "fra's estimates without ams", func() bool {
+		_, ok := fra.Estimates()["ams"]
+		return !ok
+	})
+
 	if err := stops["fra"](); err != nil {
 		t.Fatal(err)
 	}
