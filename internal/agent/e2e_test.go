@@ -96,10 +96,10 @@ func TestAgentsWithRealController(t *testing.T) {
 		}
 		dirs[f.ID] = t.TempDir()
 		a, stop := startAgent(t, Config{
-			Controller:   srv.URL,
-			Token:        tok,
-			DataDir:      dirs[f.ID],
-			FEP:          f,
+			Controller: srv.URL,
+			Token:      tok,
+			DataDir:    dirs[f.ID],
+			FEP:        f,
 			Probe: probe.Config{Interval: 100 * time.Millisecond, Jitter: -1, Probes: 1,
 				Measurer: &probe.UDPEcho{Timeout: 300 * time.Millisecond}},
 			TargetsEvery: 200 * time.Millisecond,
