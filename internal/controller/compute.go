@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -27,7 +28,12 @@ type Matrix struct {
 	Names []string
 	RTT   [][]float64
 	index map[string]int
+	down  map[[2]int]bool // pairs (i < j) +Inf because an end reported the other unreachable
 }
+
+// Down reports whether the pair i, j is +Inf because one end reported the
+// other unreachable (rather than never measured).
+func (m *Matrix) Down(i, j int) bool { return m.down[[2]int{min(i, j), max(i, j)}] }
 
 // BuildMatrix makes the planning matrix of feps (sorted by id) from rtts;
 // samples naming an unknown FEP are ignored. A pair measured from one end
@@ -70,6 +76,10 @@ func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
 			a, b := dir[i][j], dir[j][i]
 			switch {
 			case a != 0 && rtts[a-1].Unreachable, b != 0 && rtts[b-1].Unreachable:
+				if m.down == nil {
+					m.down = make(map[[2]int]bool)
+				}
+				m.down[[2]int{i, j}] = true
 			case a != 0 && b != 0:
 				v = (rtts[a-1].MS + rtts[b-1].MS) / 2
 			case a != 0:
@@ -87,7 +97,7 @@ func BuildMatrix(feps []api.FEP, rtts []store.RTT) *Matrix {
 // once: another set of FEPs, a pair measured or no longer measured, or an
 // RTT that moved by more than rel of its old value and more than abs ms.
 func Significant(prev, next *Matrix, rel, abs float64) bool {
-	if prev == nil || !slices.Equal(prev.Names, next.Names) {
+	if prev == nil || !slices.Equal(prev.Names, next.Names) || !maps.Equal(prev.down, next.down) {
 		return true
 	}
 	for i, row := range next.RTT {
@@ -268,7 +278,8 @@ func (p *plan) newScratch() *chainScratch {
 // One scan of the pair's front chooses the chain of every class
 // (Fronts.BestEach) and each distinct chain's path is rebuilt once. A direct
 // connection that was never measured is estimated from the coordinates
-// (EstimateRTTms) and chosen when not worse than every measured chain.
+// (EstimateRTTms) and chosen when not worse than every measured chain; one
+// that an end reported unreachable only when there is no measured chain.
 func (p *plan) chains(i int, rows *tableRows, sc *chainScratch) {
 	fi := p.feps[i]
 	direct := [2]int{i, 0}
@@ -278,6 +289,7 @@ func (p *plan) chains(i int, rows *tableRows, sc *chainScratch) {
 		}
 		d := p.m.RTT[i][j]
 		estimated := math.IsInf(d, 1)
+		down := estimated && p.m.Down(i, j)
 		if estimated {
 			fj := p.feps[j]
 			d = EstimateRTTms(fi.Lat, fi.Lon, fj.Lat, fj.Lon)
@@ -296,7 +308,7 @@ func (p *plan) chains(i int, rows *tableRows, sc *chainScratch) {
 				sc.bufs[k] = pc.Path
 				c = chain{path: pc.Path, sum: micros(pc.Sum), max: micros(pc.Max)}
 			}
-			if !ok || estimated && twiceCost(dc, r) <= twiceCost(c, r) {
+			if !ok || estimated && !down && twiceCost(dc, r) <= twiceCost(c, r) {
 				sc.best[k], sc.ids[k] = dc, -1
 				continue
 			}

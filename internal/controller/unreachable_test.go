@@ -169,3 +169,46 @@ func TestUnreachablePeerLeavesChains(t *testing.T) {
 	}
 	wantPath([]string{"a", "x", "c"})
 }
+
+// TestUnreachableDirectNotEstimated checks that a direct InP -> EgP pair
+// reported unreachable is not estimated from coordinates like a pair never
+// measured: a measured chain is taken, the direct path only when there is
+// none.
+func TestUnreachableDirectNotEstimated(t *testing.T) {
+	now := time.Now()
+	// a, b, c are 70 km apart: an estimated a-c (about 2 ms) beats the
+	// measured a-b-c (20 ms).
+	tests := []struct {
+		name string
+		rtts []store.RTT
+		want []string
+	}{
+		{"a-c unmeasured: estimated direct", []store.RTT{sample("a", "b", 10), sample("b", "c", 10)}, []string{"a", "c"}},
+		{"a-c unreachable: the measured chain", []store.RTT{sample("a", "b", 10), sample("b", "c", 10), unreachable("a", "c", now)}, []string{"a", "b", "c"}},
+		{"a-c unreachable, no chain: direct", []store.RTT{sample("a", "b", 10), unreachable("c", "a", now)}, []string{"a", "c"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openBolt(t)
+			setup(t, st, line[:3], tc.rtts)
+			c, err := New(Config{Store: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Compute(testCtx(t), true); err != nil {
+				t.Fatal(err)
+			}
+			tab := decodeTable(t, c, "a")
+			for _, size := range []int64{14_000, 15_000_000} {
+				if got := pathOf(tab, "a", "c", size); !slices.Equal(got, tc.want) {
+					t.Errorf("a -> c (%d B) = %v; want %v", size, got, tc.want)
+				}
+			}
+		})
+	}
+	// Unmeasured -> unreachable changes the tables although both are +Inf.
+	rtts := []store.RTT{sample("a", "b", 10), sample("b", "c", 10)}
+	if !Significant(BuildMatrix(line[:3], rtts), BuildMatrix(line[:3], append(rtts, unreachable("a", "c", now))), 0.1, 2) {
+		t.Error("an unmeasured pair reported unreachable is not a significant change")
+	}
+}
