@@ -140,7 +140,7 @@ func TestMatrixInEmulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := probers[a]
-	reported := make(chan time.Duration, 16)
+	reported := make(chan Sample, 16)
 	var first sync.Once
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
@@ -150,7 +150,7 @@ func TestMatrixInEmulator(t *testing.T) {
 			first.Do(func() { close(initial) })
 			for _, x := range s {
 				if x.Peer == b {
-					reported <- x.RTT
+					reported <- x
 				}
 			}
 			return nil
@@ -169,7 +169,8 @@ func TestMatrixInEmulator(t *testing.T) {
 	for {
 		var got time.Duration
 		select {
-		case got = <-reported:
+		case x := <-reported:
+			got = x.RTT
 		case <-timeout:
 			t.Fatal("change not reported within 20 s")
 		}
@@ -185,6 +186,42 @@ func TestMatrixInEmulator(t *testing.T) {
 		if el > 2*time.Second+200*time.Millisecond+2*roundTime+time.Second {
 			t.Errorf("change took %v to be reported; want within one interval + confirmation", el)
 		}
-		return
+		break
 	}
+
+	// Break the link (every packet lost, no ICMP: each probe times out)
+	// and time the unreachable report, then repair it.
+	l.LossPct = 100
+	broken := time.Now()
+	if err := w.SetLink(a, b, l); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, ok func(Sample) bool) time.Duration {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case x := <-reported:
+				if ok(x) {
+					return time.Since(broken)
+				}
+			case <-timeout:
+				t.Fatalf("%s not reported within 30 s", what)
+			}
+		}
+	}
+	el := waitFor("unreachable", func(x Sample) bool { return x.Unreachable })
+	t.Logf("%s-%s: broken link reported unreachable after %v (interval 2s, probe timeout 2s, 3 rounds)", a, b, el.Round(time.Millisecond))
+	// The first failing round starts within an interval; each failing
+	// round lasts the probe timeout, and rounds start at most every interval.
+	if el > 2*time.Second+3*(2*time.Second+roundTime)+time.Second {
+		t.Errorf("unreachable reported after %v; want within an interval + 3 rounds of the 2 s timeout", el)
+	}
+	l.LossPct = 0
+	broken = time.Now()
+	if err := w.SetLink(a, b, l); err != nil {
+		t.Fatal(err)
+	}
+	el = waitFor("repair", func(x Sample) bool { return !x.Unreachable && within(x.RTT, want) })
+	t.Logf("%s-%s: repaired link reported after %v", a, b, el.Round(time.Millisecond))
 }
