@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -531,6 +532,24 @@ func (a *Agent) reporter(c *api.Client, dests bool) probe.ReportFunc {
 		defer cancel()
 		_, err := c.Report(ctx, rep)
 		var se *api.StatusError
+		if errors.As(err, &se) && se.Code == http.StatusBadRequest && strings.Contains(se.Message, "unreachable") {
+			// A controller older than the unreachable field refuses it:
+			// send the RTTs without it rather than none at all.
+			var kept []api.Sample
+			for _, s := range rep.Samples {
+				if !s.Unreachable {
+					kept = append(kept, s)
+				}
+			}
+			if len(kept) < len(rep.Samples) {
+				a.log.Warn("controller refuses unreachable samples (older version?); reporting RTTs only", "err", err)
+				rep.Samples = kept
+				if len(rep.Samples) == 0 && len(rep.Destinations) == 0 {
+					return nil
+				}
+				_, err = c.Report(ctx, rep)
+			}
+		}
 		if errors.As(err, &se) && se.Code == http.StatusForbidden {
 			a.wantRegister() // an unregistered FEP's reports are refused
 		}
