@@ -17,6 +17,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"fep":"fra","samples":[{"peer":"ams","rtt_ms":9.5}]}`))
 	f.Add([]byte(`{"token":"good","fep":` + goodFEP + `,"csr_pem":"x"}`))
 	f.Add([]byte(`{"fep":"fra","samples":[{"peer":"ams","rtt_ms":1e400}]}`))
+	f.Add([]byte(`{"fep":"fra","samples":[{"peer":"ams","unreachable":true},{"peer":"par","rtt_ms":3}]}`))
+	f.Add([]byte(`{"fep":"fra","samples":[{"peer":"ams","rtt_ms":2,"unreachable":true}]}`))
 	f.Add([]byte(`{"fep":"fra","destinations":[{"dest":"shop","rtt_ms":20}]}`))
 	f.Add([]byte(goodDest))
 	f.Add([]byte(`[]`))
