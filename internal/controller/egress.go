@@ -36,10 +36,21 @@ type egressChoice struct {
 // measured an RTT to it, the lowest (ties to the lower id); when none did,
 // the FEP nearest to its coordinates. Measured RTTs are not mixed with
 // distance estimates: an estimate is a guess, and a guess lower than every
-// measurement would win for no reason.
+// measurement would win for no reason. A FEP every peer that measures it
+// reports unreachable (deadFEPs) is not chosen while another FEP can be.
 func chooseEgress(dests []api.Destination, feps []api.FEP, rtts []store.RTT) []egressChoice {
 	if len(dests) == 0 {
 		return nil
+	}
+	dead := deadFEPs(rtts)
+	var avoid func(k int) (float64, bool) // dead FEPs last when by distance
+	if len(dead) > 0 {
+		avoid = func(k int) (float64, bool) {
+			if dead[feps[k].ID] {
+				return math.Inf(1), true
+			}
+			return 0, false
+		}
 	}
 	byID := make(map[string]int, len(dests))
 	for i, d := range dests {
@@ -68,21 +79,54 @@ func chooseEgress(dests []api.Destination, feps []api.FEP, rtts []store.RTT) []e
 	out := make([]egressChoice, len(dests))
 	for i, d := range dests {
 		ch := egressChoice{dest: d, fep: -1, rtts: measured[i]}
-		if len(measured[i]) > 0 {
-			best, bestMS := "", math.Inf(1)
-			for id, ms := range measured[i] {
-				if ms < bestMS || ms == bestMS && id < best {
-					best, bestMS = id, ms
-				}
+		best, bestMS := "", math.Inf(1)
+		for id, ms := range measured[i] {
+			if dead[id] {
+				continue
 			}
+			if ms < bestMS || ms == bestMS && id < best {
+				best, bestMS = id, ms
+			}
+		}
+		if best != "" {
 			ch.fep, _ = slices.BinarySearchFunc(feps, best, cmpFEP)
 			ch.by = "rtt"
-		} else if k := Closest(d.Lat, d.Lon, feps, nil); k >= 0 {
+		} else if k := Closest(d.Lat, d.Lon, feps, avoid); k >= 0 {
 			ch.fep, ch.by = k, "distance"
 		}
 		out[i] = ch
 	}
 	return out
+}
+
+// deadFEPs returns the FEPs that every peer measuring them reports
+// unreachable: at least one FEP-to-FEP record to it, all of them
+// unreachable. (Its own records about its peers are ignored: a dead FEP
+// sends no report, so they are stale.)
+func deadFEPs(rtts []store.RTT) map[string]bool {
+	var down, up map[string]bool
+	for _, r := range rtts {
+		if strings.HasPrefix(r.To, destPrefix) {
+			continue
+		}
+		if r.Unreachable {
+			if down == nil {
+				down = map[string]bool{}
+			}
+			down[r.To] = true
+		} else {
+			if up == nil {
+				up = map[string]bool{}
+			}
+			up[r.To] = true
+		}
+	}
+	for id := range down {
+		if up[id] {
+			delete(down, id)
+		}
+	}
+	return down
 }
 
 // egressEntries is the egress list tables carry for choices.

@@ -17,6 +17,7 @@ func TestChooseEgress(t *testing.T) {
 	near := api.Destination{ID: "shop", Prefix: "198.51.100.0/24", Lat: 50, Lon: 9.9, ProbeAddr: "198.51.100.1:443"}
 	geoOnly := api.Destination{Prefix: "203.0.113.0/24", Lat: -34, Lon: 150}
 	dst := func(from string, ms float64) store.RTT { return sample(from, destKey("shop"), ms) }
+	now := time.Now()
 	tests := []struct {
 		name string
 		rtts []store.RTT
@@ -31,6 +32,10 @@ func TestChooseEgress(t *testing.T) {
 		{"only an unregistered FEP: nearest", []store.RTT{dst("zz", 1)}, "c", "distance"},
 		{"FEP-to-FEP RTTs are not destination RTTs", []store.RTT{sample("a", "shop", 1)}, "c", "distance"},
 		{"another destination's RTT", []store.RTT{sample("a", destKey("other"), 1)}, "c", "distance"},
+		{"dead FEP skipped", []store.RTT{dst("a", 4), dst("c", 9), unreachable("b", "a", now), unreachable("c", "a", now)}, "c", "rtt"},
+		{"dead FEP's own stale reports ignored", []store.RTT{dst("a", 4), dst("c", 9), unreachable("b", "a", now), sample("a", "b", 3)}, "c", "rtt"},
+		{"unreachable from one peer only: not dead", []store.RTT{dst("a", 4), dst("c", 9), unreachable("b", "a", now), sample("c", "a", 5)}, "a", "rtt"},
+		{"only a dead FEP measured: nearest living", []store.RTT{dst("c", 1), unreachable("a", "c", now)}, "b", "distance"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
