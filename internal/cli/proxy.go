@@ -158,7 +158,7 @@ func agentConfig(cfg *relay.Config) (*agent.Config, error) {
 			ID: cfg.ID, HopAddr: hopAddr, ProbeAddr: cc.ProbeAddr,
 			Location: cc.Location, Lat: cc.Lat, Lon: cc.Lon,
 		},
-		Probe: probe.Config{Interval: time.Duration(cc.ProbeInterval)},
+		Probe: probe.Config{Interval: time.Duration(cc.ProbeInterval), UnreachableAfter: cc.ProbeUnreachableAfter},
 	}
 	if err := ac.FEP.Validate(); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)

@@ -173,6 +173,9 @@ type ControllerConfig struct {
 	// probe_addr; "off": none.
 	ProbeListen   string   `yaml:"probe_listen"`
 	ProbeInterval Duration `yaml:"probe_interval"` // between probe rounds; 0: the agent's default
+	// ProbeUnreachableAfter is how many failed probe rounds in a row make a
+	// peer reported unreachable (it then leaves the chains); 0: 3.
+	ProbeUnreachableAfter int `yaml:"probe_unreachable_after"`
 	Location      string   `yaml:"location"`       // free text
 	Lat           float64  `yaml:"lat"`
 	Lon           float64  `yaml:"lon"`
@@ -387,6 +390,9 @@ func (c *Config) Validate() error {
 		}
 		if cc.HopAddr == "" && c.Hop.Listen == "" {
 			bad("controller.hop_addr: missing (no hop.listen to default to)")
+		}
+		if cc.ProbeUnreachableAfter < 0 || cc.ProbeUnreachableAfter > 100 {
+			bad("controller.probe_unreachable_after: %d is not 0-100 (0: the default, 3)", cc.ProbeUnreachableAfter)
 		}
 	}
 	if c.Keys.Current == nil {

@@ -63,6 +63,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"controller data", "id: a\ncontroller: {url: 'http://c:1', hop_addr: 'h:1'}\n", "controller.data_dir: missing"},
 		{"controller hop", "id: a\ncontroller: {url: 'http://c:1', data_dir: d}\n", "controller.hop_addr"},
 		{"controller token", "id: a\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', token: x, token_file: y}\n", "at most one"},
+		{"controller unreachable after", "id: a\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', probe_unreachable_after: -1}\n", "probe_unreachable_after"},
 		{"lop not member", "id: a\nmembers: {b: 'h:1'}\nlop: z\n" + keys, "lop: \"z\" is not a member"},
 		{"lop is self", "id: a\nmembers: {b: 'h:1'}\nlop: a\n" + keys, "lop: \"a\" is this FEP's id"},
 		{"lop and controller.lop", "id: a\nlop: b\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', lop: c}\n", "set at most one of lop"},
