@@ -175,10 +175,10 @@ type ControllerConfig struct {
 	ProbeInterval Duration `yaml:"probe_interval"` // between probe rounds; 0: the agent's default
 	// ProbeUnreachableAfter is how many failed probe rounds in a row make a
 	// peer reported unreachable (it then leaves the chains); 0: 3.
-	ProbeUnreachableAfter int `yaml:"probe_unreachable_after"`
-	Location      string   `yaml:"location"`       // free text
-	Lat           float64  `yaml:"lat"`
-	Lon           float64  `yaml:"lon"`
+	ProbeUnreachableAfter int     `yaml:"probe_unreachable_after"`
+	Location              string  `yaml:"location"` // free text
+	Lat                   float64 `yaml:"lat"`
+	Lon                   float64 `yaml:"lon"`
 }
 
 // TimeoutConfig groups the daemon's timeouts.
