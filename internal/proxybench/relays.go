@@ -21,9 +21,12 @@ import (
 
 // Mode names.
 const (
-	ModeDirect  = "direct"
-	ModeMosto1  = "mosto1"
-	ModeMosto3  = "mosto3"
+	ModeDirect = "direct"
+	ModeMosto1 = "mosto1"
+	ModeMosto3 = "mosto3"
+	// ModeMosto1G is one mosto proxy with its event loops off (`loops:
+	// -1`): every flow on goroutines, the path before the loops.
+	ModeMosto1G = "mosto1g"
 	ModeHAProxy = "haproxy"
 	// ModeHAProxy3 chains three HAProxy processes, for comparison with mosto3.
 	ModeHAProxy3 = "haproxy3"
@@ -31,7 +34,7 @@ const (
 )
 
 // AllModes lists every mode in report order.
-var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto3, ModeHAProxy, ModeHAProxy3, ModeNginx}
+var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto1G, ModeMosto3, ModeHAProxy, ModeHAProxy3, ModeNginx}
 
 // relay is one system under test: the address clients dial and the
 // processes whose CPU and memory are charged to it.
@@ -138,7 +141,7 @@ func (s *setup) start(ctx context.Context, mode string) (*relay, error) {
 	switch mode {
 	case ModeDirect:
 		return &relay{mode: mode, entry: s.origin, log: &syncBuffer{}}, nil
-	case ModeMosto1:
+	case ModeMosto1, ModeMosto1G:
 		return s.startMosto(ctx, mode, 1)
 	case ModeMosto3:
 		return s.startMosto(ctx, mode, 3)
@@ -209,6 +212,7 @@ type mostoConf struct {
 	// Open) off: HAProxy and nginx have neither.
 	Pool   map[string]int  `json:"pool"`
 	Socket map[string]bool `json:"socket"`
+	Loops  int             `json:"loops,omitempty"`
 }
 
 func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, error) {
@@ -256,6 +260,9 @@ func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, err
 			Timeouts:     map[string]string{"idle": "10m"},
 			Pool:         map[string]int{"hop": 0},
 			Socket:       map[string]bool{"fastopen": false},
+		}
+		if mode == ModeMosto1G {
+			c.Loops = -1
 		}
 		ready := []string{}
 		if n > 1 {

@@ -37,6 +37,10 @@ type Config struct {
 	// Workers is the number of processes `mosto proxy` runs for this FEP,
 	// sharing every listener with SO_REUSEPORT; 0 or 1: one process.
 	Workers int `yaml:"workers"`
+	// Loops is the number of event-loop threads that carry service
+	// flows (internal/evloop) until they turn bulk; 0: one per CPU
+	// (GOMAXPROCS); -1: off, every flow runs on goroutines.
+	Loops int `yaml:"loops"`
 	// Egress maps destinations to the FEP closest to them (the EgP).
 	Egress EgressConfig `yaml:"egress"`
 	// Destinations is this FEP's policy as EgP: where it may connect.
@@ -251,6 +255,8 @@ const (
 	MaxPool = 64
 	// MaxWorkers bounds workers.
 	MaxWorkers = 64
+	// MaxLoops bounds loops.
+	MaxLoops = 256
 )
 
 // Duration is a time.Duration written as "5s", "1m30s".
@@ -493,6 +499,9 @@ func (c *Config) Validate() error {
 		bad("lop: set at most one of lop (a remote LoP completes each flow's route) and controller.lop (this FEP looks chains up in that LoP's table)")
 	case !managed && c.Members[lop] == "":
 		bad("lop: %q is not a member", lop)
+	}
+	if c.Loops < -1 || c.Loops > MaxLoops {
+		bad("loops: %d, want -1 (off), 0 (one per CPU) or 1-%d", c.Loops, MaxLoops)
 	}
 	if c.Workers < 0 || c.Workers > MaxWorkers {
 		bad("workers: %d, want 0-%d", c.Workers, MaxWorkers)

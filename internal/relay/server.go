@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/evloop"
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 )
@@ -74,6 +75,8 @@ type Server struct {
 	draining   atomic.Bool
 	forcing    atomic.Bool
 
+	loops *evloop.Loops // nil: no event loops (fastpath_linux.go)
+
 	bufs  sync.Pool      // small-copy buffers, see copySmall
 	wg    sync.WaitGroup // every per-connection goroutine
 	mu    sync.Mutex
@@ -104,6 +107,7 @@ type listener struct {
 	kind    entryKind
 	service *ServiceConfig // kindService
 	allow   []matcher      // kindSOCKS5, kindConnect
+	looped  bool           // served by the event loops, not acceptLoop
 }
 
 type entryKind uint8
@@ -456,7 +460,13 @@ func (s *Server) Run(ctx context.Context) error {
 			go s.runPool(&poolWG, poolCtx, p)
 		}
 	}
+	if err := s.startLoops(); err != nil {
+		s.log.Warn("event loops unavailable, serving every flow on goroutines", "err", err)
+	}
 	for _, l := range s.listeners {
+		if l.looped {
+			continue
+		}
 		acceptWG.Add(1)
 		go s.acceptLoop(&acceptWG, l, fatal)
 	}
@@ -486,6 +496,9 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 	}
 	acceptWG.Wait()
+	if s.loops != nil {
+		s.loops.Close()
+	}
 	close(s.stopWorkers)
 	s.workerWG.Wait()
 	s.flowCancel()
@@ -505,6 +518,9 @@ func (s *Server) Close() error {
 
 func (s *Server) closeListeners() {
 	s.close.Do(func() {
+		if s.loops != nil {
+			s.loops.StopAccepting()
+		}
 		for _, l := range s.listeners {
 			if l.ln != nil {
 				l.ln.Close()
@@ -543,6 +559,9 @@ func waitGroupDone(wg *sync.WaitGroup, done chan<- struct{}) {
 func (s *Server) forceClose() {
 	s.forcing.Store(true)
 	s.flowCancel()
+	if s.loops != nil {
+		s.loops.ResetAll()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {

@@ -1,0 +1,136 @@
+package evloop
+
+import (
+	"errors"
+	"io"
+	"net/netip"
+	"time"
+)
+
+// Outcome is how a flow ended.
+type Outcome uint8
+
+const (
+	// OK: both directions reached EOF and every byte was passed on.
+	OK Outcome = iota
+	// Reset: a read, write or shutdown failed on either side (a reset, a
+	// broken pipe); both sides were closed with an RST.
+	Reset
+	// Idle: neither direction moved for Config.Idle; both sides were reset.
+	Idle
+	// ConnectFailed: the upstream could not be connected (after every
+	// Retry); the client was reset and no byte of it was sent.
+	ConnectFailed
+	// Aborted: ResetAll ended the flow.
+	Aborted
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Reset:
+		return "reset"
+	case Idle:
+		return "idle"
+	case ConnectFailed:
+		return "connect_failed"
+	case Aborted:
+		return "aborted"
+	}
+	return "unknown"
+}
+
+// Config tunes the loops.
+type Config struct {
+	// Loops is the number of event loops (OS threads); 0: 1.
+	Loops int
+	// Idle ends a flow when neither direction moved for this long; 0: never.
+	Idle time.Duration
+	// ConnectTimeout bounds an upstream's handshake; 0: 10 s.
+	ConnectTimeout time.Duration
+	// BufSize is the size of each direction's buffer, taken only while the
+	// direction has bytes in flight; 0: 16 KiB.
+	BufSize int
+	// Bulk hands a flow to Handler.Handover once one read fills a whole
+	// buffer (and neither direction has ended); false keeps every flow.
+	Bulk bool
+	// AcceptBatch bounds the connections one loop accepts per wakeup; 0: 16.
+	AcceptBatch int
+}
+
+func (c Config) withDefaults() Config {
+	c.Loops = max(c.Loops, 1)
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.BufSize <= 0 {
+		c.BufSize = 16 << 10
+	}
+	if c.AcceptBatch <= 0 {
+		c.AcceptBatch = 16
+	}
+	return c
+}
+
+// Upstream is the other side of a flow, chosen by the Handler.
+type Upstream struct {
+	// FD is a nonblocking TCP socket: connecting (see Dial) unless
+	// Connected. The flow owns it from now on.
+	FD int
+	// Conn, if set, owns FD (a pooled connection): the flow closes Conn
+	// instead of FD, and hands it over as is.
+	Conn io.Closer
+	// Connected: FD is established already (pooled).
+	Connected bool
+	// Prefix is sent upstream before the client's bytes (a hop or PROXY
+	// header). The loop does not keep a reference after the flow ends.
+	Prefix []byte
+	// Retry: if the upstream fails before any byte was written to it
+	// (connect refused or timed out, or the first write failed), the loop
+	// asks Handler.Retry for another one instead of failing the flow.
+	Retry bool
+}
+
+// Stats are a flow's figures so far.
+type Stats struct {
+	Up, Down int64         // client bytes passed upstream, upstream bytes passed to the client
+	Connect  time.Duration // the upstream handshake (0: pooled or not finished)
+}
+
+// Handover is a flow the loop gives up, with what it still held.
+type Handover struct {
+	Down   int       // the client's socket, now the handler's
+	Up     int       // the upstream socket, now the handler's (owned by UpConn if set)
+	UpConn io.Closer // Upstream.Conn of the flow, if any
+	ToUp   []byte    // client bytes read but not yet written upstream (a copy)
+	ToDown []byte    // upstream bytes read but not yet written to the client (a copy)
+	Stats  Stats
+}
+
+// ErrTaken, returned by Handler.Open, means the handler took the accepted
+// socket for itself (it serves the connection some other way); the loop
+// forgets it.
+var ErrTaken = errors.New("evloop: connection taken by the handler")
+
+// Handler decides what each accepted connection is for. Its methods run on
+// a loop's thread and must not block.
+type Handler interface {
+	// Open is called for each accepted connection (fd, nonblocking, from
+	// client to local) on the listener registered with tag. It returns the
+	// upstream and a state value handed back in the other calls. With an
+	// error the loop closes fd with a reset; Open has already counted it
+	// and released anything it took.
+	Open(tag any, fd int, client netip.AddrPort) (Upstream, any, error)
+	// Retry is called when an Upstream with Retry set failed before any
+	// byte was written to it. It returns a new upstream, or an error that
+	// ends the flow with ConnectFailed.
+	Retry(state any, failed error) (Upstream, error)
+	// Done is called once for every opened flow that ends in a loop, after
+	// both sockets are closed.
+	Done(state any, o Outcome, st Stats, err error)
+	// Handover is called instead of Done for a flow that turned bulk; the
+	// handler owns both sockets from now on. It must not block: start a
+	// goroutine for the copy.
+	Handover(state any, h Handover)
+}

@@ -1,0 +1,806 @@
+package evloop
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Loops is a set of event loops sharing listeners.
+type Loops struct {
+	cfg   Config
+	h     Handler
+	log   *slog.Logger
+	loops []*loop
+	wg    sync.WaitGroup
+	flows atomic.Int64
+
+	mu     sync.Mutex
+	lnFDs  []int // evloop's duplicates of the listening sockets
+	closed bool
+}
+
+// Start starts cfg.Loops loops serving h. log may be nil.
+func Start(cfg Config, h Handler, log *slog.Logger) (*Loops, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ls := &Loops{cfg: cfg.withDefaults(), h: h, log: log}
+	for i := 0; i < ls.cfg.Loops; i++ {
+		l, err := newLoop(ls)
+		if err != nil {
+			ls.Close()
+			return nil, err
+		}
+		ls.loops = append(ls.loops, l)
+		ls.wg.Add(1)
+		go l.run()
+	}
+	return ls, nil
+}
+
+// Listen makes every loop accept connections from the listening socket
+// lfd (nonblocking). The loops use a duplicate of lfd: the caller keeps
+// and eventually closes its own. tag is passed to Handler.Open.
+func (ls *Loops) Listen(lfd int, tag any) error {
+	fd, err := unix.FcntlInt(uintptr(lfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("dup listener: %w", err)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		unix.Close(fd)
+		return errors.New("evloop: closed")
+	}
+	ls.lnFDs = append(ls.lnFDs, fd)
+	var emu sync.Mutex
+	var ferr error
+	ls.each(func(l *loop) {
+		l.lns = append(l.lns, lnEntry{fd: fd, tag: tag})
+		if err := l.listenOn(len(l.lns) - 1); err != nil {
+			emu.Lock()
+			ferr = err
+			emu.Unlock()
+		}
+	})
+	return ferr
+}
+
+// listenOn registers listener i of the loop for events.
+func (l *loop) listenOn(i int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(-2 - i)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.lns[i].fd, &ev); err != nil {
+		return fmt.Errorf("epoll add listener: %w", err)
+	}
+	l.lns[i].on = true
+	return nil
+}
+
+// StopAccepting stops every loop from accepting and closes evloop's copies
+// of the listening sockets. Open flows go on.
+func (ls *Loops) StopAccepting() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.each(func(l *loop) {
+		for i := range l.lns {
+			unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.lns[i].fd, nil)
+		}
+		l.lns = nil
+	})
+	for _, fd := range ls.lnFDs {
+		unix.Close(fd)
+	}
+	ls.lnFDs = nil
+}
+
+// ResetAll ends every open flow with a reset (Outcome Aborted).
+func (ls *Loops) ResetAll() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.each(func(l *loop) { l.resetAll(Aborted) })
+}
+
+// Flows returns the number of flows open in the loops.
+func (ls *Loops) Flows() int { return int(ls.flows.Load()) }
+
+// Close stops accepting, resets flows still open (Aborted) and stops the
+// loops. It waits for their threads to end.
+func (ls *Loops) Close() {
+	ls.StopAccepting()
+	ls.mu.Lock()
+	if ls.closed {
+		ls.mu.Unlock()
+		return
+	}
+	ls.closed = true
+	ls.mu.Unlock()
+	for _, l := range ls.loops {
+		l.post(func() {
+			l.resetAll(Aborted)
+			l.stop = true
+		})
+	}
+	ls.wg.Wait()
+	for _, l := range ls.loops {
+		unix.Close(l.epfd)
+		unix.Close(l.evfd)
+	}
+}
+
+// each runs fn on every loop's thread and waits for all of them. Callers
+// hold ls.mu.
+func (ls *Loops) each(fn func(l *loop)) {
+	var wg sync.WaitGroup
+	for _, l := range ls.loops {
+		wg.Add(1)
+		l.post(func() {
+			defer wg.Done()
+			fn(l)
+		})
+	}
+	wg.Wait()
+}
+
+type lnEntry struct {
+	fd          int
+	tag         any
+	on          bool  // registered for events (off while paused)
+	pausedUntil int64 // unix ns: accept paused after running out of descriptors
+}
+
+// Readiness bits of a socket, as last reported by epoll.
+const (
+	canRead  = 1 << iota // data, EOF or an error to read
+	canWrite             // room to write (or an error)
+	peerShut             // the peer's FIN arrived (EPOLLRDHUP)
+)
+
+// side indexes: the client's socket and the upstream socket; direction d
+// reads from side d and writes to side 1-d.
+const (
+	down = 0
+	up   = 1
+)
+
+// flow is one client connection and its upstream.
+type flow struct {
+	slot  int32
+	gen   int32
+	state any
+	fd    [2]int
+	conn  io.Closer // owns fd[up] when set
+	ready [2]uint8
+	d     [2]half
+	// prefix: bytes at the start of d[down]'s buffer that are not client
+	// bytes (a header), still to be written upstream.
+	prefix     int
+	connecting bool
+	retry      bool
+	written    bool // a byte reached the upstream socket
+	handover   bool
+	connStart  int64
+	st         Stats
+	last       int64
+	q          *queue
+	prev, next *flow
+}
+
+// half is one direction of a flow.
+type half struct {
+	buf      []byte // nil while nothing is in flight
+	off, end int    // pending bytes: buf[off:end]
+	eof      bool   // the source reached EOF
+	shut     bool   // the EOF was passed on (or the direction is done)
+}
+
+func (h *half) drained() bool { return h.off == h.end }
+func (h *half) done() bool    { return h.eof && h.drained() && h.shut }
+
+// queue is a list of flows in deadline order (oldest first).
+type queue struct{ head, tail *flow }
+
+func (q *queue) push(f *flow) {
+	f.q, f.prev, f.next = q, q.tail, nil
+	if q.tail != nil {
+		q.tail.next = f
+	} else {
+		q.head = f
+	}
+	q.tail = f
+}
+
+func (q *queue) remove(f *flow) {
+	if f.prev != nil {
+		f.prev.next = f.next
+	} else {
+		q.head = f.next
+	}
+	if f.next != nil {
+		f.next.prev = f.prev
+	} else {
+		q.tail = f.prev
+	}
+	f.q, f.prev, f.next = nil, nil, nil
+}
+
+type loop struct {
+	ls   *Loops
+	cfg  Config
+	epfd int
+	evfd int
+
+	mu   sync.Mutex
+	cmds []func()
+
+	// Owned by the loop's thread.
+	slots  []*flow
+	free   []int32
+	nflows int
+	lns    []lnEntry
+	connq  queue // connecting upstreams, by start
+	idleq  queue // open flows, by last progress
+	bufs   [][]byte
+	sa     unix.RawSockaddrAny
+	now    int64
+	stop   bool
+	paused bool
+}
+
+// maxFreeBufs bounds the buffers a loop keeps for reuse.
+const maxFreeBufs = 256
+
+func newLoop(ls *Loops) (*loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll add eventfd: %w", err)
+	}
+	return &loop{ls: ls, cfg: ls.cfg, epfd: epfd, evfd: evfd}, nil
+}
+
+// post runs fn on the loop's thread.
+func (l *loop) post(fn func()) {
+	l.mu.Lock()
+	l.cmds = append(l.cmds, fn)
+	l.mu.Unlock()
+	var one = [8]byte{1}
+	unix.Write(l.evfd, one[:])
+}
+
+func (l *loop) runCommands() {
+	var b [8]byte
+	rawRead(l.evfd, b[:])
+	l.mu.Lock()
+	cmds := l.cmds
+	l.cmds = nil
+	l.mu.Unlock()
+	for _, fn := range cmds {
+		fn()
+	}
+}
+
+// pauseAccept is how long a listener rests after accept ran out of
+// descriptors or memory.
+const pauseAccept = int64(100 * time.Millisecond)
+
+// timeout returns epoll_wait's timeout in ms: until the next connect or
+// idle deadline (or paused listener), -1 if there is none.
+func (l *loop) timeout() int {
+	next := int64(-1)
+	at := func(t int64) {
+		if next < 0 || t < next {
+			next = t
+		}
+	}
+	if f := l.connq.head; f != nil {
+		at(f.connStart + int64(l.cfg.ConnectTimeout))
+	}
+	if f := l.idleq.head; f != nil && l.cfg.Idle > 0 {
+		at(f.last + int64(l.cfg.Idle))
+	}
+	if l.paused {
+		at(l.now + pauseAccept)
+	}
+	if next < 0 {
+		return -1
+	}
+	now := time.Now().UnixNano()
+	if next <= now {
+		return 0
+	}
+	return int((next-now)/int64(time.Millisecond)) + 1
+}
+
+func (l *loop) run() {
+	defer l.ls.wg.Done()
+	// The loop's thread sleeps only in epoll_wait; locking it keeps the
+	// flows' sockets' cache lines and the thread's stack on one thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	events := make([]unix.EpollEvent, 128)
+	for !l.stop {
+		n, err := unix.EpollWait(l.epfd, events, l.timeout())
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			// Not expected (EBADF, EFAULT, EINVAL): keep serving
+			// commands, slowly, so Close still ends the loop.
+			l.ls.log.Error("epoll_wait", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		l.now = time.Now().UnixNano()
+		for i := 0; i < n; i++ {
+			ev := &events[i]
+			switch {
+			case ev.Fd >= 0:
+				l.flowEvent(ev)
+			case ev.Fd == -1:
+				l.runCommands()
+			default:
+				l.accept(int(-2 - ev.Fd))
+			}
+		}
+		l.sweep()
+	}
+}
+
+// accept takes up to AcceptBatch connections from the loop's listener idx.
+func (l *loop) accept(idx int) {
+	if idx >= len(l.lns) || !l.lns[idx].on {
+		return // stopped accepting earlier in this batch
+	}
+	ln := &l.lns[idx]
+	for range l.cfg.AcceptBatch {
+		fd, client, e := rawAccept(ln.fd, &l.sa)
+		switch e {
+		case 0:
+		case unix.EAGAIN:
+			return
+		case unix.EINTR, unix.ECONNABORTED:
+			continue
+		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+			// Level-triggered: the queue would wake the loop at once
+			// again. Pause this listener briefly instead of spinning.
+			l.ls.log.Warn("accept: out of resources, pausing 100 ms", "err", e)
+			unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ln.fd, nil)
+			ln.on, ln.pausedUntil, l.paused = false, l.now+pauseAccept, true
+			return
+		default:
+			l.ls.log.Warn("accept", "err", e)
+			return
+		}
+		u, state, err := l.ls.h.Open(ln.tag, fd, client)
+		if err != nil {
+			if err != ErrTaken {
+				ResetClose(fd)
+			}
+			continue
+		}
+		l.start(fd, u, state)
+	}
+}
+
+// start begins relaying between the accepted fd and u.
+func (l *loop) start(fd int, u Upstream, state any) {
+	f := l.newFlow()
+	f.state = state
+	f.fd = [2]int{fd, -1}
+	f.last = l.now
+	l.nflows++
+	l.ls.flows.Add(1)
+	if err := l.register(f, down); err != nil {
+		f.fd[up], f.conn = u.FD, u.Conn
+		l.finish(f, Reset, err)
+		return
+	}
+	if err := l.setUpstream(f, u); err != nil {
+		l.finish(f, Reset, err)
+	}
+}
+
+// setUpstream installs u as f's upstream, with its prefix ahead of the
+// client bytes already read.
+func (l *loop) setUpstream(f *flow, u Upstream) error {
+	f.fd[up], f.conn, f.retry = u.FD, u.Conn, u.Retry
+	f.ready[up] = 0
+	h := &f.d[down]
+	if len(u.Prefix) > 0 || f.prefix > 0 {
+		client := []byte(nil)
+		if h.buf != nil {
+			client = h.buf[h.off+f.prefix : h.end]
+		}
+		var nb []byte
+		if n := len(u.Prefix) + len(client); n <= l.cfg.BufSize {
+			nb = l.getBuf()
+		} else {
+			nb = make([]byte, n)
+		}
+		copy(nb, u.Prefix)
+		copy(nb[len(u.Prefix):], client)
+		l.putBuf(h.buf)
+		h.buf, h.off, h.end = nb, 0, len(u.Prefix)+len(client)
+		f.prefix = len(u.Prefix)
+	}
+	if f.q != nil {
+		f.q.remove(f)
+	}
+	f.connecting = !u.Connected
+	if f.connecting {
+		f.connStart = l.now
+		l.connq.push(f)
+	} else {
+		f.last = l.now
+		l.idleq.push(f)
+	}
+	return l.register(f, up)
+}
+
+func (l *loop) register(f *flow, side int) error {
+	ev := unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET,
+		Fd:     f.slot,
+		Pad:    f.gen<<1 | int32(side),
+	}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, f.fd[side], &ev); err != nil {
+		return fmt.Errorf("epoll add: %w", err)
+	}
+	return nil
+}
+
+func (l *loop) newFlow() *flow {
+	var idx int32
+	if n := len(l.free); n > 0 {
+		idx = l.free[n-1]
+		l.free = l.free[:n-1]
+	} else {
+		idx = int32(len(l.slots))
+		l.slots = append(l.slots, nil)
+	}
+	f := &flow{slot: idx}
+	l.slots[idx] = f
+	return f
+}
+
+func (l *loop) freeFlow(f *flow) {
+	if f.q != nil {
+		f.q.remove(f)
+	}
+	l.putBuf(f.d[0].buf)
+	l.putBuf(f.d[1].buf)
+	f.d[0].buf, f.d[1].buf = nil, nil
+	l.slots[f.slot] = nil
+	l.free = append(l.free, f.slot)
+	l.nflows--
+	l.ls.flows.Add(-1)
+}
+
+func (l *loop) getBuf() []byte {
+	if n := len(l.bufs); n > 0 {
+		b := l.bufs[n-1]
+		l.bufs = l.bufs[:n-1]
+		return b
+	}
+	return make([]byte, l.cfg.BufSize)
+}
+
+func (l *loop) putBuf(b []byte) {
+	if b != nil && len(b) == l.cfg.BufSize && len(l.bufs) < maxFreeBufs {
+		l.bufs = append(l.bufs, b)
+	}
+}
+
+// flowEvent handles an epoll event of one of a flow's sockets.
+func (l *loop) flowEvent(ev *unix.EpollEvent) {
+	if int(ev.Fd) >= len(l.slots) {
+		return
+	}
+	f := l.slots[ev.Fd]
+	if f == nil || f.gen != ev.Pad>>1 {
+		return // the flow ended earlier in this batch
+	}
+	side := int(ev.Pad & 1)
+	e := ev.Events
+	if e&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		f.ready[side] |= canRead
+	}
+	if e&unix.EPOLLRDHUP != 0 {
+		f.ready[side] |= peerShut
+	}
+	if e&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		f.ready[side] |= canWrite
+	}
+	if side == up && f.connecting {
+		if e&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+			err := socketError(f.fd[up])
+			if err == nil {
+				err = unix.ECONNREFUSED
+			}
+			l.upFailed(f, fmt.Errorf("connect: %w", err))
+			return
+		}
+		if e&unix.EPOLLOUT == 0 {
+			return
+		}
+		f.connecting = false
+		f.st.Connect = time.Duration(l.now - f.connStart)
+		l.connq.remove(f)
+		f.last = l.now // idleq stays in order of last progress
+		l.idleq.push(f)
+	}
+	l.pump(f)
+}
+
+// errFirstWrite marks a failed write before any byte reached the upstream.
+type errFirstWrite struct{ err error }
+
+func (e errFirstWrite) Error() string { return "first write upstream: " + e.err.Error() }
+func (e errFirstWrite) Unwrap() error { return e.err }
+
+// pump moves bytes in both directions as far as the sockets allow.
+func (l *loop) pump(f *flow) {
+	moved := false
+	for {
+		progress := false
+		for d := 0; d < 2; d++ {
+			p, err := l.move(f, d)
+			progress = progress || p
+			if err != nil {
+				var fw errFirstWrite
+				if errors.As(err, &fw) && f.retry {
+					l.upFailed(f, err)
+					return
+				}
+				l.finish(f, Reset, err)
+				return
+			}
+			if f.handover {
+				l.handOver(f)
+				return
+			}
+		}
+		if !progress {
+			break
+		}
+		moved = true
+	}
+	if f.d[0].done() && f.d[1].done() {
+		l.finish(f, OK, nil)
+		return
+	}
+	if moved && f.q == &l.idleq {
+		f.last = l.now
+		if f != l.idleq.tail {
+			l.idleq.remove(f)
+			l.idleq.push(f)
+		}
+	}
+}
+
+// move makes what progress it can in direction d (from side d to side
+// 1-d) and reports whether it did any.
+func (l *loop) move(f *flow, d int) (bool, error) {
+	src, dst := d, 1-d
+	h := &f.d[d]
+	// The client's bytes wait until the upstream is connected.
+	blocked := d == down && f.connecting
+	progress := false
+	for {
+		if h.end > h.off && !blocked && f.ready[dst]&canWrite != 0 {
+			n, e := rawWrite(f.fd[dst], h.buf[h.off:h.end])
+			switch e {
+			case 0:
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				f.ready[dst] &^= canWrite
+				n = -1
+			default:
+				err := fmt.Errorf("write: %w", e)
+				if d == down && !f.written {
+					return progress, errFirstWrite{err}
+				}
+				return progress, err
+			}
+			if n > 0 {
+				progress = true
+				if d == down {
+					f.written = true
+					p := min(n, f.prefix)
+					f.prefix -= p
+					f.st.Up += int64(n - p)
+				} else {
+					f.st.Down += int64(n)
+				}
+				h.off += n
+				if h.off == h.end {
+					h.off, h.end = 0, 0
+				} else {
+					f.ready[dst] &^= canWrite // short write: the send buffer is full
+				}
+			}
+		}
+		if !h.eof && f.ready[src]&canRead != 0 && (h.buf == nil || h.end < len(h.buf)) {
+			if h.buf == nil {
+				h.buf = l.getBuf()
+			}
+			space := len(h.buf) - h.end
+			n, e := rawRead(f.fd[src], h.buf[h.end:])
+			switch e {
+			case 0:
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				f.ready[src] &^= canRead
+				if h.off == h.end { // an idle direction holds no buffer
+					l.putBuf(h.buf)
+					h.buf, h.off, h.end = nil, 0, 0
+				}
+				continue
+			default:
+				return progress, fmt.Errorf("read: %w", e)
+			}
+			progress = true
+			switch {
+			case n == 0:
+				h.eof = true
+			case n < space:
+				h.end += n
+				// A short read emptied the queue: the next data brings
+				// a new edge. After the peer's FIN nothing more comes.
+				if f.ready[src]&peerShut != 0 {
+					h.eof = true
+				} else {
+					f.ready[src] &^= canRead
+				}
+			default:
+				h.end += n
+				if l.cfg.Bulk && space == len(h.buf) && !f.connecting && f.prefix == 0 && !f.d[0].eof && !f.d[1].eof {
+					f.handover = true
+					return progress, nil
+				}
+			}
+			continue
+		}
+		break
+	}
+	if h.eof && h.drained() && !h.shut && !blocked {
+		h.shut = true
+		l.putBuf(h.buf)
+		h.buf, h.off, h.end = nil, 0, 0
+		// The direction that ends second leaves the FIN to the close
+		// that follows at once.
+		if !f.d[1-d].done() {
+			if e := rawShutdownWrite(f.fd[dst]); e != 0 && e != unix.ENOTCONN {
+				return true, fmt.Errorf("shutdown: %w", e)
+			}
+		}
+		progress = true
+	}
+	return progress, nil
+}
+
+// upFailed handles an upstream that failed before any byte was written to
+// it: another one if the handler has one, else the flow fails.
+func (l *loop) upFailed(f *flow, cause error) {
+	l.closeUp(f, true)
+	if !f.retry {
+		l.finish(f, ConnectFailed, cause)
+		return
+	}
+	u, err := l.ls.h.Retry(f.state, cause)
+	if err != nil {
+		l.finish(f, ConnectFailed, err)
+		return
+	}
+	if err := l.setUpstream(f, u); err != nil {
+		l.finish(f, ConnectFailed, err)
+		return
+	}
+	l.pump(f)
+}
+
+// closeUp closes the upstream socket (with a reset if reset) and forgets it.
+func (l *loop) closeUp(f *flow, reset bool) {
+	fd := f.fd[up]
+	if fd < 0 {
+		return
+	}
+	if reset {
+		setLingerZero(fd)
+	}
+	if f.conn != nil {
+		f.conn.Close()
+	} else {
+		rawClose(fd)
+	}
+	f.fd[up], f.conn = -1, nil
+}
+
+// finish closes both sockets (resetting them unless o is OK) and reports
+// the flow's end.
+func (l *loop) finish(f *flow, o Outcome, err error) {
+	reset := o != OK
+	if reset {
+		setLingerZero(f.fd[down])
+	}
+	rawClose(f.fd[down])
+	l.closeUp(f, reset)
+	st, state := f.st, f.state
+	l.freeFlow(f)
+	l.ls.h.Done(state, o, st, err)
+}
+
+// handOver gives f's sockets and pending bytes to the handler.
+func (l *loop) handOver(f *flow) {
+	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, f.fd[down], nil)
+	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, f.fd[up], nil)
+	h := Handover{Down: f.fd[down], Up: f.fd[up], UpConn: f.conn, Stats: f.st}
+	if x := &f.d[down]; x.end > x.off {
+		h.ToUp = append([]byte(nil), x.buf[x.off:x.end]...)
+	}
+	if x := &f.d[up]; x.end > x.off {
+		h.ToDown = append([]byte(nil), x.buf[x.off:x.end]...)
+	}
+	state := f.state
+	l.freeFlow(f)
+	l.ls.h.Handover(state, h)
+}
+
+// sweep ends flows past their connect or idle deadline and resumes
+// paused listeners.
+func (l *loop) sweep() {
+	ct := int64(l.cfg.ConnectTimeout)
+	for f := l.connq.head; f != nil && l.now-f.connStart >= ct; f = l.connq.head {
+		l.upFailed(f, fmt.Errorf("connect: %w", unix.ETIMEDOUT))
+	}
+	if idle := int64(l.cfg.Idle); idle > 0 {
+		for f := l.idleq.head; f != nil && l.now-f.last >= idle; f = l.idleq.head {
+			l.finish(f, Idle, nil)
+		}
+	}
+	if l.paused {
+		l.paused = false
+		for i := range l.lns {
+			ln := &l.lns[i]
+			if ln.on {
+				continue
+			}
+			if l.now < ln.pausedUntil {
+				l.paused = true
+				continue
+			}
+			if err := l.listenOn(i); err != nil {
+				l.ls.log.Warn("resume accepting", "err", err)
+			}
+		}
+	}
+}
+
+// resetAll ends every flow of the loop with o.
+func (l *loop) resetAll(o Outcome) {
+	for _, f := range l.slots {
+		if f != nil {
+			l.finish(f, o, nil)
+		}
+	}
+}

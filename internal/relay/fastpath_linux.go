@@ -1,0 +1,506 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/evloop"
+	"github.com/mosto-net/mosto/internal/hop"
+	"golang.org/x/sys/unix"
+)
+
+// The fast path: service listeners are served by event loops
+// (internal/evloop) instead of an accept goroutine. A loop accepts, asks
+// Open where the flow goes, connects and copies a short flow without any
+// goroutine; a flow that turns bulk is handed back (Handover) to the
+// goroutine path, which splices. Flows the loops cannot open without
+// blocking (a host name to resolve, a Fast Open dial that must wait for its
+// handshake, a remote lookup) are taken over at once by the goroutine path
+// (evloop.ErrTaken), exactly as if the accept goroutine had accepted them.
+
+// loopFlow is a service flow carried by a loop.
+type loopFlow struct {
+	l      *listener
+	fd     int // the client's socket
+	src    netip.AddrPort
+	in     Intent
+	peer   string // metrics label of the upstream: a member or "origin"
+	hop    bool   // the upstream is the first hop of a chain
+	header []byte // the hop header sent to it
+	pooled bool
+}
+
+// errLoopRefused ends a connection the handler refused (already counted).
+var errLoopRefused = errors.New("refused")
+
+// loopCount returns the number of event loops to run (0: none).
+func (s *Server) loopCount() int {
+	switch n := s.cfg.Loops; {
+	case n < 0:
+		return 0
+	case n == 0:
+		return runtime.GOMAXPROCS(0)
+	default:
+		return n
+	}
+}
+
+// startLoops starts the loops and gives them every service listener; the
+// listeners they serve are marked so no accept goroutine runs for them.
+func (s *Server) startLoops() error {
+	n := s.loopCount()
+	if n == 0 {
+		return nil
+	}
+	var svc []*listener
+	for _, l := range s.listeners {
+		if l.kind == kindService {
+			svc = append(svc, l)
+		}
+	}
+	if len(svc) == 0 {
+		return nil
+	}
+	// A loop blocked in epoll_wait keeps its P in a system call. With no P
+	// idle, the runtime's monitor takes it away after 20 us and the loop
+	// must find one again when it wakes: one P more than loops leaves an
+	// idle one, so loops keep theirs (unless GOMAXPROCS was set).
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) <= n {
+		runtime.GOMAXPROCS(n + 1)
+	}
+	ls, err := evloop.Start(evloop.Config{
+		Loops:          n,
+		Idle:           s.idle,
+		ConnectTimeout: s.dialer.Timeout,
+		BufSize:        smallCopy,
+		Bulk:           true,
+	}, s, s.log)
+	if err != nil {
+		return err
+	}
+	for _, l := range svc {
+		rc, err := l.ln.SyscallConn()
+		if err != nil {
+			ls.Close()
+			return fmt.Errorf("listener %s: %w", l.ln.Addr(), err)
+		}
+		var lerr error
+		cerr := rc.Control(func(fd uintptr) {
+			// Accepted sockets inherit TCP_NODELAY from the listener: one
+			// system call per listener instead of one per flow.
+			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(s.noDelay())); err != nil {
+				lerr = fmt.Errorf("set TCP_NODELAY: %w", err)
+				return
+			}
+			lerr = ls.Listen(int(fd), l)
+		})
+		if cerr != nil || lerr != nil {
+			ls.Close()
+			return fmt.Errorf("listener %s: %w", l.ln.Addr(), errors.Join(cerr, lerr))
+		}
+		l.looped = true
+		// The loops hold the socket through their duplicate. Closing the
+		// listener takes it out of the runtime's poller, which would
+		// otherwise wake for every connection nobody accepts there.
+		l.ln.Close()
+	}
+	s.loops = ls
+	s.log.Info("event loops serving service listeners", "loops", n)
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// noDelay is the TCP_NODELAY setting of flow sockets (Go's default: on).
+func (s *Server) noDelay() bool {
+	nd := s.cfg.Socket.NoDelay
+	return nd == nil || *nd
+}
+
+// Open implements evloop.Handler: admission, then the chain or origin of a
+// service flow.
+func (s *Server) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any, error) {
+	l := tag.(*listener)
+	if reason := s.limits.acquire(src.Addr(), false); reason != "" {
+		s.m.refusals.WithLabelValues(reason).Inc()
+		s.refLog.refused(reason, src, nil)
+		return evloop.Upstream{}, nil, errLoopRefused
+	}
+	s.wg.Add(1)
+	if ka := s.cfg.Socket.KeepAlive; ka > 0 {
+		setKeepAlive(fd, time.Duration(ka))
+	}
+	t, err := ParseTarget(l.service.Origin)
+	if err != nil { // Validate checked it
+		s.m.refusals.WithLabelValues(refuseEntryProto).Inc()
+		s.loopRelease(l, src)
+		return evloop.Upstream{}, nil, errLoopRefused
+	}
+	fl := &loopFlow{l: l, fd: fd, src: src, in: Intent{Target: t, Size: int64(l.service.Size), Client: src}}
+	u, err := s.loopUpstream(fl)
+	if errors.Is(err, errLoopTake) {
+		return evloop.Upstream{}, nil, s.takeFromLoop(l, fd, src)
+	}
+	if err != nil {
+		s.loopOpenError(fl, err)
+		if !errors.Is(err, errPolicy) {
+			s.endFlow(roleInP, outcomeDialError)
+		}
+		s.loopRelease(l, src)
+		return evloop.Upstream{}, nil, err
+	}
+	s.m.roles[roleInP].active.Inc()
+	return u, fl, nil
+}
+
+// errLoopTake: the goroutine path must serve this flow.
+var errLoopTake = errors.New("served by the goroutine path")
+
+// loopUpstream picks the flow's upstream like open does, without blocking:
+// a pooled connection or a nonblocking connect to an address.
+func (s *Server) loopUpstream(fl *loopFlow) (evloop.Upstream, error) {
+	if !fl.in.Target.ip().IsValid() {
+		return evloop.Upstream{}, errLoopTake // a name to resolve (EgP or direct)
+	}
+	egp := s.egress.lookup(fl.in.Target)
+	if egp == s.self {
+		s.m.directFor("self_egress").Inc()
+		return s.loopOriginDial(fl, false)
+	}
+	if s.cfg.LoP != "" {
+		return evloop.Upstream{}, errLoopTake
+	}
+	route, reason := s.route(egp, fl.in.Size)
+	if route == nil {
+		s.m.directFor(reason).Inc()
+		return s.loopOriginDial(fl, false)
+	}
+	next := route[1]
+	addr, _ := s.member(next)
+	if err := s.localAddr(fl); err != nil {
+		return evloop.Upstream{}, err
+	}
+	h := &hop.Header{
+		Source: fl.in.Client,
+		Dest:   fl.in.Local,
+		Route:  route,
+		Hop:    1,
+		Target: fl.in.Target.String(),
+		Size:   fl.in.Size,
+		Time:   time.Now(),
+	}
+	rand.Read(h.FlowID[:])
+	b, err := h.Marshal(s.keyring())
+	if err != nil {
+		return evloop.Upstream{}, fmt.Errorf("marshal hop header: %w", err)
+	}
+	fl.peer, fl.hop, fl.header = next, true, b
+	if s.hopPool != nil {
+		s.hopPool.learn(addr)
+	}
+	if u, ok := s.loopPooled(s.hopPool, addr, b); ok {
+		fl.pooled = true
+		s.m.upstream.WithLabelValues(next, "pool").Inc()
+		return u, nil
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || s.cfg.Socket.FastOpen {
+		return evloop.Upstream{}, errLoopTake
+	}
+	ufd, err := s.loopDial(ap)
+	if err != nil {
+		// The first hop is down: serve the flow directly rather than not at all.
+		s.m.directFor("hop_unreachable").Inc()
+		fl.peer, fl.hop, fl.header = "", false, nil
+		return s.loopOriginDial(fl, false)
+	}
+	s.m.peer(next).dial.Inc()
+	return evloop.Upstream{FD: ufd, Prefix: b, Retry: true}, nil
+}
+
+// loopOriginDial opens the flow's connection to its origin. With plain it
+// never asks for the goroutine path's Fast Open dial (a retry cannot leave
+// the loop).
+func (s *Server) loopOriginDial(fl *loopFlow, plain bool) (evloop.Upstream, error) {
+	t := fl.in.Target
+	if !t.ip().IsValid() {
+		return evloop.Upstream{}, errLoopTake // a name to resolve
+	}
+	dst, err := s.policy.resolve(context.Background(), s.res, t)
+	if err != nil {
+		return evloop.Upstream{}, err
+	}
+	var prefix []byte
+	if listAllowsAny(s.ppDest, t, dst.Addr()) {
+		if err := s.localAddr(fl); err != nil {
+			return evloop.Upstream{}, err
+		}
+		prefix = hop.AppendPlainV2(nil, fl.in.Client, fl.in.Local)
+	}
+	fl.peer = "origin"
+	if u, ok := s.loopPooled(s.originPool, dst.String(), prefix); ok {
+		fl.pooled = true
+		s.m.upstream.WithLabelValues("origin", "pool").Inc()
+		return u, nil
+	}
+	if s.cfg.Socket.FastOpen && !plain {
+		return evloop.Upstream{}, errLoopTake
+	}
+	ufd, err := s.loopDial(dst)
+	if err != nil {
+		return evloop.Upstream{}, err
+	}
+	if s.originPool != nil {
+		s.originPool.learn(dst.String())
+	}
+	s.m.peer("origin").dial.Inc()
+	return evloop.Upstream{FD: ufd, Prefix: prefix}, nil
+}
+
+// localAddr fills in the address the client connected to.
+func (s *Server) localAddr(fl *loopFlow) error {
+	if fl.in.Local.IsValid() {
+		return nil
+	}
+	if a := addrPort(fl.l.ln.Addr()); a.IsValid() && !a.Addr().IsUnspecified() {
+		fl.in.Local = a
+		return nil
+	}
+	a, err := evloop.LocalAddr(fl.fd)
+	if err != nil {
+		return err
+	}
+	fl.in.Local = a
+	return nil
+}
+
+// loopPooled takes a pooled connection to addr from p for a loop, if one
+// is ready.
+func (s *Server) loopPooled(p *connPool, addr string, prefix []byte) (evloop.Upstream, bool) {
+	if p == nil {
+		return evloop.Upstream{}, false
+	}
+	c := p.get(addr)
+	if c == nil {
+		return evloop.Upstream{}, false
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return evloop.Upstream{}, false
+	}
+	fd := -1
+	rc.Control(func(x uintptr) { fd = int(x) })
+	if s.cfg.Socket.NoDelay != nil {
+		c.SetNoDelay(*s.cfg.Socket.NoDelay)
+	}
+	// Retry: a pooled connection the peer closed meanwhile fails the first
+	// write; the flow then dials afresh.
+	return evloop.Upstream{FD: fd, Conn: c, Connected: true, Prefix: prefix, Retry: true}, true
+}
+
+// loopDial starts a nonblocking connect with the configured socket options.
+func (s *Server) loopDial(addr netip.AddrPort) (int, error) {
+	return evloop.Dial(addr, func(fd int) error {
+		if err := s.cfg.Socket.apply(fd); err != nil {
+			return err
+		}
+		if err := evloop.SetNoDelay(fd, s.noDelay()); err != nil {
+			return err
+		}
+		if ka := s.cfg.Socket.KeepAlive; ka > 0 {
+			setKeepAlive(fd, time.Duration(ka))
+		}
+		return nil
+	})
+}
+
+func setKeepAlive(fd int, d time.Duration) {
+	secs := max(int(d/time.Second), 1)
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs)
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs)
+}
+
+// Retry implements evloop.Handler: the first hop or a pooled connection
+// failed before the flow's first byte reached it. A stale pooled hop is
+// dialed afresh, a first hop that is down is skipped (the flow goes
+// direct, as on the goroutine path).
+func (s *Server) Retry(state any, failed error) (evloop.Upstream, error) {
+	fl := state.(*loopFlow)
+	s.log.Debug("upstream failed before the first byte, retrying", "peer", fl.peer, "pooled", fl.pooled, "err", failed)
+	wasPooled := fl.pooled
+	fl.pooled = false
+	if fl.hop && wasPooled {
+		addr, _ := s.member(fl.peer)
+		if ap, err := netip.ParseAddrPort(addr); err == nil {
+			if ufd, err := s.loopDial(ap); err == nil {
+				s.m.peer(fl.peer).dial.Inc()
+				return evloop.Upstream{FD: ufd, Prefix: fl.header, Retry: true}, nil
+			}
+		}
+	}
+	if fl.hop {
+		s.m.directFor("hop_unreachable").Inc()
+		fl.hop, fl.peer, fl.header = false, "", nil
+	}
+	u, err := s.loopOriginDial(fl, true)
+	if err != nil {
+		s.loopOpenError(fl, err)
+	}
+	return u, err
+}
+
+// Done implements evloop.Handler.
+func (s *Server) Done(state any, o evloop.Outcome, st evloop.Stats, err error) {
+	fl := state.(*loopFlow)
+	rm := s.m.roles[roleInP]
+	rm.active.Dec()
+	rm.up.Add(float64(st.Up))
+	rm.down.Add(float64(st.Down))
+	if st.Connect > 0 && fl.peer != "" {
+		s.m.peer(fl.peer).connect.Observe(st.Connect.Seconds())
+	}
+	outcome := outcomeOK
+	switch o {
+	case evloop.Reset:
+		outcome = outcomeReset
+	case evloop.Idle:
+		outcome = outcomeIdle
+	case evloop.ConnectFailed:
+		outcome = outcomeDialError
+	case evloop.Aborted:
+		outcome = outcomeAborted
+	}
+	if err != nil {
+		s.log.Debug("flow ended", "client", fl.src.String(), "target", fl.in.Target.String(), "outcome", outcome, "err", err)
+	}
+	if !errors.Is(err, errPolicy) { // a refusal, counted as such
+		s.endFlow(roleInP, outcome)
+	}
+	s.loopRelease(fl.l, fl.src)
+}
+
+// loopRelease releases what Open took for a flow.
+func (s *Server) loopRelease(l *listener, src netip.AddrPort) {
+	s.limits.release(src.Addr(), false)
+	s.wg.Done()
+}
+
+// loopOpenError counts a flow whose upstream could not be opened (the
+// loop resets the client).
+func (s *Server) loopOpenError(fl *loopFlow, err error) {
+	if errors.Is(err, errPolicy) {
+		s.m.refusals.WithLabelValues(refusePolicy).Inc()
+		s.refLog.refused(refusePolicy, fl.src, fmt.Errorf("target %s", fl.in.Target))
+	} else {
+		s.log.Debug("open flow", "target", fl.in.Target.String(), "client", fl.src.String(), "err", err)
+	}
+}
+
+// takeFromLoop moves an accepted socket to the goroutine path (admission
+// is done: the handshake worker serves it from the entry protocol on).
+func (s *Server) takeFromLoop(l *listener, fd int, src netip.AddrPort) error {
+	c, err := fdConn(fd)
+	if err != nil {
+		evloop.ResetClose(fd)
+		s.log.Warn("take flow from loop", "err", err)
+		s.loopRelease(l, src)
+		return evloop.ErrTaken
+	}
+	s.dispatch(handshakeJob{l, c, src})
+	return evloop.ErrTaken
+}
+
+// Handover implements evloop.Handler: a bulk flow continues on the
+// goroutine path, which splices.
+func (s *Server) Handover(state any, h evloop.Handover) {
+	fl := state.(*loopFlow)
+	rm := s.m.roles[roleInP]
+	rm.active.Dec()
+	rm.up.Add(float64(h.Stats.Up))
+	rm.down.Add(float64(h.Stats.Down))
+	if h.Stats.Connect > 0 && fl.peer != "" {
+		s.m.peer(fl.peer).connect.Observe(h.Stats.Connect.Seconds())
+	}
+	down, err := fdConn(h.Down)
+	var up *net.TCPConn
+	if err == nil {
+		if tc, ok := h.UpConn.(*net.TCPConn); ok {
+			up = tc
+		} else if up, err = fdConn(h.Up); err != nil {
+			resetClose(down)
+		}
+	}
+	if err != nil {
+		evloop.ResetClose(h.Down)
+		if h.UpConn != nil {
+			h.UpConn.Close()
+		} else {
+			evloop.ResetClose(h.Up)
+		}
+		s.log.Warn("hand bulk flow over", "err", err)
+		s.endFlow(roleInP, outcomeReset)
+		s.loopRelease(fl.l, fl.src)
+		return
+	}
+	s.track(down)
+	s.track(up)
+	go s.bulkFlow(fl, down, up, h.ToUp, h.ToDown)
+}
+
+// bulkFlow relays a flow handed over by a loop: first what the loop still
+// held, then the goroutine path's copy.
+func (s *Server) bulkFlow(fl *loopFlow, down, up *net.TCPConn, toUp, toDown []byte) {
+	defer s.endConn(fl.l, down, fl.src)
+	rm := s.m.roles[roleInP]
+	for _, w := range []struct {
+		c *net.TCPConn
+		b []byte
+	}{{up, toUp}, {down, toDown}} {
+		if len(w.b) == 0 {
+			continue
+		}
+		w.c.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+		if _, err := w.c.Write(w.b); err != nil {
+			s.untrack(up)
+			resetClose(up)
+			resetClose(down)
+			s.endFlow(roleInP, outcomeReset)
+			return
+		}
+		w.c.SetWriteDeadline(time.Time{})
+	}
+	rm.up.Add(float64(len(toUp)))
+	rm.down.Add(float64(len(toDown)))
+	s.relay(roleInP, down, up)
+}
+
+// fdConn turns a socket descriptor into a *net.TCPConn (which gets a
+// duplicate of it) and closes fd.
+func fdConn(fd int) (*net.TCPConn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, errors.New("not a TCP connection")
+	}
+	return tc, nil
+}
