@@ -71,6 +71,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"negative workers", "id: a\nworkers: -1\n", "workers: -1"},
 		{"too many workers", "id: a\nworkers: 65\n", "workers: 65, want 0-64"},
 		{"workers with controller", "id: a\nworkers: 2\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1'}\n", "workers: 2 with a controller"},
+		{"loops too low", "id: a\nloops: -2\n", "loops: -2"},
+		{"too many loops", "id: a\nloops: 257\n", "loops: 257"},
 		{"reuseport not bool", "id: a\nsocket: {reuseport: maybe}\n", "cannot unmarshal"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

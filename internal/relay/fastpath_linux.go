@@ -111,7 +111,7 @@ func (s *Server) startLoops() error {
 		// otherwise wake for every connection nobody accepts there.
 		l.ln.Close()
 	}
-	s.loops = ls
+	s.loops.Store(ls)
 	s.log.Info("event loops serving service listeners", "loops", n)
 	return nil
 }

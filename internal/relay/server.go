@@ -75,7 +75,7 @@ type Server struct {
 	draining   atomic.Bool
 	forcing    atomic.Bool
 
-	loops *evloop.Loops // nil: no event loops (fastpath_linux.go)
+	loops atomic.Pointer[evloop.Loops] // nil: no event loops (fastpath_linux.go)
 
 	bufs  sync.Pool      // small-copy buffers, see copySmall
 	wg    sync.WaitGroup // every per-connection goroutine
@@ -496,8 +496,8 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 	}
 	acceptWG.Wait()
-	if s.loops != nil {
-		s.loops.Close()
+	if ls := s.loops.Load(); ls != nil {
+		ls.Close()
 	}
 	close(s.stopWorkers)
 	s.workerWG.Wait()
@@ -518,8 +518,8 @@ func (s *Server) Close() error {
 
 func (s *Server) closeListeners() {
 	s.close.Do(func() {
-		if s.loops != nil {
-			s.loops.StopAccepting()
+		if ls := s.loops.Load(); ls != nil {
+			ls.StopAccepting()
 		}
 		for _, l := range s.listeners {
 			if l.ln != nil {
@@ -559,8 +559,8 @@ func waitGroupDone(wg *sync.WaitGroup, done chan<- struct{}) {
 func (s *Server) forceClose() {
 	s.forcing.Store(true)
 	s.flowCancel()
-	if s.loops != nil {
-		s.loops.ResetAll()
+	if ls := s.loops.Load(); ls != nil {
+		ls.ResetAll()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,0 +1,146 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/evloop"
+)
+
+// TestLoopsServeServiceFlows checks who carries a service flow: with
+// loops on (the default) an event loop holds a short flow and hands a bulk
+// one to the goroutine path with every byte intact; with loops: -1 no loop
+// exists and flows work the same.
+func TestLoopsServeServiceFlows(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		loops int
+	}{{"default", 0}, {"two", 2}, {"off", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			o := newOrigin(t, echo)
+			w := newWorld(t, o.addr(), func(c *Config) { c.Loops = tc.loops })
+			var loops *evloop.Loops
+			waitFor(t, 5*time.Second, "loops", func() bool {
+				loops = w.a.loops.Load()
+				return loops != nil || tc.loops < 0
+			})
+			if on := loops != nil; on != (tc.loops >= 0) {
+				t.Fatalf("loops running = %v with loops: %d", on, tc.loops)
+			}
+			c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			// A short exchange: the flow stays in a loop.
+			if _, err := c.Write([]byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 4)
+			if _, err := io.ReadFull(c, b); err != nil || string(b) != "ping" {
+				t.Fatalf("echo = %q, %v", b, err)
+			}
+			if loops != nil {
+				if n := loops.Flows(); n != 1 {
+					t.Errorf("flows in loops after a short exchange = %d; want 1", n)
+				}
+			}
+			// A bulk exchange: handed over to the goroutine path, which
+			// splices; the bytes arrive exact and in order.
+			msg := make([]byte, 4<<20)
+			rand.Read(msg)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.Write(msg)
+				errc <- err
+			}()
+			got := make([]byte, len(msg))
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatalf("read bulk echo: %v", err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if sha256.Sum256(got) != sha256.Sum256(msg) {
+				t.Fatal("bulk echo differs")
+			}
+			if loops != nil {
+				if n := loops.Flows(); n != 0 {
+					t.Errorf("flows in loops after 4 MiB = %d; want 0 (handed over)", n)
+				}
+			}
+			c.(*net.TCPConn).CloseWrite()
+			if rest, err := io.ReadAll(c); err != nil || len(rest) != 0 {
+				t.Fatalf("after half-close: %d bytes, %v; want EOF", len(rest), err)
+			}
+			want := float64(2 * (4 + len(msg)))
+			waitFor(t, 5*time.Second, "flow accounting", func() bool {
+				return flows(w.a.Server, roleInP, outcomeOK) == 1 && testutilSum(w.a, "mosto_relay_bytes_total") == want
+			})
+		})
+	}
+}
+
+// TestLoopsFirstHopDown checks that a loop serves a flow directly when the
+// first hop of its chain refuses the connection, as the goroutine path
+// does, and that the client's bytes sent meanwhile are not lost.
+func TestLoopsFirstHopDown(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), nil)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	w.a.SetMembers(map[string]string{"a": w.a.HopAddr().String(), "b": deadAddr, "c": w.c.HopAddr().String()})
+	msg := bytes.Repeat([]byte("0123456789"), 1000)
+	if got := roundTrip(t, w.a.ServiceAddr(0).String(), msg); !bytes.Equal(got, msg) {
+		t.Fatalf("echo with the first hop down: %d bytes, want %d identical", len(got), len(msg))
+	}
+	if n := testutilDirect(w.a, "hop_unreachable"); n != 1 {
+		t.Errorf("direct{hop_unreachable} = %v; want 1", n)
+	}
+	waitFor(t, 5*time.Second, "flow accounting", func() bool {
+		return flows(w.a.Server, roleInP, outcomeOK) == 1
+	})
+}
+
+// TestLoopsRefuseOverLimit checks admission on the loop path: a source
+// over its limit is refused with a reset and counted.
+func TestLoopsRefuseOverLimit(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	w := newWorld(t, o.addr(), func(c *Config) { c.Limits.MaxConnsPerSource = 1 })
+	first, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	first.SetDeadline(time.Now().Add(10 * time.Second))
+	first.Write([]byte("x"))
+	if _, err := io.ReadFull(first, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	second, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	second.SetDeadline(time.Now().Add(10 * time.Second))
+	second.Write([]byte("y"))
+	if n, err := second.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("second flow from the same source read %d bytes; want a reset", n)
+	}
+	if n := refusals(w.a.Server, refuseLimitSource); n != 1 {
+		t.Errorf("refusals{limit_source} = %v; want 1", n)
+	}
+}
