@@ -696,6 +696,12 @@ func (l *loop) move(f *flow, d int) (bool, error) {
 		}
 		progress = true
 	}
+	if h.buf != nil && h.off == h.end && f.ready[src]&canRead == 0 {
+		// Nothing in flight and nothing to read: an idle direction
+		// holds no buffer (16 KiB per flow otherwise).
+		l.putBuf(h.buf)
+		h.buf, h.off, h.end = nil, 0, 0
+	}
 	return progress, nil
 }
 
