@@ -13,6 +13,7 @@
 // net.ipv4.tcp_allowed_congestion_control (only when a world asks for a
 // congestion control that is not allowed yet), and restores it on Close.
 // Addresses come from 10.77.0.0/16 and exist only inside the world's
-// namespaces. In its own process, Up gives the emulator's locked threads
-// real-time priority and raises GOMAXPROCS to cover them (see UpOptions).
+// namespaces. In its own process, Up raises GOMAXPROCS to cover the
+// emulator's locked threads (and gives them real-time priority only when
+// asked to; see UpOptions).
 package emu

@@ -40,8 +40,8 @@ func (s Samples) Median() time.Duration {
 
 // Ping sends count ICMP echo requests from host from to host to, one every
 // interval, and returns the round-trip times of the replies. It runs on a
-// locked thread with real-time priority, so that its own wake-up on a busy
-// machine does not count as network delay.
+// locked thread (with real-time priority when the world uses it), so that
+// its own wake-up on a busy machine does not count as network delay.
 func (w *World) Ping(ctx context.Context, from, to string, count int, interval time.Duration) (Samples, error) {
 	dst := w.Addr(to)
 	if !dst.IsValid() {

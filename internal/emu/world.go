@@ -55,7 +55,7 @@ type World struct {
 	unknownDst atomic.Uint64
 
 	stopFd    int  // eventfd, readable once the world closes
-	realtime  bool // SCHED_FIFO for the reader and delivery threads
+	realtime  bool // SCHED_FIFO for the reader and delivery threads (opt-in)
 	keepProcs bool // do not raise GOMAXPROCS
 	rtFailed  sync.Once
 
@@ -77,9 +77,12 @@ type host struct {
 type UpOptions struct {
 	RunID    string // default: random 6 hex digits
 	StateDir string // default: /run/mosto/emu
-	// NoRealtime keeps the emulator's threads at normal priority (less
-	// precise delays under CPU load; see docs/emu.md).
-	NoRealtime bool
+	// Realtime gives the emulator's reader and delivery threads SCHED_FIFO
+	// priority. Off by default: on the 2-core test machine it cost 30-50%
+	// more CPU per forwarded byte (every packet's wake-up preempts the
+	// sender at once, with an IPI) without keeping delays tighter under
+	// load; see docs/emu.md, "Timing".
+	Realtime bool
 	// KeepGOMAXPROCS stops Up from raising GOMAXPROCS to the number of
 	// CPUs plus two per host (it never lowers it), at the cost of delay
 	// spikes when many emulator threads wake at once.
@@ -140,7 +143,7 @@ func UpWith(ctx context.Context, spec *Spec, log *slog.Logger, opt UpOptions) (*
 		pipes:   make([][]atomic.Pointer[pipe], n),
 		stopFd:  -1,
 
-		realtime:  !opt.NoRealtime,
+		realtime:  opt.Realtime,
 		keepProcs: opt.KeepGOMAXPROCS,
 	}
 	for i, name := range p.names {
@@ -309,8 +312,8 @@ func (w *World) setupHost(ctx context.Context, i int, tcp TCP) error {
 }
 
 // readLoop reads every packet host i sends and hands it to the pipe of its
-// destination. It runs on its own OS thread (real-time priority unless
-// disabled) and waits in ppoll(2), so the Go netpoller's scheduling delays
+// destination. It runs on its own OS thread (real-time priority with
+// UpOptions.Realtime) and waits in ppoll(2), so the Go netpoller's scheduling delays
 // do not add to the emulated delay.
 func (w *World) readLoop(i int, ready func()) {
 	defer w.wg.Done()
@@ -378,10 +381,10 @@ func (w *World) readLoop(i int, ready func()) {
 	}
 }
 
-// setThreadPriority gives the calling (locked) thread real-time priority,
-// so that packets are timestamped and delivered on time even when other
-// processes load the CPUs. The kernel's RT throttling still leaves 5% of
-// every second to others. Failure only costs precision.
+// setThreadPriority gives the calling (locked) thread real-time priority
+// when the world was brought up with UpOptions.Realtime. The kernel's RT
+// throttling still leaves 5% of every second to others. Failure only costs
+// precision.
 func (w *World) setThreadPriority() {
 	if !w.realtime {
 		return
