@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -130,14 +131,17 @@ func (ls *Loops) Close() {
 	}
 	ls.wg.Wait()
 	for _, l := range ls.loops {
-		unix.Close(l.epfd)
+		l.ep.Close()
 		unix.Close(l.evfd)
 	}
 }
 
-// each runs fn on every loop's thread and waits for all of them. Callers
-// hold ls.mu.
+// each runs fn on every loop's thread and waits for all of them; after
+// Close it does nothing (the loops are gone). Callers hold ls.mu.
 func (ls *Loops) each(fn func(l *loop)) {
+	if ls.closed {
+		return
+	}
 	var wg sync.WaitGroup
 	for _, l := range ls.loops {
 		wg.Add(1)
@@ -235,6 +239,8 @@ type loop struct {
 	ls   *Loops
 	cfg  Config
 	epfd int
+	ep   *os.File        // owns epfd; registered with the runtime's poller
+	eprc syscall.RawConn // of ep
 	evfd int
 
 	mu   sync.Mutex
@@ -250,8 +256,10 @@ type loop struct {
 	bufs   [][]byte
 	sa     unix.RawSockaddrAny
 	now    int64
-	stop   bool
-	paused bool
+	// deadline is ep's read deadline as last set (zero: none).
+	deadline time.Time
+	stop     bool
+	paused   bool
 }
 
 // maxFreeBufs bounds the buffers a loop keeps for reuse.
@@ -273,7 +281,19 @@ func newLoop(ls *Loops) (*loop, error) {
 		unix.Close(evfd)
 		return nil, fmt.Errorf("epoll add eventfd: %w", err)
 	}
-	return &loop{ls: ls, cfg: ls.cfg, epfd: epfd, evfd: evfd}, nil
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll fd nonblocking: %w", err)
+	}
+	ep := os.NewFile(uintptr(epfd), "epoll")
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		unix.Close(evfd)
+		return nil, fmt.Errorf("epoll fd: %w", err)
+	}
+	return &loop{ls: ls, cfg: ls.cfg, epfd: epfd, ep: ep, eprc: rc, evfd: evfd}, nil
 }
 
 // post runs fn on the loop's thread.
@@ -331,23 +351,14 @@ func (l *loop) timeout() int {
 
 func (l *loop) run() {
 	defer l.ls.wg.Done()
-	// The loop's thread sleeps only in epoll_wait; locking it keeps the
-	// flows' sockets' cache lines and the thread's stack on one thread.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// Not locked to its thread: the runtime's monitor preempts a
+	// goroutine that has not been rescheduled for 10 ms, which a busy loop
+	// never is; a locked one must then hand its P over and sleep until
+	// another thread gives it back (two context switches and a futex
+	// wake), an unlocked one just goes round the run queue.
 	events := make([]unix.EpollEvent, 128)
 	for !l.stop {
-		n, err := unix.EpollWait(l.epfd, events, l.timeout())
-		if err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			// Not expected (EBADF, EFAULT, EINVAL): keep serving
-			// commands, slowly, so Close still ends the loop.
-			l.ls.log.Error("epoll_wait", "err", err)
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
+		n := l.wait(events)
 		l.now = time.Now().UnixNano()
 		for i := 0; i < n; i++ {
 			ev := &events[i]
@@ -361,6 +372,55 @@ func (l *loop) run() {
 			}
 		}
 		l.sweep()
+	}
+}
+
+// wait returns the loop's next events (none if a deadline came first). It
+// never blocks a thread: the loop's epoll descriptor is itself registered
+// with the runtime's poller, so an idle loop parks like any goroutine
+// waiting for a socket, and a busy one takes ready events without a system
+// call that could sleep. (A loop sleeping in epoll_wait would hold a P in a
+// system call, which the runtime's monitor takes back and hands off when
+// no P is idle, and polls for every 20 us while it does.)
+func (l *loop) wait(events []unix.EpollEvent) int {
+	if n := l.poll(events); n > 0 {
+		return n
+	}
+	var deadline time.Time
+	if ms := l.timeout(); ms == 0 {
+		return 0
+	} else if ms > 0 {
+		deadline = time.Now().Add(time.Duration(ms) * time.Millisecond)
+	}
+	if !deadline.Equal(l.deadline) {
+		l.ep.SetReadDeadline(deadline)
+		l.deadline = deadline
+	}
+	n := 0
+	err := l.eprc.Read(func(uintptr) bool {
+		n = l.poll(events)
+		return n > 0
+	})
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		// Not expected: keep serving commands, slowly, so Close still
+		// ends the loop.
+		l.ls.log.Error("wait for events", "err", err)
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
+// poll takes the events ready now, without waiting.
+func (l *loop) poll(events []unix.EpollEvent) int {
+	for {
+		n, e := rawEpollWait(l.epfd, events)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0
+		}
+		return n
 	}
 }
 

@@ -32,6 +32,15 @@ func rawWrite(fd int, p []byte) (int, unix.Errno) {
 	return int(r), 0
 }
 
+// rawEpollWait takes the events ready on epfd without waiting.
+func rawEpollWait(epfd int, events []unix.EpollEvent) (int, unix.Errno) {
+	r, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, unix.Errno(e)
+	}
+	return int(r), 0
+}
+
 func rawClose(fd int) {
 	syscall.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 }

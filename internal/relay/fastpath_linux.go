@@ -68,13 +68,6 @@ func (s *Server) startLoops() error {
 	if len(svc) == 0 {
 		return nil
 	}
-	// A loop blocked in epoll_wait keeps its P in a system call. With no P
-	// idle, the runtime's monitor takes it away after 20 us and the loop
-	// must find one again when it wakes: one P more than loops leaves an
-	// idle one, so loops keep theirs (unless GOMAXPROCS was set).
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) <= n {
-		runtime.GOMAXPROCS(n + 1)
-	}
 	ls, err := evloop.Start(evloop.Config{
 		Loops:          n,
 		Idle:           s.idle,
