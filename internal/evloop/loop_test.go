@@ -1,0 +1,642 @@
+//go:build linux
+
+package evloop
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// checkEnd checks a flow's end: outcome want and, for OK, no error.
+func checkEnd(t testing.TB, e doneCall, want Outcome) {
+	t.Helper()
+	if e.o != want {
+		t.Errorf("flow %d: outcome %v (err %v); want %v", e.rec.id, e.o, e.err, want)
+	}
+	if want == OK && (e.err != nil || e.copyErr != nil) {
+		t.Errorf("flow %d: err %v, copy err %v; want none", e.rec.id, e.err, e.copyErr)
+	}
+	if n := e.rec.dones.Load(); n != 1 {
+		t.Errorf("flow %d: Done/Handover called %d times; want 1", e.rec.id, n)
+	}
+}
+
+// moved returns the bytes a flow moved each way, the loop's and, for a
+// handed-over flow, the handler's copy's.
+func moved(e doneCall) (up, down int64) {
+	return e.st.Up + int64(e.toUp) + e.copyUp, e.st.Down + int64(e.toDown) + e.copyDown
+}
+
+func waitFlows(t testing.TB, ls *Loops, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for ls.Flows() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("Flows() = %d; want %d", ls.Flows(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	sizes := []int{0, 1, 16383, 16384, 16385, 1 << 20}
+	for _, bulk := range []bool{false, true} {
+		for _, n := range sizes {
+			t.Run(fmt.Sprintf("bulk=%v/size=%d", bulk, n), func(t *testing.T) {
+				roundTrip(t, Config{Bulk: bulk}, n, 0, nil)
+			})
+		}
+	}
+	// Backpressure: both ends read 4 KiB per millisecond, so the loop's
+	// buffers and the sockets fill up and the loop must wait for room.
+	t.Run("slow reader", func(t *testing.T) { roundTrip(t, Config{}, 1<<20, time.Millisecond, nil) })
+	t.Run("small buffers", func(t *testing.T) { roundTrip(t, Config{BufSize: 512}, 200_000, 0, nil) })
+	// A prefix (a hop header) goes first; it is not counted as client bytes.
+	for _, p := range []int{1, 300, 20_000} {
+		for _, bulk := range []bool{false, true} {
+			t.Run(fmt.Sprintf("prefix=%d/bulk=%v", p, bulk), func(t *testing.T) {
+				roundTrip(t, Config{Bulk: bulk}, 100_000, 0, randBytes(p))
+			})
+		}
+	}
+}
+
+// roundTrip relays n random bytes each way through one flow and checks
+// them, the outcome and the stats.
+func roundTrip(t *testing.T, cfg Config, n int, slow time.Duration, prefix []byte) {
+	toUp, toDown := randBytes(n), randBytes(n)
+	type result struct {
+		prefix, got []byte
+		err         error
+	}
+	upGot := make(chan result, 1)
+	srv := newUpServer(t, func(c *net.TCPConn) {
+		var r result
+		r.prefix = make([]byte, len(prefix))
+		if _, r.err = io.ReadFull(c, r.prefix); r.err == nil {
+			r.got, r.err = exchange(c, toDown, slow)
+		}
+		upGot <- r
+	})
+	h := newTestHandler(t, srv.addr)
+	h.prefix = prefix
+	r := newRig(t, cfg, h)
+	c := r.dial(t)
+	got, err := exchange(c, toUp, slow)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	if len(got) != n || sum(got) != sum(toDown) {
+		t.Errorf("client got %d bytes (sha256 %x); want the upstream's %d (%x)", len(got), sum(got), n, sum(toDown))
+	}
+	var ur result
+	select {
+	case ur = <-upGot:
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream did not finish")
+	}
+	if ur.err != nil {
+		t.Fatalf("upstream: %v", ur.err)
+	}
+	if !bytes.Equal(ur.prefix, prefix) {
+		t.Errorf("upstream got prefix %q...; want %q...", trunc(ur.prefix), trunc(prefix))
+	}
+	if len(ur.got) != n || sum(ur.got) != sum(toUp) {
+		t.Errorf("upstream got %d bytes (sha256 %x); want the client's %d (%x)", len(ur.got), sum(ur.got), n, sum(toUp))
+	}
+	e := h.waitEnded(t, 1, 10*time.Second)[0]
+	checkEnd(t, e, OK)
+	if up, down := moved(e); up != int64(n) || down != int64(n) {
+		t.Errorf("moved up %d, down %d (stats %+v, handed %v); want %d each way", up, down, e.st, e.handed, n)
+	}
+	if e.st.Connect <= 0 {
+		t.Errorf("Stats.Connect = %v; want > 0 (a dialed upstream)", e.st.Connect)
+	}
+	switch {
+	case e.handed && !cfg.Bulk:
+		t.Errorf("flow handed over with Bulk off")
+	case !e.handed && cfg.Bulk && n == 1<<20 && len(prefix) == 0:
+		t.Errorf("1 MiB each way with Bulk on: not handed over")
+	}
+	if f := r.ls.Flows(); f != 0 {
+		t.Errorf("Flows() = %d after the flow ended; want 0", f)
+	}
+}
+
+func trunc(b []byte) []byte { return b[:min(len(b), 16)] }
+
+func TestHalfClose(t *testing.T) {
+	t.Run("client first", func(t *testing.T) {
+		halfClose(t, func(t *testing.T, c, u *net.TCPConn) {
+			writeAll(t, c, "request")
+			if err := c.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			// The upstream reads the EOF and can still reply.
+			readEOF(t, u, "request")
+			writeAll(t, u, "reply to request")
+			u.Close()
+			readEOF(t, c, "reply to request")
+		})
+	})
+	t.Run("upstream first", func(t *testing.T) {
+		halfClose(t, func(t *testing.T, c, u *net.TCPConn) {
+			writeAll(t, u, "hello")
+			if err := u.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			readEOF(t, c, "hello")
+			writeAll(t, c, "bye after your EOF")
+			c.Close()
+			readEOF(t, u, "bye after your EOF")
+		})
+	})
+}
+
+// halfClose runs script on a client and its upstream connection, then
+// checks the flow ended OK and left no descriptor open.
+func halfClose(t *testing.T, script func(t *testing.T, client, upstream *net.TCPConn)) {
+	srv := newUpServer(t, nil)
+	h := newTestHandler(t, srv.addr)
+	r := newRig(t, Config{}, h)
+	before := openFDs(t)
+	c := r.dial(t)
+	u := srv.next(t)
+	script(t, c, u)
+	e := h.waitEnded(t, 1, 5*time.Second)[0]
+	checkEnd(t, e, OK)
+	c.Close()
+	u.Close()
+	if added := openFDs(t).added(before); len(added) > 0 {
+		t.Errorf("descriptors open after the flow that were not before it (the loop's sockets not closed?): %v", added)
+	}
+}
+
+func writeAll(t testing.TB, c net.Conn, s string) {
+	t.Helper()
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatalf("write %q: %v", s, err)
+	}
+}
+
+// readEOF reads c to EOF and checks it read want.
+func readEOF(t testing.TB, c net.Conn, want string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read: %v (after %q)", err, b)
+	}
+	if string(b) != want {
+		t.Fatalf("read %q; want %q", b, want)
+	}
+}
+
+func readN(t testing.TB, c net.Conn, want string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, len(want))
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if string(b) != want {
+		t.Fatalf("read %q; want %q", b, want)
+	}
+}
+
+// resetConn closes c with an RST.
+func resetConn(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}
+
+func TestReset(t *testing.T) {
+	t.Run("upstream resets", func(t *testing.T) {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		r := newRig(t, Config{}, h)
+		c := r.dial(t)
+		u := srv.next(t)
+		writeAll(t, c, "some request")
+		readN(t, u, "some request")
+		writeAll(t, u, "partial reply")
+		readN(t, c, "partial reply")
+		resetConn(u)
+		if el := expectReset(t, c, 2*time.Second); el > time.Second {
+			t.Errorf("client saw the reset after %v; want it promptly", el)
+		}
+		e := h.waitEnded(t, 1, 5*time.Second)[0]
+		checkEnd(t, e, Reset)
+		if !errors.Is(e.err, syscall.ECONNRESET) {
+			t.Errorf("Done err %v; want ECONNRESET", e.err)
+		}
+		if e.st.Up != 12 || e.st.Down != 13 {
+			t.Errorf("stats %+v; want Up 12, Down 13", e.st)
+		}
+	})
+	t.Run("client resets", func(t *testing.T) {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		r := newRig(t, Config{}, h)
+		c := r.dial(t)
+		u := srv.next(t)
+		writeAll(t, c, "some request")
+		readN(t, u, "some request")
+		resetConn(c)
+		if el := expectReset(t, u, 2*time.Second); el > time.Second {
+			t.Errorf("upstream saw the reset after %v; want it promptly", el)
+		}
+		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], Reset)
+	})
+}
+
+func TestIdle(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	t.Run("silent flow", func(t *testing.T) {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		r := newRig(t, Config{Idle: idle}, h)
+		start := time.Now()
+		c := r.dial(t)
+		u := srv.next(t)
+		expectReset(t, c, 3*time.Second)
+		el := time.Since(start)
+		if el < idle-20*time.Millisecond || el > idle+800*time.Millisecond {
+			t.Errorf("silent flow reset after %v; want about %v", el, idle)
+		}
+		expectReset(t, u, time.Second)
+		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], Idle)
+	})
+	t.Run("trickle", func(t *testing.T) {
+		// One direction moves a byte every 50 ms: the flow stays up.
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		r := newRig(t, Config{Idle: idle}, h)
+		c := r.dial(t)
+		u := srv.next(t)
+		start := time.Now()
+		const n = 24
+		for range n {
+			writeAll(t, c, "x")
+			time.Sleep(50 * time.Millisecond)
+		}
+		if el := time.Since(start); el < time.Second {
+			t.Fatalf("trickle lasted %v; want > 1 s", el)
+		}
+		c.CloseWrite()
+		readEOF(t, u, string(bytes.Repeat([]byte("x"), n)))
+		writeAll(t, u, "ok")
+		u.Close()
+		readEOF(t, c, "ok")
+		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], OK)
+	})
+}
+
+// blackhole returns a loopback listener whose accept queue is full, so
+// the SYNs of new connections are dropped.
+func blackhole(t testing.TB) netip.AddrPort {
+	t.Helper()
+	fd, a := listenFD(t, 1)
+	t.Cleanup(func() { unix.Close(fd) })
+	for i := 0; ; i++ {
+		if i == 10 {
+			t.Fatal("listener with backlog 1 still accepts handshakes after 10 connections")
+		}
+		c, err := net.DialTimeout("tcp", a.String(), 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	return a
+}
+
+func TestConnectFailed(t *testing.T) {
+	type tc struct {
+		name    string
+		target  func(t testing.TB) netip.AddrPort
+		timeout time.Duration
+		errno   syscall.Errno
+		within  time.Duration
+	}
+	for _, k := range []tc{
+		{"refused", closedPort, 0, syscall.ECONNREFUSED, time.Second},
+		{"timeout", blackhole, 300 * time.Millisecond, syscall.ETIMEDOUT, 2 * time.Second},
+	} {
+		t.Run(k.name+"/no retry", func(t *testing.T) {
+			dead := k.target(t)
+			h := newTestHandler(t, dead)
+			r := newRig(t, Config{ConnectTimeout: k.timeout}, h)
+			start := time.Now()
+			dialReset(t, r, "lost", k.within)
+			el := time.Since(start)
+			if k.timeout > 0 && el < k.timeout-20*time.Millisecond {
+				t.Errorf("reset after %v; want it after the connect timeout %v", el, k.timeout)
+			}
+			e := h.waitEnded(t, 1, 5*time.Second)[0]
+			checkEnd(t, e, ConnectFailed)
+			if !errors.Is(e.err, k.errno) {
+				t.Errorf("Done err %v; want %v", e.err, k.errno)
+			}
+			if e.st.Up != 0 {
+				t.Errorf("Stats.Up = %d; want 0", e.st.Up)
+			}
+			h.noMoreEnded(t, 200*time.Millisecond)
+			if n := len(h.retryErrors()); n != 0 {
+				t.Errorf("Retry called %d times without Upstream.Retry", n)
+			}
+		})
+		t.Run(k.name+"/retry", func(t *testing.T) {
+			dead := k.target(t)
+			srv := newUpServer(t, nil)
+			h := newTestHandler(t, dead)
+			h.open = func(rec *flowRec) (Upstream, error) {
+				fd, err := Dial(dead, nil)
+				return Upstream{FD: fd, Prefix: []byte("P1:"), Retry: true}, err
+			}
+			h.retry = func(rec *flowRec, failed error) (Upstream, error) {
+				fd, err := Dial(srv.addr, nil)
+				return Upstream{FD: fd, Prefix: []byte("SECOND-PREFIX:")}, err
+			}
+			r := newRig(t, Config{ConnectTimeout: k.timeout}, h)
+			c := r.dial(t)
+			// Sent while the first upstream is failing: none may be lost.
+			writeAll(t, c, "early bytes;")
+			u := srv.next(t)
+			writeAll(t, c, "later bytes")
+			c.CloseWrite()
+			readEOF(t, u, "SECOND-PREFIX:early bytes;later bytes")
+			writeAll(t, u, "ok")
+			u.Close()
+			readEOF(t, c, "ok")
+			e := h.waitEnded(t, 1, 5*time.Second)[0]
+			checkEnd(t, e, OK)
+			errs := h.retryErrors()
+			if len(errs) != 1 || !errors.Is(errs[0], k.errno) {
+				t.Errorf("Retry errors %v; want one %v", errs, k.errno)
+			}
+			if e.st.Up != int64(len("early bytes;later bytes")) || e.st.Down != 2 {
+				t.Errorf("stats %+v; want Up 23, Down 2", e.st)
+			}
+		})
+	}
+	t.Run("retry fails", func(t *testing.T) {
+		dead := closedPort(t)
+		h := newTestHandler(t, dead)
+		h.open = func(rec *flowRec) (Upstream, error) {
+			fd, err := Dial(dead, nil)
+			return Upstream{FD: fd, Retry: true}, err
+		}
+		h.retry = func(rec *flowRec, failed error) (Upstream, error) {
+			return Upstream{}, errors.New("no other upstream")
+		}
+		r := newRig(t, Config{}, h)
+		dialReset(t, r, "", time.Second)
+		e := h.waitEnded(t, 1, 5*time.Second)[0]
+		checkEnd(t, e, ConnectFailed)
+		h.noMoreEnded(t, 100*time.Millisecond)
+	})
+}
+
+// dialReset connects to the loops, sends msg and expects a reset within
+// d. On loopback the reset can beat the end of the client's own connect
+// call, which then fails with it.
+func dialReset(t testing.TB, r *rig, msg string, d time.Duration) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", r.addr, d)
+	if errors.Is(err, syscall.ECONNRESET) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("dial loops: %v; want a connection that is then reset", err)
+	}
+	defer c.Close()
+	if msg != "" {
+		// The write may already meet the reset.
+		_, err := io.WriteString(c, msg)
+		if errors.Is(err, syscall.ECONNRESET) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("write: %v; want success or ECONNRESET", err)
+		}
+	}
+	expectReset(t, c, d)
+}
+
+func TestOpenError(t *testing.T) {
+	t.Run("error", func(t *testing.T) {
+		h := newTestHandler(t, closedPort(t))
+		h.open = func(rec *flowRec) (Upstream, error) { return Upstream{}, errors.New("refused by policy") }
+		r := newRig(t, Config{}, h)
+		dialReset(t, r, "", time.Second)
+		h.noMoreEnded(t, 100*time.Millisecond)
+		if f := r.ls.Flows(); f != 0 {
+			t.Errorf("Flows() = %d; want 0", f)
+		}
+	})
+	t.Run("taken", func(t *testing.T) {
+		h := newTestHandler(t, closedPort(t))
+		taken := make(chan int, 1)
+		h.open = func(rec *flowRec) (Upstream, error) {
+			taken <- rec.fd
+			return Upstream{}, ErrTaken
+		}
+		r := newRig(t, Config{}, h)
+		c := r.dial(t)
+		writeAll(t, c, "ping")
+		var fd int
+		select {
+		case fd = <-taken:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Open not called")
+		}
+		// Give the loop time to (wrongly) touch the socket.
+		time.Sleep(100 * time.Millisecond)
+		if err := unix.SetNonblock(fd, false); err != nil {
+			t.Fatalf("taken fd %d: %v (closed by the loop?)", fd, err)
+		}
+		b := make([]byte, 4)
+		if n, err := unix.Read(fd, b); err != nil || string(b[:n]) != "ping" {
+			t.Fatalf("read taken fd: %q, %v; want ping", b[:n], err)
+		}
+		if _, err := unix.Write(fd, []byte("pong")); err != nil {
+			t.Fatalf("write taken fd: %v", err)
+		}
+		unix.Close(fd)
+		readEOF(t, c, "pong")
+		h.noMoreEnded(t, 50*time.Millisecond)
+	})
+}
+
+func TestManyFlows(t *testing.T) {
+	const flows = 1000
+	// Warm up the runtime's own descriptors (netpoller) before counting.
+	closedPort(t)
+	before := openFDs(t)
+	srv := newUpServer(t, func(c *net.TCPConn) {
+		if _, err := io.Copy(c, c); err == nil {
+			c.CloseWrite()
+		}
+	})
+	h := newTestHandler(t, srv.addr)
+	r := newRig(t, Config{Loops: 2}, h)
+	var wg sync.WaitGroup
+	errs := make(chan error, flows)
+	for i := range flows {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := randBytes(rand.IntN(40_000))
+			c, err := net.DialTimeout("tcp", r.addr, 10*time.Second)
+			if err != nil {
+				errs <- fmt.Errorf("flow %d: dial: %w", i, err)
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			got, err := exchange(c.(*net.TCPConn), out, 0)
+			if err != nil {
+				errs <- fmt.Errorf("flow %d: %w", i, err)
+				return
+			}
+			if !bytes.Equal(got, out) {
+				errs <- fmt.Errorf("flow %d: echo of %d bytes came back as %d different bytes", i, len(out), len(got))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	ends := h.waitEnded(t, flows, 20*time.Second)
+	for _, e := range ends {
+		checkEnd(t, e, OK)
+		if e.st.Up != e.st.Down {
+			t.Errorf("flow %d: stats %+v; an echo moves as much each way", e.rec.id, e.st)
+		}
+	}
+	if n := h.openedCount(); n != flows {
+		t.Errorf("Open succeeded %d times; want %d", n, flows)
+	}
+	if f := r.ls.Flows(); f != 0 {
+		t.Errorf("Flows() = %d after every flow ended; want 0", f)
+	}
+	h.noMoreEnded(t, 50*time.Millisecond)
+	r.ls.Close()
+	r.closeListener()
+	srv.close()
+	if added := openFDs(t).added(before); len(added) > 0 {
+		t.Errorf("descriptors open after %d flows and Close that were not before (leak): %v", flows, added)
+	}
+}
+
+// established opens n flows and checks each carries a byte each way.
+func established(t *testing.T, r *rig, srv *upServer, n int) (cs, us []*net.TCPConn) {
+	t.Helper()
+	for range n {
+		c := r.dial(t)
+		u := srv.next(t)
+		writeAll(t, c, "a")
+		readN(t, u, "a")
+		writeAll(t, u, "b")
+		readN(t, c, "b")
+		cs, us = append(cs, c), append(us, u)
+	}
+	return cs, us
+}
+
+func TestResetAllAndClose(t *testing.T) {
+	t.Run("ResetAll", func(t *testing.T) {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		r := newRig(t, Config{Loops: 2}, h)
+		cs, us := established(t, r, srv, 5)
+		r.ls.ResetAll()
+		for i := range cs {
+			expectReset(t, cs[i], time.Second)
+			expectReset(t, us[i], time.Second)
+		}
+		for _, e := range h.waitEnded(t, len(cs), 5*time.Second) {
+			checkEnd(t, e, Aborted)
+		}
+		if f := r.ls.Flows(); f != 0 {
+			t.Errorf("Flows() = %d after ResetAll; want 0", f)
+		}
+		// The loops still serve new flows.
+		established(t, r, srv, 1)
+	})
+	t.Run("Close", func(t *testing.T) {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		r := newRig(t, Config{Loops: 2}, h)
+		cs, _ := established(t, r, srv, 3)
+		closed := make(chan struct{})
+		go func() {
+			r.ls.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close with open flows did not return")
+		}
+		for _, c := range cs {
+			expectReset(t, c, time.Second)
+		}
+		for _, e := range h.waitEnded(t, len(cs), time.Second) {
+			checkEnd(t, e, Aborted)
+		}
+		// Everything after Close returns at once and does nothing.
+		again := make(chan struct{})
+		go func() {
+			r.ls.Close()
+			r.ls.ResetAll()
+			r.ls.StopAccepting()
+			close(again)
+		}()
+		select {
+		case <-again:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close, ResetAll or StopAccepting after Close did not return")
+		}
+		if err := r.ls.Listen(r.lfd, "late"); err == nil {
+			t.Error("Listen after Close succeeded")
+		}
+	})
+	t.Run("StopAccepting", func(t *testing.T) {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		r := newRig(t, Config{Loops: 2}, h)
+		cs, us := established(t, r, srv, 1)
+		r.ls.StopAccepting()
+		r.closeListener()
+		if c, err := net.DialTimeout("tcp", r.addr, time.Second); err == nil {
+			c.Close()
+			t.Error("connect after StopAccepting succeeded")
+		} else if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("connect after StopAccepting: %v; want ECONNREFUSED", err)
+		}
+		// The open flow goes on.
+		writeAll(t, cs[0], "still here")
+		cs[0].CloseWrite()
+		readEOF(t, us[0], "still here")
+		writeAll(t, us[0], "yes")
+		us[0].Close()
+		readEOF(t, cs[0], "yes")
+		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], OK)
+	})
+}
