@@ -40,8 +40,8 @@ func (s Samples) Median() time.Duration {
 
 // Ping sends count ICMP echo requests from host from to host to, one every
 // interval, and returns the round-trip times of the replies. It runs on a
-// locked thread (with real-time priority when the world uses it), so that
-// its own wake-up on a busy machine does not count as network delay.
+// locked thread with real-time priority, so that its own wake-up on a busy
+// machine does not count as network delay.
 func (w *World) Ping(ctx context.Context, from, to string, count int, interval time.Duration) (Samples, error) {
 	dst := w.Addr(to)
 	if !dst.IsValid() {
@@ -101,11 +101,10 @@ func (w *World) Ping(ctx context.Context, from, to string, count int, interval t
 }
 
 // measuring runs fn on the calling locked thread with real-time priority
-// (when the world uses it) and restores normal priority afterwards.
+// and restores normal priority afterwards. Unlike the emulator's threads
+// (UpOptions.Realtime), a measuring thread wakes only once per probe, so
+// the priority costs nothing and keeps its own wake-up out of the result.
 func (w *World) measuring(fn func() error) error {
-	if !w.realtime {
-		return fn()
-	}
 	rt := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 5}
 	if unix.SchedSetAttr(0, rt, 0) != nil {
 		return fn()
