@@ -145,6 +145,12 @@ func TestAgentsWithRealController(t *testing.T) {
 		t.Fatal("no probe keys in fra's snapshot")
 	}
 	par := feps[1].ProbeAddr
+	// par's endpoint requires tags once par itself holds a table with the
+	// keys, which may come a moment after fra's.
+	eventually(t, "par holds the probe keys", func() bool {
+		s := agents["par"].Snapshot()
+		return s != nil && len(s.ProbeKeys) > 0
+	})
 	if _, err := (&probe.UDPEcho{Timeout: 300 * time.Millisecond}).Measure(context.Background(), par); err == nil {
 		t.Error("an untagged probe was answered by a FEP holding the overlay key")
 	}
