@@ -389,6 +389,8 @@ func randBytes(n int) []byte {
 // slow > 0 reads in 4 KiB pieces with a pause between them. It returns
 // what it read.
 func exchange(c *net.TCPConn, out []byte, slow time.Duration) ([]byte, error) {
+	// A stalled flow fails the test, not the whole run's timeout.
+	c.SetDeadline(time.Now().Add(20 * time.Second))
 	werr := make(chan error, 1)
 	go func() {
 		_, err := c.Write(out)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -638,5 +639,95 @@ func TestResetAllAndClose(t *testing.T) {
 		us[0].Close()
 		readEOF(t, cs[0], "yes")
 		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], OK)
+	})
+}
+
+// closeRecorder is an Upstream.Conn (a pooled connection) that counts its
+// Close calls.
+type closeRecorder struct {
+	*net.TCPConn
+	closes atomic.Int32
+}
+
+func (c *closeRecorder) Close() error {
+	c.closes.Add(1)
+	return c.TCPConn.Close()
+}
+
+// pooled dials srv as a pool would and returns the connection, its
+// descriptor and the server's side of it.
+func pooled(t *testing.T, srv *upServer) (*closeRecorder, int, *net.TCPConn) {
+	t.Helper()
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(srv.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := &closeRecorder{TCPConn: c}
+	t.Cleanup(func() { c.Close() })
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	rc.Control(func(x uintptr) { fd = int(x) })
+	return pc, fd, srv.next(t)
+}
+
+func TestPooledUpstream(t *testing.T) {
+	t.Run("connected", func(t *testing.T) {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		pc, fd, u := pooled(t, srv)
+		h.open = func(rec *flowRec) (Upstream, error) {
+			return Upstream{FD: fd, Conn: pc, Connected: true, Prefix: []byte("HDR:")}, nil
+		}
+		r := newRig(t, Config{}, h)
+		c := r.dial(t)
+		writeAll(t, c, "request")
+		c.CloseWrite()
+		readEOF(t, u, "HDR:request")
+		writeAll(t, u, "response")
+		u.Close()
+		readEOF(t, c, "response")
+		e := h.waitEnded(t, 1, 5*time.Second)[0]
+		checkEnd(t, e, OK)
+		if e.st.Connect != 0 || e.st.Up != 7 || e.st.Down != 8 {
+			t.Errorf("stats %+v; want Connect 0 (pooled), Up 7, Down 8", e.st)
+		}
+		if n := pc.closes.Load(); n != 1 {
+			t.Errorf("pooled Conn closed %d times; want 1 (the flow closes Conn, not FD)", n)
+		}
+	})
+	// A pooled connection the peer reset meanwhile fails the first write
+	// (the header): the flow asks for another upstream.
+	t.Run("stale", func(t *testing.T) {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		pc, fd, u := pooled(t, srv)
+		resetConn(u)
+		time.Sleep(50 * time.Millisecond) // the RST reaches pc
+		h.open = func(rec *flowRec) (Upstream, error) {
+			return Upstream{FD: fd, Conn: pc, Connected: true, Prefix: []byte("HDR:"), Retry: true}, nil
+		}
+		h.retry = func(rec *flowRec, failed error) (Upstream, error) {
+			fd, err := Dial(srv.addr, nil)
+			return Upstream{FD: fd, Prefix: []byte("HDR2:")}, err
+		}
+		r := newRig(t, Config{}, h)
+		c := r.dial(t)
+		writeAll(t, c, "request")
+		c.CloseWrite()
+		u2 := srv.next(t)
+		readEOF(t, u2, "HDR2:request")
+		writeAll(t, u2, "response")
+		u2.Close()
+		readEOF(t, c, "response")
+		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], OK)
+		if errs := h.retryErrors(); len(errs) != 1 || !errors.Is(errs[0], syscall.ECONNRESET) {
+			t.Errorf("Retry errors %v; want one ECONNRESET", errs)
+		}
+		if n := pc.closes.Load(); n != 1 {
+			t.Errorf("stale pooled Conn closed %d times; want 1", n)
+		}
 	})
 }
