@@ -610,7 +610,9 @@ func (l *loop) flowEvent(ev *unix.EpollEvent) {
 	l.pump(f)
 }
 
-// errFirstWrite marks a failed write before any byte reached the upstream.
+// errFirstWrite marks an upstream that failed before any byte reached it:
+// its first write failed, or reading it failed (a pooled connection the
+// peer reset) before anything was written to it or read from it.
 type errFirstWrite struct{ err error }
 
 func (e errFirstWrite) Error() string { return "first write upstream: " + e.err.Error() }
@@ -717,7 +719,11 @@ func (l *loop) move(f *flow, d int) (bool, error) {
 				}
 				continue
 			default:
-				return progress, fmt.Errorf("read: %w", e)
+				err := fmt.Errorf("read: %w", e)
+				if d == up && !f.written && f.st.Down == 0 && h.end == 0 {
+					return progress, errFirstWrite{err}
+				}
+				return progress, err
 			}
 			progress = true
 			switch {
