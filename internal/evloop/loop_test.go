@@ -736,3 +736,48 @@ func TestPooledUpstream(t *testing.T) {
 		})
 	}
 }
+
+// TestHandoverDownload: a reply fills a buffer while the request's
+// direction stays open; the flow is handed over with the reply's bytes the
+// loop still held (ToDown), and both directions go on in the handler.
+func TestHandoverDownload(t *testing.T) {
+	srv := newUpServer(t, nil)
+	h := newTestHandler(t, srv.addr)
+	r := newRig(t, Config{Bulk: true}, h)
+	c := r.dial(t)
+	u := srv.next(t)
+	writeAll(t, c, "GET")
+	readN(t, u, "GET")
+	reply := randBytes(1 << 20)
+	werr := make(chan error, 1)
+	go func() {
+		u.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, err := u.Write(reply)
+		werr <- err
+	}()
+	got := make([]byte, len(reply))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatalf("client read: %v", err)
+	}
+	if err := <-werr; err != nil {
+		t.Fatalf("upstream write: %v", err)
+	}
+	if sum(got) != sum(reply) {
+		t.Fatal("client got the reply's length but different bytes")
+	}
+	// The request direction still works after the handover.
+	writeAll(t, c, "thanks")
+	c.CloseWrite()
+	readEOF(t, u, "thanks")
+	u.Close()
+	readEOF(t, c, "")
+	e := h.waitEnded(t, 1, 5*time.Second)[0]
+	checkEnd(t, e, OK)
+	if !e.handed {
+		t.Fatal("1 MiB reply with Bulk on: not handed over")
+	}
+	if up, down := moved(e); up != 9 || down != 1<<20 {
+		t.Errorf("moved up %d, down %d (stats %+v, to up %d, to down %d); want 9 and %d", up, down, e.st, e.toUp, e.toDown, 1<<20)
+	}
+}
