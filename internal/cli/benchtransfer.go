@@ -44,6 +44,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	fastOpen := fs.Bool("fep-fastopen", false, "lever: TCP Fast Open on the proxies' sockets (socket.fastopen, tcp_fastopen=3 on the FEPs)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
 	cdnIdle := fs.Duration("cdn-idle", 2*time.Second, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this")
+	realtime := fs.Bool("emu-realtime", false, "run the emulator's threads at real-time priority (steadier delays next to other load on the machine, 30-50% more emulator CPU; docs/emu.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench transfer --world W.yaml [--runs N] [--sizes LIST] [--out DIR] [flags]\n\nNeeds root. See docs/bench.md.")
 		fs.PrintDefaults()
@@ -142,7 +143,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 
-	w, err := emu.Up(ctx, spec, env.Log)
+	w, err := emu.UpWith(ctx, spec, env.Log, emu.UpOptions{Realtime: *realtime})
 	if err != nil {
 		return fmt.Errorf("bring up world: %w", err)
 	}
