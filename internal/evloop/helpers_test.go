@@ -390,7 +390,7 @@ func randBytes(n int) []byte {
 // what it read.
 func exchange(c *net.TCPConn, out []byte, slow time.Duration) ([]byte, error) {
 	// A stalled flow fails the test, not the whole run's timeout.
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
 	werr := make(chan error, 1)
 	go func() {
 		_, err := c.Write(out)
