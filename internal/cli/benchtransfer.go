@@ -164,6 +164,8 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 		spec.Name, r.Client, r.Origin, r.InP, r.EgP, r.Single, len(sizes), len(modes), *runs)
 	source := chainSource(sc, *table)
 	fmt.Fprintln(env.Stderr, source)
+	ccNote := congestionNote(w, r.Origin, spec.TCP.Congestion)
+	fmt.Fprintln(env.Stderr, ccNote)
 	for _, m := range modes {
 		if m == scenario.CDNCold || m == scenario.ChainCold || m == scenario.ChainPlain {
 			continue
@@ -193,7 +195,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "# mosto bench transfer\n\nWorld `%s`; client %s, origin %s; ingress FEP %s, egress FEP %s, single proxy %s; nginx upstream idle timeout %v.\n\nCommand: `mosto bench transfer %s`\n\n",
 		spec.Name, r.Client, r.Origin, r.InP, r.EgP, r.Single, *cdnIdle, strings.Join(args, " "))
-	fmt.Fprintf(&md, "%s\n\n", source)
+	fmt.Fprintf(&md, "%s\n\n%s\n\n", source, ccNote)
 	if err := res.WriteMarkdown(&md); err != nil {
 		return err
 	}
@@ -221,4 +223,26 @@ func writeSamples(path string, rows [][]string) error {
 		return err
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// congestionNote says which TCP congestion control the origin's namespace
+// uses: it paces the warm front-end's origin connection (BBR) or not
+// (CUBIC), which changes cdn-warm's times (docs/bench.md, "15 MB: what
+// bounds it"). A world without tcp.congestion inherits the root
+// namespace's default.
+func congestionNote(w *emu.World, origin, configured string) string {
+	var cc string
+	err := w.Do(origin, func() error {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+		cc = strings.TrimSpace(string(b))
+		return err
+	})
+	if err != nil {
+		return fmt.Sprintf("TCP congestion control of the origin: unknown (%v)", err)
+	}
+	from := "set by the world file"
+	if configured == "" {
+		from = "not set by the world file: the root namespace's default"
+	}
+	return fmt.Sprintf("TCP congestion control of the origin (and every host without a lever): %s (%s)", cc, from)
 }
