@@ -86,6 +86,16 @@ type Upstream struct {
 	// Prefix is sent upstream before the client's bytes (a hop or PROXY
 	// header). The loop does not keep a reference after the flow ends.
 	Prefix []byte
+	// FastOpen: FD was set up with TCP_FASTOPEN_CONNECT, so connect
+	// returned at once and the first write sends the SYN (with data if a
+	// cookie is cached). The loop writes as soon as it has bytes but keeps
+	// them until the handshake is confirmed (TCP_INFO), so a SYN refused or
+	// dropped can still be retried with every byte.
+	FastOpen bool
+	// Wait: no upstream yet (FD is ignored). The loop waits up to Wait for
+	// the client's first bytes (or its EOF), then asks Handler.Dial, so the
+	// bytes can ride in a Fast Open SYN.
+	Wait time.Duration
 	// Retry: if the upstream fails before any byte was written to it
 	// (connect refused or timed out, or the first write failed), the loop
 	// asks Handler.Retry for another one instead of failing the flow.
@@ -123,9 +133,15 @@ type Handler interface {
 	// and released anything it took.
 	Open(tag any, fd int, client netip.AddrPort) (Upstream, any, error)
 	// Retry is called when an Upstream with Retry set failed before any
-	// byte was written to it. It returns a new upstream, or an error that
+	// byte was written to it (for a FastOpen one: before its handshake
+	// was confirmed). It returns a new upstream, or an error that
 	// ends the flow with ConnectFailed.
 	Retry(state any, failed error) (Upstream, error)
+	// Dial is called for a flow whose Upstream asked to Wait, once the
+	// client's first bytes (first holds them, possibly none if the wait
+	// ran out or the client half-closed) are in. An error ends the flow
+	// with ConnectFailed.
+	Dial(state any, first []byte) (Upstream, error)
 	// Done is called once for every opened flow that ends in a loop, after
 	// both sockets are closed.
 	Done(state any, o Outcome, st Stats, err error)

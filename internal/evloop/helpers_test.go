@@ -55,6 +55,8 @@ type testHandler struct {
 	open func(rec *flowRec) (Upstream, error)
 	// retry, if set, serves Handler.Retry; nil fails the retry.
 	retry func(rec *flowRec, failed error) (Upstream, error)
+	// dial, if set, serves Handler.Dial; nil fails it.
+	dial func(rec *flowRec, first []byte) (Upstream, error)
 
 	nextID atomic.Int64
 	copies sync.WaitGroup // handed-over copies
@@ -105,6 +107,14 @@ func (h *testHandler) Retry(state any, failed error) (Upstream, error) {
 		return Upstream{}, fmt.Errorf("no retry: %w", failed)
 	}
 	return h.retry(rec, failed)
+}
+
+func (h *testHandler) Dial(state any, first []byte) (Upstream, error) {
+	rec := state.(*flowRec)
+	if h.dial == nil {
+		return Upstream{}, errors.New("no dial")
+	}
+	return h.dial(rec, first)
 }
 
 func (h *testHandler) Done(state any, o Outcome, st Stats, err error) {

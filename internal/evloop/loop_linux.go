@@ -190,6 +190,16 @@ type flow struct {
 	retry      bool
 	written    bool // a byte reached the upstream socket
 	handover   bool
+	ended      bool // freed: the loop is done with it
+	// fastOpen: the upstream is a Fast Open socket whose handshake is not
+	// confirmed yet; sent bytes of d[down] (from off) were written to it
+	// but are kept for a retry.
+	fastOpen bool
+	sent     int
+	// waiting: no upstream yet, until the client's first bytes arrive or
+	// waitUntil (unix ns) passes (Upstream.Wait).
+	waiting    bool
+	waitUntil  int64
 	connStart  int64
 	st         Stats
 	last       int64
@@ -253,6 +263,7 @@ type loop struct {
 	lns    []lnEntry
 	connq  queue // connecting upstreams, by start
 	idleq  queue // open flows, by last progress
+	waitq  queue // flows waiting for the client's first bytes, by deadline
 	bufs   [][]byte
 	sa     unix.RawSockaddrAny
 	now    int64
@@ -332,6 +343,9 @@ func (l *loop) timeout() int {
 	}
 	if f := l.connq.head; f != nil {
 		at(f.connStart + int64(l.cfg.ConnectTimeout))
+	}
+	if f := l.waitq.head; f != nil {
+		at(f.waitUntil)
 	}
 	if f := l.idleq.head; f != nil && l.cfg.Idle > 0 {
 		at(f.last + int64(l.cfg.Idle))
@@ -468,6 +482,14 @@ func (l *loop) start(fd int, u Upstream, state any) {
 	f.last = l.now
 	l.nflows++
 	l.ls.flows.Add(1)
+	if u.Wait > 0 {
+		f.waiting, f.waitUntil = true, l.now+int64(u.Wait)
+		l.waitq.push(f)
+		if err := l.register(f, down); err != nil {
+			l.finish(f, Reset, err)
+		}
+		return
+	}
 	if err := l.register(f, down); err != nil {
 		f.fd[up], f.conn = u.FD, u.Conn
 		l.finish(f, Reset, err)
@@ -478,11 +500,34 @@ func (l *loop) start(fd int, u Upstream, state any) {
 	}
 }
 
+// dial ends a flow's wait for the client's first bytes: the handler opens
+// the upstream now.
+func (l *loop) dial(f *flow) {
+	l.waitq.remove(f)
+	f.waiting = false
+	h := &f.d[down]
+	var first []byte
+	if h.buf != nil {
+		first = h.buf[h.off:h.end]
+	}
+	u, err := l.ls.h.Dial(f.state, first)
+	if err != nil {
+		l.finish(f, ConnectFailed, err)
+		return
+	}
+	if err := l.setUpstream(f, u); err != nil {
+		l.finish(f, ConnectFailed, err)
+		return
+	}
+	l.pump(f)
+}
+
 // setUpstream installs u as f's upstream, with its prefix ahead of the
 // client bytes already read.
 func (l *loop) setUpstream(f *flow, u Upstream) error {
 	f.fd[up], f.conn, f.retry = u.FD, u.Conn, u.Retry
 	f.ready[up] = 0
+	f.fastOpen, f.sent = u.FastOpen && !u.Connected, 0
 	h := &f.d[down]
 	if len(u.Prefix) > 0 || f.prefix > 0 {
 		client := []byte(nil)
@@ -542,6 +587,7 @@ func (l *loop) newFlow() *flow {
 }
 
 func (l *loop) freeFlow(f *flow) {
+	f.ended = true
 	if f.q != nil {
 		f.q.remove(f)
 	}
@@ -598,16 +644,69 @@ func (l *loop) flowEvent(ev *unix.EpollEvent) {
 			l.upFailed(f, fmt.Errorf("connect: %w", err))
 			return
 		}
-		if e&unix.EPOLLOUT == 0 {
+		switch {
+		case f.fastOpen:
+			// Writable at once (the SYN waits for the first write);
+			// connected once the kernel says so.
+			if f.written && handshakeDone(f.fd[up]) {
+				l.connected(f)
+			}
+		case e&unix.EPOLLOUT == 0:
 			return
+		default:
+			l.connected(f)
 		}
-		f.connecting = false
-		f.st.Connect = time.Duration(l.now - f.connStart)
-		l.connq.remove(f)
-		f.last = l.now // idleq stays in order of last progress
-		l.idleq.push(f)
 	}
 	l.pump(f)
+	if f.waiting && !f.ended {
+		if h := &f.d[down]; h.end > h.off || h.eof {
+			l.dial(f)
+		}
+	}
+}
+
+// connected marks f's upstream as connected: the bytes a Fast Open
+// socket held for a retry are sent for good.
+func (l *loop) connected(f *flow) {
+	f.connecting = false
+	f.st.Connect = time.Duration(l.now - f.connStart)
+	l.connq.remove(f)
+	f.last = l.now // idleq stays in order of last progress
+	l.idleq.push(f)
+	if !f.fastOpen {
+		return
+	}
+	f.fastOpen = false
+	h := &f.d[down]
+	p := min(f.sent, f.prefix)
+	f.prefix -= p
+	f.st.Up += int64(f.sent - p)
+	h.off += f.sent
+	f.sent = 0
+	if h.off == h.end {
+		h.off, h.end = 0, 0
+	}
+}
+
+// handshakeDone reports whether the TCP socket fd finished its handshake
+// (ESTABLISHED or any state after it: the peer may have replied and
+// closed already).
+func handshakeDone(fd int) bool {
+	ti, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	return err == nil && ti.State != tcpSynSent && ti.State != tcpClose
+}
+
+// tcp_info.tcpi_state values (include/net/tcp_states.h).
+const (
+	tcpSynSent = 2
+	tcpClose   = 7
+)
+
+// unused reports whether the upstream has had none of the flow yet: no
+// byte written to it for good (a Fast Open one holds them until its
+// handshake) and none read from it (h is d[up]).
+func (f *flow) unused(h *half) bool {
+	return (!f.written || (f.fastOpen && f.connecting)) && f.st.Down == 0 && h.end == 0
 }
 
 // errFirstWrite marks an upstream that failed before any byte reached it:
@@ -663,25 +762,51 @@ func (l *loop) pump(f *flow) {
 func (l *loop) move(f *flow, d int) (bool, error) {
 	src, dst := d, 1-d
 	h := &f.d[d]
-	// The client's bytes wait until the upstream is connected.
-	blocked := d == down && f.connecting
+	// The client's bytes wait until the upstream is connected (a Fast
+	// Open upstream takes them at once but they stay in the buffer, from
+	// off, until it is: tentative). Its EOF waits in any case.
+	upPending := d == down && (f.connecting || f.waiting)
+	tentative := d == down && f.fastOpen && f.connecting
+	blocked := d == down && (f.waiting || (f.connecting && !f.fastOpen))
 	progress := false
 	for {
-		if h.end > h.off && !blocked && f.ready[dst]&canWrite != 0 {
-			n, e := rawWrite(f.fd[dst], h.buf[h.off:h.end])
+		from := h.off
+		if tentative {
+			from += f.sent
+		}
+		if h.end > from && !blocked && f.ready[dst]&canWrite != 0 {
+			n, e := rawWrite(f.fd[dst], h.buf[from:h.end])
 			switch e {
 			case 0:
 			case unix.EINTR:
 				continue
-			case unix.EAGAIN:
+			case unix.EAGAIN, unix.EINPROGRESS: // EINPROGRESS: a Fast Open SYN left without data
 				f.ready[dst] &^= canWrite
 				n = -1
+				if e == unix.EINPROGRESS {
+					f.written = true
+				}
 			default:
 				err := fmt.Errorf("write: %w", e)
-				if d == down && !f.written {
+				if d == down && (!f.written || tentative) {
 					return progress, errFirstWrite{err}
 				}
 				return progress, err
+			}
+			if n > 0 && tentative {
+				f.written = true
+				f.sent += n
+				if handshakeDone(f.fd[dst]) {
+					// No Fast Open after all (no client support, or
+					// the handshake was quick): nothing to hold.
+					l.connected(f)
+					return true, nil
+				}
+				progress = true
+				if h.off+f.sent < h.end {
+					f.ready[dst] &^= canWrite
+				}
+				continue
 			}
 			if n > 0 {
 				progress = true
@@ -720,7 +845,7 @@ func (l *loop) move(f *flow, d int) (bool, error) {
 				continue
 			default:
 				err := fmt.Errorf("read: %w", e)
-				if d == up && !f.written && f.st.Down == 0 && h.end == 0 {
+				if d == up && f.unused(h) {
 					return progress, errFirstWrite{err}
 				}
 				return progress, err
@@ -728,6 +853,11 @@ func (l *loop) move(f *flow, d int) (bool, error) {
 			progress = true
 			switch {
 			case n == 0:
+				if d == up && f.retry && f.unused(h) {
+					// A stale pooled connection the peer closed
+					// (FIN) before the flow used it.
+					return progress, errFirstWrite{errors.New("upstream closed before use")}
+				}
 				h.eof = true
 			case n < space:
 				h.end += n
@@ -740,7 +870,7 @@ func (l *loop) move(f *flow, d int) (bool, error) {
 				}
 			default:
 				h.end += n
-				if l.cfg.Bulk && space == len(h.buf) && !f.connecting && f.prefix == 0 && !f.d[0].eof && !f.d[1].eof {
+				if l.cfg.Bulk && space == len(h.buf) && !f.connecting && !f.waiting && f.prefix == 0 && !f.d[0].eof && !f.d[1].eof {
 					f.handover = true
 					return progress, nil
 				}
@@ -749,7 +879,7 @@ func (l *loop) move(f *flow, d int) (bool, error) {
 		}
 		break
 	}
-	if h.eof && h.drained() && !h.shut && !blocked {
+	if h.eof && h.drained() && !h.shut && !upPending {
 		h.shut = true
 		l.putBuf(h.buf)
 		h.buf, h.off, h.end = nil, 0, 0
@@ -841,8 +971,17 @@ func (l *loop) handOver(f *flow) {
 // sweep ends flows past their connect or idle deadline and resumes
 // paused listeners.
 func (l *loop) sweep() {
+	for f := l.waitq.head; f != nil && l.now >= f.waitUntil; f = l.waitq.head {
+		l.dial(f)
+	}
 	ct := int64(l.cfg.ConnectTimeout)
 	for f := l.connq.head; f != nil && l.now-f.connStart >= ct; f = l.connq.head {
+		if f.fastOpen && f.written && handshakeDone(f.fd[up]) {
+			// A missed wakeup must not resend bytes the upstream has.
+			l.connected(f)
+			l.pump(f)
+			continue
+		}
 		l.upFailed(f, fmt.Errorf("connect: %w", unix.ETIMEDOUT))
 	}
 	if idle := int64(l.cfg.Idle); idle > 0 {

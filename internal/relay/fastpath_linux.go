@@ -21,8 +21,8 @@ import (
 // Open where the flow goes, connects and copies a short flow without any
 // goroutine; a flow that turns bulk is handed back (Handover) to the
 // goroutine path, which splices. Flows the loops cannot open without
-// blocking (a host name to resolve, a Fast Open dial that must wait for its
-// handshake, a remote lookup) are taken over at once by the goroutine path
+// blocking (a host name to resolve, a remote lookup) are taken over at
+// once by the goroutine path
 // (evloop.ErrTaken), exactly as if the accept goroutine had accepted them.
 
 // loopFlow is a service flow carried by a loop.
@@ -35,6 +35,9 @@ type loopFlow struct {
 	hop    bool   // the upstream is the first hop of a chain
 	header []byte // the hop header sent to it
 	pooled bool
+	// A Fast Open dial waits for the client's first bytes (Dial).
+	dialTo netip.AddrPort
+	prefix []byte
 }
 
 // errLoopRefused ends a connection the handler refused (already counted).
@@ -209,10 +212,14 @@ func (s *Server) loopUpstream(fl *loopFlow) (evloop.Upstream, error) {
 		return u, nil
 	}
 	ap, err := netip.ParseAddrPort(addr)
-	if err != nil || s.cfg.Socket.FastOpen {
+	if err != nil {
 		return evloop.Upstream{}, errLoopTake
 	}
-	ufd, err := s.loopDial(ap)
+	if s.cfg.Socket.FastOpen {
+		fl.dialTo, fl.prefix = ap, b
+		return s.fastOpenWait(fl)
+	}
+	ufd, err := s.loopDial(ap, false)
 	if err != nil {
 		// The first hop is down: serve the flow directly rather than not at all.
 		s.m.directFor("hop_unreachable").Inc()
@@ -249,9 +256,10 @@ func (s *Server) loopOriginDial(fl *loopFlow, plain bool) (evloop.Upstream, erro
 		return u, nil
 	}
 	if s.cfg.Socket.FastOpen && !plain {
-		return evloop.Upstream{}, errLoopTake
+		fl.dialTo, fl.prefix = dst, prefix
+		return s.fastOpenWait(fl)
 	}
-	ufd, err := s.loopDial(dst)
+	ufd, err := s.loopDial(dst, false)
 	if err != nil {
 		return evloop.Upstream{}, err
 	}
@@ -304,11 +312,50 @@ func (s *Server) loopPooled(p *connPool, addr string, prefix []byte) (evloop.Ups
 	return evloop.Upstream{FD: fd, Conn: c, Connected: true, Prefix: prefix, Retry: true}, true
 }
 
-// loopDial starts a nonblocking connect with the configured socket options.
-func (s *Server) loopDial(addr netip.AddrPort) (int, error) {
+// fastOpenWait has the loop wait up to timeouts.early for the client's
+// first bytes before the Fast Open dial (Dial), so they ride in its SYN, as
+// the goroutine path does.
+func (s *Server) fastOpenWait(fl *loopFlow) (evloop.Upstream, error) {
+	if d := s.cfg.earlyWait(); d > 0 {
+		return evloop.Upstream{Wait: d}, nil
+	}
+	return s.Dial(fl, nil)
+}
+
+// Dial implements evloop.Handler: the Fast Open dial of a flow that waited
+// for its first bytes. A first hop that fails goes direct (Retry).
+func (s *Server) Dial(state any, first []byte) (evloop.Upstream, error) {
+	fl := state.(*loopFlow)
+	// With nothing to send (no header, a silent client) a Fast Open SYN
+	// would wait for bytes that may never come: connect now instead.
+	tfo := len(fl.prefix) > 0 || len(first) > 0
+	ufd, err := s.loopDial(fl.dialTo, tfo)
+	if err != nil {
+		if fl.hop {
+			s.m.directFor("hop_unreachable").Inc()
+			fl.hop, fl.peer, fl.header = false, "", nil
+			return s.loopOriginDial(fl, true)
+		}
+		return evloop.Upstream{}, err
+	}
+	s.m.peer(fl.peer).dial.Inc()
+	if !fl.hop && s.originPool != nil {
+		s.originPool.learn(fl.dialTo.String())
+	}
+	return evloop.Upstream{FD: ufd, Prefix: fl.prefix, FastOpen: tfo, Retry: fl.hop}, nil
+}
+
+// loopDial starts a nonblocking connect with the configured socket options
+// (fastOpen: TCP_FASTOPEN_CONNECT, the SYN leaves with the first write).
+func (s *Server) loopDial(addr netip.AddrPort, fastOpen bool) (int, error) {
 	return evloop.Dial(addr, func(fd int) error {
 		if err := s.cfg.Socket.apply(fd); err != nil {
 			return err
+		}
+		if fastOpen {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_FASTOPEN_CONNECT, 1); err != nil {
+				return fmt.Errorf("set TCP_FASTOPEN_CONNECT: %w", err)
+			}
 		}
 		if err := evloop.SetNoDelay(fd, s.noDelay()); err != nil {
 			return err
@@ -339,7 +386,7 @@ func (s *Server) Retry(state any, failed error) (evloop.Upstream, error) {
 	if fl.hop && wasPooled {
 		addr, _ := s.member(fl.peer)
 		if ap, err := netip.ParseAddrPort(addr); err == nil {
-			if ufd, err := s.loopDial(ap); err == nil {
+			if ufd, err := s.loopDial(ap, false); err == nil {
 				s.m.peer(fl.peer).dial.Inc()
 				return evloop.Upstream{FD: ufd, Prefix: fl.header, Retry: true}, nil
 			}
