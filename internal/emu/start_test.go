@@ -8,11 +8,12 @@ import (
 )
 
 // Start is emutest.Start for this package's own tests (which cannot import
-// emutest: it imports emu).
+// emutest: it imports emu): real-time priority, since the tests assert
+// delays and loss.
 func Start(t testing.TB, spec *Spec) *World {
 	t.Helper()
 	testenv.RequirePrivileged(t)
-	w, err := Up(context.Background(), spec, nil)
+	w, err := UpWith(context.Background(), spec, nil, UpOptions{Realtime: true})
 	if err != nil {
 		t.Fatalf("emu.Up: %v", err)
 	}
