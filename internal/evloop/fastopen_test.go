@@ -3,12 +3,8 @@
 package evloop
 
 import (
-	"bufio"
 	"net"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -74,11 +70,11 @@ func TestFastOpenCookieRefused(t *testing.T) {
 	if got := trip("first, asks for a cookie"); got != "Afirst, asks for a cookie" {
 		t.Fatalf("first flow echoed %q", got)
 	}
-	before := tcpExt(t, "TCPFastOpenActive")
+	before := testenv.TCPExt(t, "TCPFastOpenActive")
 	if got := trip("second, in the SYN"); got != "Asecond, in the SYN" {
 		t.Fatalf("second flow echoed %q", got)
 	}
-	if tcpExt(t, "TCPFastOpenActive") == before {
+	if testenv.TCPExt(t, "TCPFastOpenActive") == before {
 		t.Fatal("the second flow's bytes did not ride in the SYN (no cookie?)")
 	}
 	tfoLn.Close() // the port now refuses (both descriptors of the socket closed)
@@ -100,52 +96,4 @@ func TestFastOpenCookieRefused(t *testing.T) {
 
 // inFastOpenNetns re-runs the calling test in a new network namespace with
 // net.ipv4.tcp_fastopen=3 and reports whether this process is that child.
-func inFastOpenNetns(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv(fastOpenChild) == "1" {
-		return true
-	}
-	testenv.RequirePrivileged(t)
-	unshare := testenv.RequireCommand(t, "unshare")
-	script := `set -e; ip link set lo up; sysctl -q -w net.ipv4.tcp_fastopen=3; exec "$0" -test.run="^$1\$" -test.v`
-	cmd := exec.CommandContext(t.Context(), unshare, "--net", "sh", "-c", script, os.Args[0], t.Name())
-	cmd.Env = append(os.Environ(), fastOpenChild+"=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("child in a new netns:\n%s", out)
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	return false
-}
-
-// tcpExt reads a TcpExt counter of this network namespace.
-func tcpExt(t testing.TB, name string) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/net/netstat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		keys := strings.Fields(sc.Text())
-		if !sc.Scan() {
-			break
-		}
-		vals := strings.Fields(sc.Text())
-		if len(keys) == 0 || keys[0] != "TcpExt:" {
-			continue
-		}
-		for i, k := range keys {
-			if k == name && i < len(vals) {
-				v, err := strconv.ParseInt(vals[i], 10, 64)
-				if err != nil {
-					t.Fatalf("TcpExt %s: %v", name, err)
-				}
-				return v
-			}
-		}
-	}
-	t.Fatalf("TcpExt %s not found", name)
-	return 0
-}
+func inFastOpenNetns(t *testing.T) bool { return testenv.InFastOpenNetns(t, fastOpenChild) }

@@ -511,11 +511,16 @@ func (l *loop) dial(f *flow) {
 		first = h.buf[h.off:h.end]
 	}
 	u, err := l.ls.h.Dial(f.state, first)
-	if err != nil {
-		l.finish(f, ConnectFailed, err)
-		return
+	l.useUpstream(f, u, err)
+}
+
+// useUpstream installs the upstream the handler gave (Dial, Retry) and
+// moves what it can, or fails the flow with the handler's error.
+func (l *loop) useUpstream(f *flow, u Upstream, err error) {
+	if err == nil {
+		err = l.setUpstream(f, u)
 	}
-	if err := l.setUpstream(f, u); err != nil {
+	if err != nil {
 		l.finish(f, ConnectFailed, err)
 		return
 	}
@@ -910,15 +915,7 @@ func (l *loop) upFailed(f *flow, cause error) {
 		return
 	}
 	u, err := l.ls.h.Retry(f.state, cause)
-	if err != nil {
-		l.finish(f, ConnectFailed, err)
-		return
-	}
-	if err := l.setUpstream(f, u); err != nil {
-		l.finish(f, ConnectFailed, err)
-		return
-	}
-	l.pump(f)
+	l.useUpstream(f, u, err)
 }
 
 // closeUp closes the upstream socket (with a reset if reset) and forgets it.

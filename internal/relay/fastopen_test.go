@@ -1,12 +1,8 @@
 package relay
 
 import (
-	"bufio"
 	"net"
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,13 +24,13 @@ func TestFastOpen(t *testing.T) {
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) { c.Socket.FastOpen = true })
 	hashTrip(t, w.a.ServiceAddr(0).String(), 10000) // gets the cookies
-	before := tcpExt(t, "TCPFastOpenPassive")
+	before := testenv.TCPExt(t, "TCPFastOpenPassive")
 	for i := range 3 {
 		hashTrip(t, w.a.ServiceAddr(0).String(), 20000+i)
 	}
 	// Each flow has two hop connections (a->b, b->c) that carry data in
 	// the SYN.
-	if got := tcpExt(t, "TCPFastOpenPassive") - before; got < 6 {
+	if got := testenv.TCPExt(t, "TCPFastOpenPassive") - before; got < 6 {
 		t.Errorf("TCPFastOpenPassive grew by %d over 3 flows; want >= 6 (hop headers in SYNs)", got)
 	}
 	// The EgP counts a flow just after the client saw its end.
@@ -42,25 +38,8 @@ func TestFastOpen(t *testing.T) {
 }
 
 // inFastOpenNetns re-runs the calling test in a new network namespace with
-// net.ipv4.tcp_fastopen=3 and reports whether this process is that child
-// (false: the parent, which already checked the child's result).
-func inFastOpenNetns(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv(fastOpenChild) == "1" {
-		return true
-	}
-	testenv.RequirePrivileged(t)
-	unshare := testenv.RequireCommand(t, "unshare")
-	script := `set -e; ip link set lo up; sysctl -q -w net.ipv4.tcp_fastopen=3; exec "$0" -test.run="^$1\$" -test.v`
-	cmd := exec.CommandContext(t.Context(), unshare, "--net", "sh", "-c", script, os.Args[0], t.Name())
-	cmd.Env = append(os.Environ(), fastOpenChild+"=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("child in a new netns:\n%s", out)
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	return false
-}
+// net.ipv4.tcp_fastopen=3 and reports whether this process is that child.
+func inFastOpenNetns(t *testing.T) bool { return testenv.InFastOpenNetns(t, fastOpenChild) }
 
 // TestFastOpenUnreachableFirstHop: with Fast Open, connect() returns before
 // any packet left and the first write only queues the request in the SYN,
@@ -115,36 +94,4 @@ func TestFastOpenUnreachableFirstHop(t *testing.T) {
 	}
 	// The InP counts a flow just after the client saw its end.
 	waitFor(t, 5*time.Second, "5 ok flows at the InP", func() bool { return flows(w.a.Server, roleInP, outcomeOK) == 5 })
-}
-
-// tcpExt reads a TcpExt counter of this network namespace.
-func tcpExt(t testing.TB, name string) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/net/netstat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		keys := strings.Fields(sc.Text())
-		if !sc.Scan() {
-			break
-		}
-		vals := strings.Fields(sc.Text())
-		if len(keys) == 0 || keys[0] != "TcpExt:" {
-			continue
-		}
-		for i, k := range keys {
-			if k == name && i < len(vals) {
-				v, err := strconv.ParseInt(vals[i], 10, 64)
-				if err != nil {
-					t.Fatalf("TcpExt %s: %v", name, err)
-				}
-				return v
-			}
-		}
-	}
-	t.Fatalf("TcpExt %s not found", name)
-	return 0
 }
