@@ -737,6 +737,39 @@ func TestPooledUpstream(t *testing.T) {
 	}
 }
 
+// TestPooledUpstreamClosed: a pooled connection (no prefix) the peer
+// closed with a FIN before the flow used it reads EOF before any byte went
+// either way: the flow asks for another upstream instead of passing the EOF
+// on (and losing the request).
+func TestPooledUpstreamClosed(t *testing.T) {
+	srv := newUpServer(t, nil)
+	h := newTestHandler(t, srv.addr)
+	pc, fd, u := pooled(t, srv)
+	u.Close() // a FIN, as an origin closing an idle keepalive connection
+	time.Sleep(50 * time.Millisecond)
+	h.open = func(rec *flowRec) (Upstream, error) {
+		return Upstream{FD: fd, Conn: pc, Connected: true, Retry: true}, nil
+	}
+	h.retry = func(rec *flowRec, failed error) (Upstream, error) {
+		fd, err := Dial(srv.addr, nil)
+		return Upstream{FD: fd}, err
+	}
+	r := newRig(t, Config{}, h)
+	c := r.dial(t)
+	time.Sleep(20 * time.Millisecond) // the loop sees the upstream's EOF first
+	writeAll(t, c, "request")
+	c.CloseWrite()
+	u2 := srv.next(t)
+	readEOF(t, u2, "request")
+	writeAll(t, u2, "response")
+	u2.Close()
+	readEOF(t, c, "response")
+	checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], OK)
+	if errs := h.retryErrors(); len(errs) != 1 {
+		t.Errorf("Retry errors %v; want one (upstream closed before use)", errs)
+	}
+}
+
 // TestHandoverDownload: a reply fills a buffer while the request's
 // direction stays open; the flow is handed over with the reply's bytes the
 // loop still held (ToDown), and both directions go on in the handler.
