@@ -258,6 +258,7 @@ type loop struct {
 
 	// Owned by the loop's thread.
 	slots  []*flow
+	gen    int32 // generation of the last flow made (events carry it)
 	free   []int32
 	nflows int
 	lns    []lnEntry
@@ -586,7 +587,11 @@ func (l *loop) newFlow() *flow {
 		idx = int32(len(l.slots))
 		l.slots = append(l.slots, nil)
 	}
-	f := &flow{slot: idx}
+	// A new generation per flow: an event still queued for the slot's
+	// previous flow (ended earlier in the same batch) must not reach this
+	// one (a stale EPOLLERR would fail a healthy connect).
+	l.gen = (l.gen + 1) & (1<<30 - 1)
+	f := &flow{slot: idx, gen: l.gen}
 	l.slots[idx] = f
 	return f
 }

@@ -814,3 +814,29 @@ func TestHandoverDownload(t *testing.T) {
 		t.Errorf("moved up %d, down %d (stats %+v, to up %d, to down %d); want 9 and %d", up, down, e.st, e.toUp, e.toDown, 1<<20)
 	}
 }
+
+// TestSlotGenerations: a slot reused for a new flow gets a new generation,
+// so an event still queued for the slot's previous flow (ended earlier in
+// the same epoll batch) is recognised as stale and not applied to the new
+// one.
+func TestSlotGenerations(t *testing.T) {
+	l := &loop{ls: &Loops{}}
+	f1 := l.newFlow()
+	l.nflows++
+	slot, gen := f1.slot, f1.gen
+	l.freeFlow(f1)
+	f2 := l.newFlow()
+	if f2.slot != slot {
+		t.Fatalf("new flow in slot %d; want the freed slot %d reused", f2.slot, slot)
+	}
+	if f2.gen == gen {
+		t.Fatalf("reused slot kept generation %d: stale events would reach the new flow", gen)
+	}
+	f2.fd = [2]int{-1, -1}
+	// A stale error event of the old flow's upstream: ignored (the new
+	// flow's readiness is untouched).
+	l.flowEvent(&unix.EpollEvent{Events: unix.EPOLLERR | unix.EPOLLHUP, Fd: slot, Pad: gen<<1 | up})
+	if f2.ready != [2]uint8{} || f2.ended {
+		t.Errorf("stale event applied to the new flow: ready %v, ended %v", f2.ready, f2.ended)
+	}
+}
