@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,7 +44,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	originPool := fs.Int("fep-origin-pool", 0, "lever: pre-established connections the EgP keeps to the origin (proxy pool.origin); 0: none")
 	fastOpen := fs.Bool("fep-fastopen", false, "lever: TCP Fast Open on the proxies' sockets (socket.fastopen, tcp_fastopen=3 on the FEPs)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
-	cdnIdle := fs.Duration("cdn-idle", 2*time.Second, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this")
+	cdnIdle := fs.Duration("cdn-idle", 0, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this (default: 2s with cdn-cold, else 10m so cdn-warm keeps one long-lived connection, the CDN's best case)")
 	realtime := fs.Bool("emu-realtime", false, "run the emulator's threads at real-time priority (steadier delays next to other load on the machine, 30-50% more emulator CPU; docs/emu.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench transfer --world W.yaml [--runs N] [--sizes LIST] [--out DIR] [flags]\n\nNeeds root. See docs/bench.md.")
@@ -65,7 +66,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	if *probeEvery < 100*time.Millisecond {
 		return usageErrorf("--probe-interval must be at least 100ms")
 	}
-	if *cdnIdle < time.Millisecond {
+	if *cdnIdle != 0 && *cdnIdle < time.Millisecond {
 		return usageErrorf("--cdn-idle must be at least 1ms")
 	}
 	sizes, err := transfer.ParseSizes(*sizesFlag)
@@ -85,6 +86,16 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 		}
 		if !ok {
 			return usageErrorf("--modes: unknown mode %q (want %v)", m, scenario.AllModes())
+		}
+	}
+	if *cdnIdle == 0 {
+		// cdn-cold needs the idle timeout to pass between fetches; without
+		// it a short timeout would only hurt cdn-warm (proxy restarts of
+		// the cold mosto modes outlast it, and the front-end's connection
+		// would start over with a small window).
+		*cdnIdle = 10 * time.Minute
+		if slices.Contains(modes, scenario.CDNCold) {
+			*cdnIdle = 2 * time.Second
 		}
 	}
 	var specData []byte
