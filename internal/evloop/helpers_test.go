@@ -152,14 +152,14 @@ func (h *testHandler) finishCopy(rec *flowRec, ho Handover) {
 	if ho.UpConn != nil {
 		h.t.Errorf("handover: UpConn %v; want nil (no pooled upstream)", ho.UpConn)
 	}
-	down, err := fileConn(ho.Down)
+	down, err := FileConn(ho.Down)
 	if err != nil {
 		unix.Close(ho.Up)
 		c.copyErr = err
 		h.report(c)
 		return
 	}
-	up, err := fileConn(ho.Up)
+	up, err := FileConn(ho.Up)
 	if err != nil {
 		down.Close()
 		c.copyErr = err
@@ -200,22 +200,6 @@ func halfCopy(dst, src *net.TCPConn, prior error) (int64, error) {
 		return n, err
 	}
 	return n, dst.CloseWrite()
-}
-
-// fileConn wraps socket fd (taking it) as a *net.TCPConn.
-func fileConn(fd int) (*net.TCPConn, error) {
-	f := os.NewFile(uintptr(fd), "")
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		c.Close()
-		return nil, errors.New("not a TCP connection")
-	}
-	return tc, nil
 }
 
 // waitEnded waits for n flows to end (Done, or a handed-over copy that

@@ -2,8 +2,11 @@ package evloop
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"os"
 	"syscall"
 	"unsafe"
 
@@ -158,6 +161,24 @@ func Dial(addr netip.AddrPort, control func(fd int) error) (int, error) {
 		return -1, fmt.Errorf("connect %s: %w", addr, unix.Errno(e))
 	}
 	return int(fd), nil
+}
+
+// FileConn turns a socket descriptor the loop handed over (Handover,
+// ErrTaken) into a *net.TCPConn, which gets a duplicate of it, and closes
+// fd.
+func FileConn(fd int) (*net.TCPConn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, errors.New("not a TCP connection")
+	}
+	return tc, nil
 }
 
 // socketError returns the pending error of fd (SO_ERROR).

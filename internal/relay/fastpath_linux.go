@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"time"
 
@@ -141,7 +140,7 @@ func (s *Server) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any
 	t, err := ParseTarget(l.service.Origin)
 	if err != nil { // Validate checked it
 		s.m.refusals.WithLabelValues(refuseEntryProto).Inc()
-		s.loopRelease(l, src)
+		s.loopRelease(src)
 		return evloop.Upstream{}, nil, errLoopRefused
 	}
 	fl := &loopFlow{l: l, fd: fd, src: src, in: Intent{Target: t, Size: int64(l.service.Size), Client: src}}
@@ -154,7 +153,7 @@ func (s *Server) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any
 		if !errors.Is(err, errPolicy) {
 			s.endFlow(roleInP, outcomeDialError)
 		}
-		s.loopRelease(l, src)
+		s.loopRelease(src)
 		return evloop.Upstream{}, nil, err
 	}
 	s.m.roles[roleInP].active.Inc()
@@ -430,11 +429,11 @@ func (s *Server) Done(state any, o evloop.Outcome, st evloop.Stats, err error) {
 	if !errors.Is(err, errPolicy) { // a refusal, counted as such
 		s.endFlow(roleInP, outcome)
 	}
-	s.loopRelease(fl.l, fl.src)
+	s.loopRelease(fl.src)
 }
 
 // loopRelease releases what Open took for a flow.
-func (s *Server) loopRelease(l *listener, src netip.AddrPort) {
+func (s *Server) loopRelease(src netip.AddrPort) {
 	s.limits.release(src.Addr(), false)
 	s.wg.Done()
 }
@@ -453,11 +452,11 @@ func (s *Server) loopOpenError(fl *loopFlow, err error) {
 // takeFromLoop moves an accepted socket to the goroutine path (admission
 // is done: the handshake worker serves it from the entry protocol on).
 func (s *Server) takeFromLoop(l *listener, fd int, src netip.AddrPort) error {
-	c, err := fdConn(fd)
+	c, err := evloop.FileConn(fd)
 	if err != nil {
 		evloop.ResetClose(fd)
 		s.log.Warn("take flow from loop", "err", err)
-		s.loopRelease(l, src)
+		s.loopRelease(src)
 		return evloop.ErrTaken
 	}
 	s.dispatch(handshakeJob{l, c, src})
@@ -475,12 +474,12 @@ func (s *Server) Handover(state any, h evloop.Handover) {
 	if h.Stats.Connect > 0 && fl.peer != "" {
 		s.m.peer(fl.peer).connect.Observe(h.Stats.Connect.Seconds())
 	}
-	down, err := fdConn(h.Down)
+	down, err := evloop.FileConn(h.Down)
 	var up *net.TCPConn
 	if err == nil {
 		if tc, ok := h.UpConn.(*net.TCPConn); ok {
 			up = tc
-		} else if up, err = fdConn(h.Up); err != nil {
+		} else if up, err = evloop.FileConn(h.Up); err != nil {
 			resetClose(down)
 		}
 	}
@@ -493,7 +492,7 @@ func (s *Server) Handover(state any, h evloop.Handover) {
 		}
 		s.log.Warn("hand bulk flow over", "err", err)
 		s.endFlow(roleInP, outcomeReset)
-		s.loopRelease(fl.l, fl.src)
+		s.loopRelease(fl.src)
 		return
 	}
 	s.track(down)
@@ -526,21 +525,4 @@ func (s *Server) bulkFlow(fl *loopFlow, down, up *net.TCPConn, toUp, toDown []by
 	rm.up.Add(float64(len(toUp)))
 	rm.down.Add(float64(len(toDown)))
 	s.relay(roleInP, down, up)
-}
-
-// fdConn turns a socket descriptor into a *net.TCPConn (which gets a
-// duplicate of it) and closes fd.
-func fdConn(fd int) (*net.TCPConn, error) {
-	f := os.NewFile(uintptr(fd), "")
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		c.Close()
-		return nil, errors.New("not a TCP connection")
-	}
-	return tc, nil
 }
