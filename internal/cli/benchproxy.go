@@ -23,6 +23,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	connDur := fs.Duration("conn-duration", proxybench.DefaultConnDuration, "duration of the connections-per-second test per mode")
 	parallel := fs.Int("parallel", proxybench.DefaultConnParallel, "parallel clients in the connections-per-second test")
 	payload := fs.Int("payload", proxybench.DefaultConnPayload, "bytes sent per short connection")
+	connCPU := fs.Float64("conn-cpu", proxybench.DefaultConnCPU, "CPU budget per relay (CPUs) for a second connections-per-second test at equal CPU, via a cgroup quota (root); negative skips it")
 	idle := fs.Int("idle", proxybench.DefaultIdleConns, "idle flows opened to measure memory per connection (negative: skip)")
 	mosto := fs.String("mosto", "", "mosto binary to run as the proxy (default: this executable)")
 	haproxy := fs.String("haproxy", "", "haproxy binary (default: from PATH)")
@@ -47,6 +48,9 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	if *runs < 1 || *parallel < 1 || *payload < 1 || *connDur <= 0 {
 		return usageErrorf("-runs, -parallel, -payload and -conn-duration must be positive")
 	}
+	if *connCPU == 0 {
+		*connCPU = -1
+	}
 	if *idle == 0 {
 		*idle = -1
 	}
@@ -64,7 +68,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	rep, err := proxybench.Run(ctx, proxybench.Config{
 		Modes: list, Mosto: *mosto, HAProxy: *haproxy, Nginx: *nginx,
 		Bytes: n, Runs: *runs, ConnDuration: *connDur, ConnParallel: *parallel, ConnPayload: *payload,
-		IdleConns: *idle, Dir: *dir, Log: env.Log,
+		ConnCPU: *connCPU, IdleConns: *idle, Dir: *dir, Log: env.Log,
 	})
 	if rep == nil {
 		return err

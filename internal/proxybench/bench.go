@@ -30,6 +30,10 @@ type Config struct {
 	ConnDuration time.Duration // per mode (default 3s)
 	ConnParallel int           // parallel clients (default 16)
 	ConnPayload  int           // bytes per short connection (default 64)
+	// ConnCPU is the CPU budget (in CPUs, e.g. 0.5) each relay gets in a
+	// second connection-rate test, so conn/s compares relays at equal CPU
+	// (a cgroup CPU quota; needs root). 0 takes the default, < 0 skips it.
+	ConnCPU float64
 
 	IdleConns int // idle flows for memory per connection (default 5000; < 0 skips)
 
@@ -45,6 +49,7 @@ const (
 	DefaultConnParallel = 16
 	DefaultConnPayload  = 64
 	DefaultIdleConns    = 5000
+	DefaultConnCPU      = 0.5
 	debianStreamModule  = "/usr/lib/nginx/modules/ngx_stream_module.so"
 )
 
@@ -61,6 +66,10 @@ type Result struct {
 	ConnPerS []float64 // one per run
 	ConnFail int64
 	CPUPer1k []float64 // relay CPU seconds per 1000 connections, per run
+	// CappedConnPerS and CappedCPUPer1k are the same test with the relay
+	// held to Config.ConnCPU CPUs.
+	CappedConnPerS []float64
+	CappedCPUPer1k []float64
 	// SwitchesPerConn is the relay threads' context switches (voluntary
 	// and not) per connection, per run.
 	SwitchesPerConn []float64
@@ -72,6 +81,8 @@ type Result struct {
 type Report struct {
 	Config  Config
 	Results []*Result
+	// CapErr says why the equal-CPU connection-rate test did not run.
+	CapErr  string `json:",omitempty"`
 	Started time.Time
 	Elapsed time.Duration
 }
@@ -97,6 +108,9 @@ func (c *Config) fill() {
 	}
 	if c.IdleConns == 0 {
 		c.IdleConns = DefaultIdleConns
+	}
+	if c.ConnCPU == 0 {
+		c.ConnCPU = DefaultConnCPU
 	}
 	if c.HAProxy == "" {
 		c.HAProxy, _ = exec.LookPath("haproxy")
@@ -171,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	buf := make([]byte, 1<<20)
 	rand.Read(buf)
 	for run := 0; run < cfg.Runs; run++ {
-		for _, res := range rep.Results {
+		for _, res := range rotate(rep.Results, run) {
 			r := relays[res.Mode]
 			if r == nil || res.Err != "" {
 				continue
@@ -224,12 +238,55 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-	// Connections per second, modes interleaved within each run.
+	// Connections per second, modes interleaved within each run: first as
+	// fast as the machine allows, then with every relay held to the same
+	// CPU budget.
+	if err := connPhase(ctx, cfg, rep, relays, false); err != nil {
+		return rep, err
+	}
+	if cfg.ConnCPU > 0 {
+		cc, err := newCPUCap()
+		if err == nil {
+			err = capPhase(ctx, cfg, rep, relays, cc)
+			if rerr := cc.remove(); rerr != nil {
+				cfg.Log.Warn("cgroup left behind", "err", rerr)
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			rep.CapErr = err.Error()
+			cfg.Log.Warn("equal-CPU connection rate not measured", "err", err)
+		}
+	}
+
+	rep.Elapsed = time.Since(rep.Started)
+	return rep, nil
+}
+
+// rotate returns the results in the order of run: run k starts with the
+// k-th mode, so no mode always follows the same one (TIME_WAIT sockets and
+// warm caches left by a mode favour or handicap the next).
+func rotate(rs []*Result, run int) []*Result {
+	if len(rs) == 0 {
+		return nil
+	}
+	k := run % len(rs)
+	return append(slices.Clone(rs[k:]), rs[:k]...)
+}
+
+// connPhase runs the connection-rate test cfg.Runs times per mode,
+// recording into the capped or the unconstrained figures.
+func connPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*relay, capped bool) error {
 	for run := 0; run < cfg.Runs; run++ {
-		for _, res := range rep.Results {
+		for _, res := range rotate(rep.Results, run) {
 			r := relays[res.Mode]
 			if r == nil || res.Err != "" || res.Mode == ModeMosto3 || res.Mode == ModeHAProxy3 {
 				continue
+			}
+			if capped && len(r.procs) == 0 {
+				continue // direct: nothing to cap
 			}
 			cpu0, _ := r.usage()
 			sw0 := switches(r.pids())
@@ -237,23 +294,50 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			cpu1, _ := r.usage()
 			sw1 := switches(r.pids())
 			if ctx.Err() != nil {
-				return rep, ctx.Err()
+				return ctx.Err()
 			}
 			rate := float64(ok) / cfg.ConnDuration.Seconds()
-			res.ConnPerS = append(res.ConnPerS, rate)
 			res.ConnFail += failed
+			var per1k float64
 			if ok > 0 {
-				res.CPUPer1k = append(res.CPUPer1k, (cpu1-cpu0).Seconds()/float64(ok)*1000)
-				res.SwitchesPerConn = append(res.SwitchesPerConn, float64(sw1-sw0)/float64(ok))
+				per1k = (cpu1 - cpu0).Seconds() / float64(ok) * 1000
 			}
-			cfg.Log.Info("conn rate", "mode", res.Mode, "run", run+1, "conn_per_s", int(rate), "failed", failed, "first_error", sample)
+			if capped {
+				res.CappedConnPerS = append(res.CappedConnPerS, rate)
+				res.CappedCPUPer1k = append(res.CappedCPUPer1k, per1k)
+			} else {
+				res.ConnPerS = append(res.ConnPerS, rate)
+				if ok > 0 {
+					res.CPUPer1k = append(res.CPUPer1k, per1k)
+					res.SwitchesPerConn = append(res.SwitchesPerConn, float64(sw1-sw0)/float64(ok))
+				}
+			}
+			cfg.Log.Info("conn rate", "mode", res.Mode, "run", run+1, "cpu_cap", capped, "conn_per_s", int(rate),
+				"failed", failed, "first_error", sample)
 			// Let the relays' per-connection state settle between modes.
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
+	return nil
+}
 
-	rep.Elapsed = time.Since(rep.Started)
-	return rep, nil
+// capPhase moves every relay process into cc, limits it to cfg.ConnCPU
+// CPUs for the connection-rate test, and lifts the limit afterwards.
+func capPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*relay, cc *cpuCap) error {
+	for _, r := range relays {
+		var pids []int
+		for _, p := range r.pids() {
+			pids = append(pids, tree(p)...)
+		}
+		if err := cc.add(pids); err != nil {
+			return err
+		}
+	}
+	if err := cc.set(cfg.ConnCPU); err != nil {
+		return fmt.Errorf("set cpu quota: %w", err)
+	}
+	defer cc.set(0)
+	return connPhase(ctx, cfg, rep, relays, true)
 }
 
 // raiseFileLimit raises RLIMIT_NOFILE as far as allowed (relays and the
@@ -313,6 +397,29 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2fx", a/b)
 }
 
+// paired formats the ratios a[i]/b[i] of runs measured side by side
+// (same round) as "median (min-max)".
+func paired(a, b []float64) string {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 && b[i] > 0 {
+			rs = append(rs, a[i]/b[i])
+		}
+	}
+	if len(rs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", median(rs), slices.Min(rs), slices.Max(rs))
+}
+
+func runList(v []float64, format string) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(s, " ")
+}
+
 func num(v float64, format string) string {
 	if v == 0 {
 		return "-"
@@ -351,18 +458,37 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", res.Mode, num(g, "%.2f"), strings.Join(runs, " "), ratio(g, hg), cpuS, cpuR)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| mode | conn/s (median) | vs HAProxy | failed | relay CPU s per 1k conns | vs HAProxy | context switches per conn | vs HAProxy |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs HAProxy | per-run ratio (median, range) | failed | relay CPU s per 1k conns | vs HAProxy | context switches per conn | vs HAProxy |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, res := range r.Results {
 		if len(res.ConnPerS) == 0 {
 			continue
 		}
 		rate, cpu := median(res.ConnPerS), median(res.CPUPer1k)
 		sw := median(res.SwitchesPerConn)
-		fmt.Fprintf(w, "| %s | %.0f | %s | %d | %s | %s | %s | %s |\n", res.Mode, rate, ratio(rate, median(h.ConnPerS)),
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %d | %s | %s | %s | %s |\n", res.Mode, rate, runList(res.ConnPerS, "%.0f"),
+			ratio(rate, median(h.ConnPerS)), paired(res.ConnPerS, h.ConnPerS),
 			res.ConnFail, num(cpu, "%.3f"), ratio(cpu, median(h.CPUPer1k)), num(sw, "%.2f"), ratio(sw, median(h.SwitchesPerConn)))
 	}
 	fmt.Fprintln(w)
+	if r.CapErr != "" {
+		fmt.Fprintf(w, "Conn/s at equal CPU not measured: %s\n\n", r.CapErr)
+	} else if c.ConnCPU > 0 && len(h.CappedConnPerS) > 0 {
+		fmt.Fprintf(w, "Conn/s at equal CPU: every relay held to %.2f CPU (cgroup CPU quota, %v period), same clients; "+
+			"the relay is the bottleneck, so conn/s is its capacity per CPU.\n\n", c.ConnCPU, capPeriod)
+		fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs HAProxy | per-run ratio (median, range) | relay CPU s per 1k conns | vs HAProxy |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
+		for _, res := range r.Results {
+			if len(res.CappedConnPerS) == 0 {
+				continue
+			}
+			rate, cpu := median(res.CappedConnPerS), median(res.CappedCPUPer1k)
+			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s |\n", res.Mode, rate, runList(res.CappedConnPerS, "%.0f"),
+				ratio(rate, median(h.CappedConnPerS)), paired(res.CappedConnPerS, h.CappedConnPerS),
+				num(cpu, "%.3f"), ratio(cpu, median(h.CappedCPUPer1k)))
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "| mode | idle RSS (MB) | vs HAProxy | of which anonymous (MB) | vs HAProxy | RSS per idle flow (KB) | vs HAProxy |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
 	for _, res := range r.Results {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -110,10 +111,10 @@ func FuzzParseSwitches(f *testing.F) {
 
 func TestWriteMarkdownRatios(t *testing.T) {
 	rep := &Report{
-		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10},
+		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10, ConnCPU: 0.5},
 		Results: []*Result{
-			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, SwitchesPerConn: []float64{1}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
-			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, SwitchesPerConn: []float64{2.5, 1.5, 3}, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
+			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, SwitchesPerConn: []float64{1}, CappedConnPerS: []float64{100, 200}, CappedCPUPer1k: []float64{1, 1}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
+			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, SwitchesPerConn: []float64{2.5, 1.5, 3}, CappedConnPerS: []float64{150, 200}, CappedCPUPer1k: []float64{0.5, 0.5}, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
 			{Mode: ModeNginx, Err: "nginx not installed"},
 		},
 	}
@@ -122,7 +123,9 @@ func TestWriteMarkdownRatios(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x | 0.500 | 0.50x |",
-		"| mosto1 | 500 | 0.50x | 0 | 0.400 | 2.00x | 2.50 | 2.50x |",
+		"| mosto1 | 500 | 500 | 0.50x | 0.50x (0.50-0.50) | 0 | 0.400 | 2.00x | 2.50 | 2.50x |",
+		// Capped: medians 175 vs 150; per-run ratios 1.5 and 1.0.
+		"| mosto1 | 175 | 150 200 | 1.17x | 1.25x (1.00-1.50) | 0.500 | 0.50x |",
 		"| mosto1 | 5.0 | 0.50x | 2.0 | 0.50x | 8.0 | 2.00x |",
 		"- nginx: nginx not installed",
 	} {
@@ -166,8 +169,74 @@ func TestRunExternalRelays(t *testing.T) {
 		if len(res.ConnPerS) != 1 || res.ConnPerS[0] <= 0 {
 			t.Errorf("%s: %+v; want one conn/s figure", res.Mode, res)
 		}
+		if root := os.Geteuid() == 0; root && rep.CapErr != "" {
+			t.Errorf("equal-CPU test not run as root: %s", rep.CapErr)
+		} else if root && res.Mode != ModeDirect && (len(res.CappedConnPerS) != 1 || res.CappedConnPerS[0] <= 0) {
+			t.Errorf("%s: capped conn/s %v; want one figure", res.Mode, res.CappedConnPerS)
+		}
 		if res.Mode != ModeDirect && (res.IdleRSS <= 0 || res.IdleFlows != 20) {
 			t.Errorf("%s: idle RSS %d, idle flows %d", res.Mode, res.IdleRSS, res.IdleFlows)
 		}
+	}
+}
+
+func TestRotate(t *testing.T) {
+	rs := []*Result{{Mode: "a"}, {Mode: "b"}, {Mode: "c"}}
+	for run, want := range []string{"abc", "bca", "cab", "abc"} {
+		var got string
+		for _, r := range rotate(rs, run) {
+			got += r.Mode
+		}
+		if got != want {
+			t.Errorf("run %d: order %s, want %s", run, got, want)
+		}
+	}
+	if rs[0].Mode != "a" {
+		t.Error("rotate changed its input")
+	}
+}
+
+// TestCPUCap holds a busy process to 0.2 CPU with the cgroup the
+// equal-CPU connection-rate test uses, and removes the cgroup.
+func TestCPUCap(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	cc, err := newCPUCap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.remove() })
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Process.Kill(); busy.Wait() })
+	if err := cc.add([]int{busy.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.set(0.2); err != nil {
+		t.Fatal(err)
+	}
+	cpu0, _ := usage([]int{busy.Process.Pid})
+	start := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	cpu1, _ := usage([]int{busy.Process.Pid})
+	share := (cpu1 - cpu0).Seconds() / time.Since(start).Seconds()
+	t.Logf("busy process held to %.2f CPU (cap 0.2)", share)
+	if share > 0.3 {
+		t.Errorf("capped busy loop used %.2f CPU; cap 0.2", share)
+	}
+	if share <= 0 {
+		t.Errorf("capped busy loop got no CPU")
+	}
+	if err := cc.set(0); err != nil {
+		t.Fatal(err)
+	}
+	busy.Process.Kill()
+	busy.Wait()
+	if err := cc.remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cc.dir); !os.IsNotExist(err) {
+		t.Errorf("cgroup %s still there: %v", cc.dir, err)
 	}
 }

@@ -1,0 +1,112 @@
+package proxybench
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// cpuCap is a CPU cgroup the relays run in, so the connection-rate test
+// can give every relay the same CPU budget (CFS bandwidth: quota per
+// period). It works with cgroup v2 (cpu.max) and the v1 cpu controller
+// (cpu.cfs_quota_us), and needs write access to the cgroup tree (root).
+type cpuCap struct {
+	dir    string // the cgroup's directory
+	parent string // where its processes go back on remove
+	v2     bool
+}
+
+// capPeriod is the CFS period: short, so a capped relay is throttled in
+// small slices rather than stalled for tens of milliseconds.
+const capPeriod = 10 * time.Millisecond
+
+// newCPUCap creates an unlimited cgroup for the relays.
+func newCPUCap() (*cpuCap, error) {
+	var id [4]byte
+	rand.Read(id[:])
+	name := "mosto-bench-" + hex.EncodeToString(id[:])
+	if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		if !strings.Contains(" "+strings.TrimSpace(string(b))+" ", " cpu ") {
+			return nil, errors.New("cgroup v2 without the cpu controller")
+		}
+		// Child cgroups get the cpu controller only if the root delegates it.
+		if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+cpu"), 0); err != nil {
+			return nil, fmt.Errorf("enable cpu controller: %w", err)
+		}
+		c := &cpuCap{dir: filepath.Join("/sys/fs/cgroup", name), parent: "/sys/fs/cgroup", v2: true}
+		if err := os.Mkdir(c.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create cgroup: %w", err)
+		}
+		return c, nil
+	}
+	root := "/sys/fs/cgroup/cpu"
+	if _, err := os.Stat(filepath.Join(root, "cpu.cfs_quota_us")); err != nil {
+		return nil, errors.New("no cgroup cpu controller (neither v2 nor v1 /sys/fs/cgroup/cpu)")
+	}
+	c := &cpuCap{dir: filepath.Join(root, name), parent: root}
+	if err := os.Mkdir(c.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	return c, nil
+}
+
+// add moves the processes (all their threads) into the cgroup; their
+// children started later inherit it.
+func (c *cpuCap) add(pids []int) error {
+	for _, p := range pids {
+		if err := os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(strconv.Itoa(p)), 0); err != nil {
+			return fmt.Errorf("move pid %d into %s: %w", p, c.dir, err)
+		}
+	}
+	return nil
+}
+
+// set limits the cgroup to cpus CPUs (0: unlimited).
+func (c *cpuCap) set(cpus float64) error {
+	period := capPeriod.Microseconds()
+	quota := int64(cpus * float64(period))
+	if c.v2 {
+		v := fmt.Sprintf("max %d", period)
+		if cpus > 0 {
+			v = fmt.Sprintf("%d %d", quota, period)
+		}
+		return os.WriteFile(filepath.Join(c.dir, "cpu.max"), []byte(v), 0)
+	}
+	if cpus <= 0 {
+		quota = -1
+	}
+	// The quota goes first when it shrinks below the old period's, so the
+	// pair never is invalid in between; -1 is always valid.
+	if err := os.WriteFile(filepath.Join(c.dir, "cpu.cfs_quota_us"), []byte("-1"), 0); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "cpu.cfs_period_us"), []byte(strconv.FormatInt(period, 10)), 0); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(c.dir, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)), 0)
+}
+
+// remove moves any process left back to the parent and deletes the
+// cgroup.
+func (c *cpuCap) remove() error {
+	if b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs")); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			os.WriteFile(filepath.Join(c.parent, "cgroup.procs"), []byte(f), 0)
+		}
+	}
+	// A process that just exited may hold the cgroup briefly.
+	var err error
+	for range 20 {
+		if err = os.Remove(c.dir); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", c.dir, err)
+}
