@@ -474,18 +474,19 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	if r.CapErr != "" {
 		fmt.Fprintf(w, "Conn/s at equal CPU not measured: %s\n\n", r.CapErr)
 	} else if c.ConnCPU > 0 && len(h.CappedConnPerS) > 0 {
-		fmt.Fprintf(w, "Conn/s at equal CPU: every relay held to %.2f CPU (cgroup CPU quota, %v period), same clients; "+
-			"the relay is the bottleneck, so conn/s is its capacity per CPU.\n\n", c.ConnCPU, capPeriod)
-		fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs HAProxy | per-run ratio (median, range) | relay CPU s per 1k conns | vs HAProxy |")
-		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
+		fmt.Fprintf(w, "Conn/s at equal CPU: every relay held to %.2f CPU (cgroup CPU quota, %v period), same clients. "+
+			"Where a relay used its whole budget (CPU used = cap) it was the bottleneck and conn/s is its capacity per CPU; "+
+			"below the cap the machine was too busy to give it that much.\n\n", c.ConnCPU, capPeriod)
+		fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs HAProxy | per-run ratio (median, range) | relay CPU s per 1k conns | vs HAProxy | CPU used (CPUs) |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
 		for _, res := range r.Results {
 			if len(res.CappedConnPerS) == 0 {
 				continue
 			}
 			rate, cpu := median(res.CappedConnPerS), median(res.CappedCPUPer1k)
-			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s |\n", res.Mode, rate, runList(res.CappedConnPerS, "%.0f"),
+			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s | %s |\n", res.Mode, rate, runList(res.CappedConnPerS, "%.0f"),
 				ratio(rate, median(h.CappedConnPerS)), paired(res.CappedConnPerS, h.CappedConnPerS),
-				num(cpu, "%.3f"), ratio(cpu, median(h.CappedCPUPer1k)))
+				num(cpu, "%.3f"), ratio(cpu, median(h.CappedCPUPer1k)), num(rate*cpu/1000, "%.2f"))
 		}
 		fmt.Fprintln(w)
 	}

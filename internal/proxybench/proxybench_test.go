@@ -125,7 +125,7 @@ func TestWriteMarkdownRatios(t *testing.T) {
 		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x | 0.500 | 0.50x |",
 		"| mosto1 | 500 | 500 | 0.50x | 0.50x (0.50-0.50) | 0 | 0.400 | 2.00x | 2.50 | 2.50x |",
 		// Capped: medians 175 vs 150; per-run ratios 1.5 and 1.0.
-		"| mosto1 | 175 | 150 200 | 1.17x | 1.25x (1.00-1.50) | 0.500 | 0.50x |",
+		"| mosto1 | 175 | 150 200 | 1.17x | 1.25x (1.00-1.50) | 0.500 | 0.50x | 0.09 |",
 		"| mosto1 | 5.0 | 0.50x | 2.0 | 0.50x | 8.0 | 2.00x |",
 		"- nginx: nginx not installed",
 	} {

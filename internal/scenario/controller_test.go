@@ -24,8 +24,17 @@ func startWithController(t *testing.T, ctx context.Context, spec *emu.Spec, role
 	if err != nil {
 		t.Fatal(err)
 	}
+	// MOSTO_SCENARIO_DIR keeps the generated files and the processes' logs
+	// (a new directory under it per test) for a post-mortem.
+	dir := t.TempDir()
+	if keep := os.Getenv("MOSTO_SCENARIO_DIR"); keep != "" {
+		if dir, err = os.MkdirTemp(keep, t.Name()+"-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("scenario files and logs in %s", dir)
+	}
 	sc, err := scenario.Start(ctx, w, scenario.Config{
-		Roles: roles, Sizes: sizes, Mosto: []string{exe}, Env: []string{childEnv + "=1"}, Dir: t.TempDir(),
+		Roles: roles, Sizes: sizes, Mosto: []string{exe}, Env: []string{childEnv + "=1"}, Dir: dir,
 		Controller: &scenario.ControllerConfig{ProbeInterval: 2 * time.Second},
 	}, nil)
 	if err != nil {
