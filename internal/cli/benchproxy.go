@@ -24,6 +24,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	parallel := fs.Int("parallel", proxybench.DefaultConnParallel, "parallel clients in the connections-per-second test")
 	payload := fs.Int("payload", proxybench.DefaultConnPayload, "bytes sent per short connection")
 	connCPU := fs.Float64("conn-cpu", proxybench.DefaultConnCPU, "CPU budget per relay (CPUs) for a second connections-per-second test at equal CPU, via a cgroup quota (root); negative skips it")
+	lat := fs.Int("lat-conns", proxybench.DefaultLatConns, "back-to-back connections of one client per mode and run for the time per connection (negative: skip)")
 	idle := fs.Int("idle", proxybench.DefaultIdleConns, "idle flows opened to measure memory per connection (negative: skip)")
 	mosto := fs.String("mosto", "", "mosto binary to run as the proxy (default: this executable)")
 	haproxy := fs.String("haproxy", "", "haproxy binary (default: from PATH)")
@@ -48,6 +49,9 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	if *runs < 1 || *parallel < 1 || *payload < 1 || *connDur <= 0 {
 		return usageErrorf("-runs, -parallel, -payload and -conn-duration must be positive")
 	}
+	if *lat == 0 {
+		*lat = -1
+	}
 	if *connCPU == 0 {
 		*connCPU = -1
 	}
@@ -68,7 +72,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	rep, err := proxybench.Run(ctx, proxybench.Config{
 		Modes: list, Mosto: *mosto, HAProxy: *haproxy, Nginx: *nginx,
 		Bytes: n, Runs: *runs, ConnDuration: *connDur, ConnParallel: *parallel, ConnPayload: *payload,
-		ConnCPU: *connCPU, IdleConns: *idle, Dir: *dir, Log: env.Log,
+		ConnCPU: *connCPU, LatConns: *lat, IdleConns: *idle, Dir: *dir, Log: env.Log,
 	})
 	if rep == nil {
 		return err

@@ -37,6 +37,10 @@ type Config struct {
 
 	IdleConns int // idle flows for memory per connection (default 5000; < 0 skips)
 
+	// LatConns is the number of back-to-back connections of one client
+	// per mode and run in the latency test (default 2000; < 0 skips).
+	LatConns int
+
 	Dir string       `json:"-"` // work directory for configs; "" makes a temporary one
 	Log *slog.Logger `json:"-"` // progress; nil discards
 }
@@ -49,6 +53,7 @@ const (
 	DefaultConnParallel = 16
 	DefaultConnPayload  = 64
 	DefaultIdleConns    = 5000
+	DefaultLatConns     = 2000
 	DefaultConnCPU      = 0.5
 	debianStreamModule  = "/usr/lib/nginx/modules/ngx_stream_module.so"
 )
@@ -73,8 +78,12 @@ type Result struct {
 	// SwitchesPerConn is the relay threads' context switches (voluntary
 	// and not) per connection, per run.
 	SwitchesPerConn []float64
-	IdleFlows       int
-	PerConn         float64 // RSS bytes per idle flow
+	// LatP50 and LatP99 are the median and 99th percentile time per
+	// connection (microseconds) of one client without load, per run.
+	LatP50, LatP99 []float64
+	LatFail        int
+	IdleFlows      int
+	PerConn        float64 // RSS bytes per idle flow
 }
 
 // Report is the outcome of Run.
@@ -108,6 +117,9 @@ func (c *Config) fill() {
 	}
 	if c.IdleConns == 0 {
 		c.IdleConns = DefaultIdleConns
+	}
+	if c.LatConns == 0 {
+		c.LatConns = DefaultLatConns
 	}
 	if c.ConnCPU == 0 {
 		c.ConnCPU = DefaultConnCPU
@@ -209,6 +221,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			res.CPUPerGB = append(res.CPUPerGB, (cpu1-cpu0).Seconds()/(float64(cfg.Bytes)/1e9))
 			cfg.Log.Info("throughput", "mode", res.Mode, "run", run+1, "gbps", fmt.Sprintf("%.2f", gbps),
 				"cpu_s_per_gb", fmt.Sprintf("%.3f", res.CPUPerGB[len(res.CPUPerGB)-1]))
+		}
+	}
+
+	// Time per connection without load.
+	if cfg.LatConns > 0 {
+		if err := latencyPhase(ctx, cfg, rep, relays); err != nil {
+			return rep, err
 		}
 	}
 
@@ -487,6 +506,36 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s | %s |\n", res.Mode, rate, runList(res.CappedConnPerS, "%.0f"),
 				ratio(rate, median(h.CappedConnPerS)), paired(res.CappedConnPerS, h.CappedConnPerS),
 				num(cpu, "%.3f"), ratio(cpu, median(h.CappedCPUPer1k)), num(rate*cpu/1000, "%.2f"))
+		}
+		fmt.Fprintln(w)
+	}
+	if c.LatConns > 0 {
+		fmt.Fprintf(w, "Time per connection, one client, %d connections back to back per mode and run (dial, %d bytes, half-close, 8-byte reply, close); "+
+			"medians over the runs of each run's percentile; added = over direct.\n\n", c.LatConns, c.ConnPayload)
+		fmt.Fprintln(w, "| mode | p50 (us) | added (us) | vs HAProxy (added) | p99 (us) | added (us) | vs HAProxy (added) | failed |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+		var d50, d99 float64
+		if d := r.find(ModeDirect); d != nil {
+			d50, d99 = median(d.LatP50), median(d.LatP99)
+		}
+		added := func(v, base float64) float64 {
+			if v == 0 || base == 0 {
+				return 0
+			}
+			return v - base
+		}
+		h50, h99 := added(median(h.LatP50), d50), added(median(h.LatP99), d99)
+		for _, res := range r.Results {
+			if len(res.LatP50) == 0 {
+				continue
+			}
+			p50, p99 := median(res.LatP50), median(res.LatP99)
+			a50, a99 := added(p50, d50), added(p99, d99)
+			if res.Mode == ModeDirect {
+				a50, a99 = 0, 0
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %s | %s | %d |\n", res.Mode, p50, num(a50, "%.0f"), ratio(a50, h50),
+				p99, num(a99, "%.0f"), ratio(a99, h99), res.LatFail)
 		}
 		fmt.Fprintln(w)
 	}
