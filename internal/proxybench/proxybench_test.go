@@ -113,11 +113,13 @@ func TestWriteMarkdownRatios(t *testing.T) {
 	rep := &Report{
 		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10, ConnCPU: 0.5},
 		Results: []*Result{
-			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, SwitchesPerConn: []float64{1}, CappedConnPerS: []float64{100, 200}, CappedCPUPer1k: []float64{1, 1}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
-			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, SwitchesPerConn: []float64{2.5, 1.5, 3}, CappedConnPerS: []float64{150, 200}, CappedCPUPer1k: []float64{0.5, 0.5}, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
+			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, SwitchesPerConn: []float64{1}, CappedConnPerS: []float64{100, 200}, CappedCPUPer1k: []float64{1, 1}, LatP50: []float64{300}, LatP99: []float64{900}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
+			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, SwitchesPerConn: []float64{2.5, 1.5, 3}, CappedConnPerS: []float64{150, 200}, CappedCPUPer1k: []float64{0.5, 0.5}, LatP50: []float64{200, 210, 150}, LatP99: []float64{500}, LatFail: 2, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
 			{Mode: ModeNginx, Err: "nginx not installed"},
+			{Mode: ModeDirect, LatP50: []float64{100}, LatP99: []float64{300}},
 		},
 	}
+	rep.Config.LatConns = 10
 	var b bytes.Buffer
 	rep.WriteMarkdown(&b)
 	out := b.String()
@@ -128,6 +130,9 @@ func TestWriteMarkdownRatios(t *testing.T) {
 		"| mosto1 | 175 | 150 200 | 1.17x | 1.25x (1.00-1.50) | 0.500 | 0.50x | 0.09 |",
 		"| mosto1 | 5.0 | 0.50x | 2.0 | 0.50x | 8.0 | 2.00x |",
 		"- nginx: nginx not installed",
+		// Added over direct: p50 100 vs HAProxy's 200, p99 200 vs 600.
+		"| mosto1 | 200 | 100 | 0.50x | 500 | 200 | 0.33x | 2 |",
+		"| direct | 100 | - | - | 300 | - | - | 0 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -147,7 +152,7 @@ func TestRunExternalRelays(t *testing.T) {
 	defer cancel()
 	rep, err := Run(ctx, Config{
 		Modes: []string{ModeDirect, ModeHAProxy, ModeHAProxy3, ModeNginx}, Bytes: 20e6, Runs: 1,
-		ConnDuration: 200 * time.Millisecond, ConnParallel: 2, IdleConns: 20, Dir: t.TempDir(),
+		ConnDuration: 200 * time.Millisecond, ConnParallel: 2, IdleConns: 20, LatConns: 20, Dir: t.TempDir(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +164,9 @@ func TestRunExternalRelays(t *testing.T) {
 		}
 		if len(res.Gbps) != 1 || res.Gbps[0] <= 0 {
 			t.Errorf("%s: %+v; want one throughput figure", res.Mode, res)
+		}
+		if len(res.LatP50) != 1 || res.LatP50[0] <= 0 || res.LatP99[0] < res.LatP50[0] {
+			t.Errorf("%s: latency p50 %v p99 %v; want one run, p99 >= p50 > 0", res.Mode, res.LatP50, res.LatP99)
 		}
 		if res.Mode == ModeHAProxy3 {
 			if len(res.ConnPerS) != 0 || res.IdleRSS <= 0 {
