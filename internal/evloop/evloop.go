@@ -23,6 +23,13 @@ const (
 	ConnectFailed
 	// Aborted: ResetAll ended the flow.
 	Aborted
+	// Incomplete: a Head the handler asked more of (ErrMore) did not come
+	// whole: the wait ran out (the error is os.ErrDeadlineExceeded), the
+	// client closed (io.EOF if it sent nothing since the head's wait began,
+	// else io.ErrUnexpectedEOF) or the head outgrew a buffer
+	// (ErrHeadTooLarge). The client was reset, except after io.EOF (a
+	// plain close).
+	Incomplete
 )
 
 func (o Outcome) String() string {
@@ -37,6 +44,8 @@ func (o Outcome) String() string {
 		return "connect_failed"
 	case Aborted:
 		return "aborted"
+	case Incomplete:
+		return "incomplete"
 	}
 	return "unknown"
 }
@@ -94,8 +103,27 @@ type Upstream struct {
 	FastOpen bool
 	// Wait: no upstream yet (FD is ignored). The loop waits up to Wait for
 	// the client's first bytes (or its EOF), then asks Handler.Dial, so the
-	// bytes can ride in a Fast Open SYN.
+	// bytes can ride in a Fast Open SYN. Dial may answer another Wait: a
+	// new wait (new deadline) begins, and Dial is asked again at once if
+	// client bytes are left.
 	Wait time.Duration
+	// Head (with Wait): the client's first bytes are a head (a header, a
+	// handshake) the handler must see whole before it picks the upstream.
+	// Dial is called each time more bytes arrived and may answer ErrMore to
+	// have the loop read on, under the same deadline, up to one buffer
+	// (Config.BufSize). Dial is never called for a head with nothing new:
+	// if the wait runs out, the client closes or the buffer fills first,
+	// the flow ends as Incomplete.
+	Head bool
+	// Consume (from Dial): the first Consume client bytes read so far were
+	// the head; they are dropped, not sent upstream nor counted. The rest
+	// follow the Prefix.
+	Consume int
+	// Reply (from Dial): bytes written to the client at once, before
+	// anything else (a handshake's answer, not counted in Stats.Down). It
+	// must fit the client socket's send buffer: a short write resets the
+	// flow.
+	Reply []byte
 	// Retry: if the upstream fails before any byte was written to it
 	// (connect refused or timed out, or the first write failed), the loop
 	// asks Handler.Retry for another one instead of failing the flow.
@@ -111,7 +139,7 @@ type Stats struct {
 // Handover is a flow the loop gives up, with what it still held.
 type Handover struct {
 	Down   int       // the client's socket, now the handler's
-	Up     int       // the upstream socket, now the handler's (owned by UpConn if set)
+	Up     int       // the upstream socket, now the handler's (owned by UpConn if set); -1: none (ErrTaken from Dial)
 	UpConn io.Closer // Upstream.Conn of the flow, if any
 	ToUp   []byte    // client bytes read but not yet written upstream (a copy)
 	ToDown []byte    // upstream bytes read but not yet written to the client (a copy)
@@ -120,8 +148,18 @@ type Handover struct {
 
 // ErrTaken, returned by Handler.Open, means the handler took the accepted
 // socket for itself (it serves the connection some other way); the loop
-// forgets it.
+// forgets it. Returned by Handler.Dial, it has the loop give the flow up
+// with Handler.Handover: Up is -1 (no upstream yet) and ToUp holds every
+// client byte the loop read (the head included: Consume does not apply).
 var ErrTaken = errors.New("evloop: connection taken by the handler")
+
+// ErrMore, returned by Handler.Dial for a Head, asks the loop to read more
+// of the client's bytes and call Dial again when they arrive.
+var ErrMore = errors.New("evloop: need more bytes")
+
+// ErrHeadTooLarge ends a flow as Incomplete whose head filled a whole
+// buffer while Dial still asked for more.
+var ErrHeadTooLarge = errors.New("evloop: head larger than a buffer")
 
 // Handler decides what each accepted connection is for. Its methods run on
 // a loop's thread and must not block.
@@ -139,14 +177,16 @@ type Handler interface {
 	Retry(state any, failed error) (Upstream, error)
 	// Dial is called for a flow whose Upstream asked to Wait, once the
 	// client's first bytes (first holds them, possibly none if the wait
-	// ran out or the client half-closed) are in. An error ends the flow
+	// ran out or the client half-closed) are in. first is the loop's
+	// buffer: valid only during the call. ErrMore (for a Head) reads on,
+	// ErrTaken gives the flow up (Handover), another error ends the flow
 	// with ConnectFailed.
 	Dial(state any, first []byte) (Upstream, error)
 	// Done is called once for every opened flow that ends in a loop, after
 	// both sockets are closed.
 	Done(state any, o Outcome, st Stats, err error)
-	// Handover is called instead of Done for a flow that turned bulk; the
-	// handler owns both sockets from now on. It must not block: start a
-	// goroutine for the copy.
+	// Handover is called instead of Done for a flow that turned bulk, or
+	// one Dial gave up (ErrTaken, with Up -1); the handler owns the
+	// sockets from now on. It must not block: start a goroutine.
 	Handover(state any, h Handover)
 }

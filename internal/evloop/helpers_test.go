@@ -57,6 +57,9 @@ type testHandler struct {
 	retry func(rec *flowRec, failed error) (Upstream, error)
 	// dial, if set, serves Handler.Dial; nil fails it.
 	dial func(rec *flowRec, first []byte) (Upstream, error)
+	// taken, if set, gets a flow Dial took (ErrTaken: Handover with no
+	// upstream); it owns ho.Down.
+	taken func(rec *flowRec, ho Handover)
 
 	nextID atomic.Int64
 	copies sync.WaitGroup // handed-over copies
@@ -140,6 +143,15 @@ func (h *testHandler) Handover(state any, ho Handover) {
 	h.mu.Lock()
 	h.handovers++
 	h.mu.Unlock()
+	if ho.Up < 0 {
+		if h.taken == nil {
+			h.t.Errorf("handover without an upstream, and no taken hook")
+			unix.Close(ho.Down)
+			return
+		}
+		h.taken(rec, ho)
+		return
+	}
 	h.copies.Add(1)
 	go h.finishCopy(rec, ho)
 }

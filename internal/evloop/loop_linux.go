@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -198,8 +199,12 @@ type flow struct {
 	sent     int
 	// waiting: no upstream yet, until the client's first bytes arrive or
 	// waitUntil (unix ns) passes (Upstream.Wait).
-	waiting    bool
-	waitUntil  int64
+	waiting   bool
+	waitUntil int64
+	// head: the wait is for a head (Upstream.Head); seen is how many
+	// client bytes Dial saw when it last asked for more.
+	head       bool
+	seen       int
 	connStart  int64
 	st         Stats
 	last       int64
@@ -220,6 +225,13 @@ func (h *half) done() bool    { return h.eof && h.drained() && h.shut }
 
 // queue is a list of flows in deadline order (oldest first).
 type queue struct{ head, tail *flow }
+
+// waitQueue holds the flows waiting for their client's first bytes for the
+// same duration d, so it is in deadline order.
+type waitQueue struct {
+	d int64
+	queue
+}
 
 func (q *queue) push(f *flow) {
 	f.q, f.prev, f.next = q, q.tail, nil
@@ -264,7 +276,9 @@ type loop struct {
 	lns    []lnEntry
 	connq  queue // connecting upstreams, by start
 	idleq  queue // open flows, by last progress
-	waitq  queue // flows waiting for the client's first bytes, by deadline
+	// waitqs: flows waiting for the client's first bytes, one queue per
+	// wait duration (a handful: early data, header, pool grant).
+	waitqs []*waitQueue
 	bufs   [][]byte
 	sa     unix.RawSockaddrAny
 	now    int64
@@ -345,8 +359,10 @@ func (l *loop) timeout() int {
 	if f := l.connq.head; f != nil {
 		at(f.connStart + int64(l.cfg.ConnectTimeout))
 	}
-	if f := l.waitq.head; f != nil {
-		at(f.waitUntil)
+	for _, q := range l.waitqs {
+		if f := q.head; f != nil {
+			at(f.waitUntil)
+		}
 	}
 	if f := l.idleq.head; f != nil && l.cfg.Idle > 0 {
 		at(f.last + int64(l.cfg.Idle))
@@ -484,8 +500,7 @@ func (l *loop) start(fd int, u Upstream, state any) {
 	l.nflows++
 	l.ls.flows.Add(1)
 	if u.Wait > 0 {
-		f.waiting, f.waitUntil = true, l.now+int64(u.Wait)
-		l.waitq.push(f)
+		l.waitFor(f, u)
 		if err := l.register(f, down); err != nil {
 			l.finish(f, Reset, err)
 		}
@@ -501,18 +516,118 @@ func (l *loop) start(fd int, u Upstream, state any) {
 	}
 }
 
-// dial ends a flow's wait for the client's first bytes: the handler opens
-// the upstream now.
-func (l *loop) dial(f *flow) {
-	l.waitq.remove(f)
-	f.waiting = false
-	h := &f.d[down]
-	var first []byte
-	if h.buf != nil {
-		first = h.buf[h.off:h.end]
+// waitFor makes f wait up to u.Wait for its client's first bytes (a new
+// deadline).
+func (l *loop) waitFor(f *flow, u Upstream) {
+	if f.q != nil {
+		f.q.remove(f)
 	}
-	u, err := l.ls.h.Dial(f.state, first)
-	l.useUpstream(f, u, err)
+	f.waiting, f.head, f.seen = true, u.Head, 0
+	d := int64(u.Wait)
+	f.waitUntil = l.now + d
+	i := slices.IndexFunc(l.waitqs, func(q *waitQueue) bool { return q.d == d })
+	if i < 0 {
+		i = len(l.waitqs)
+		l.waitqs = append(l.waitqs, &waitQueue{d: d})
+	}
+	l.waitqs[i].push(f)
+}
+
+// dial asks the handler for the upstream of a waiting flow: client bytes
+// arrived, the client half-closed, or (timedOut) the wait ran out.
+func (l *loop) dial(f *flow, timedOut bool) {
+	h := &f.d[down]
+	for f.waiting {
+		var first []byte
+		if h.buf != nil {
+			first = h.buf[h.off:h.end]
+		}
+		if f.head && len(first) == f.seen {
+			// Nothing new for a head: it can only end here.
+			switch {
+			case timedOut:
+				l.finish(f, Incomplete, os.ErrDeadlineExceeded)
+			case h.eof && len(first) == 0:
+				l.finish(f, Incomplete, io.EOF)
+			case h.eof:
+				l.finish(f, Incomplete, io.ErrUnexpectedEOF)
+			}
+			return
+		}
+		u, err := l.ls.h.Dial(f.state, first)
+		switch {
+		case err == nil:
+		case f.head && errors.Is(err, ErrMore):
+			f.seen = len(first)
+			if h.buf != nil && h.end == len(h.buf) {
+				l.finish(f, Incomplete, ErrHeadTooLarge)
+				return
+			}
+			continue // ends the flow now if it timed out or closed
+		case errors.Is(err, ErrTaken):
+			l.take(f)
+			return
+		default:
+			l.finish(f, ConnectFailed, err)
+			return
+		}
+		if err := l.headDone(f, u); err != nil {
+			l.finish(f, Reset, err)
+			return
+		}
+		if u.Wait > 0 {
+			l.waitFor(f, u)
+			timedOut = false
+			if h.end == h.off && !h.eof {
+				return // nothing yet for the new wait
+			}
+			continue
+		}
+		f.q.remove(f)
+		f.waiting, f.head = false, false
+		l.useUpstream(f, u, nil)
+		return
+	}
+}
+
+// headDone drops the client bytes Dial consumed and writes its reply.
+func (l *loop) headDone(f *flow, u Upstream) error {
+	h := &f.d[down]
+	if u.Consume > 0 {
+		if u.Consume > h.end-h.off {
+			return fmt.Errorf("evloop: consume %d bytes of %d read", u.Consume, h.end-h.off)
+		}
+		// Keep the rest at the buffer's start: a head that follows may
+		// use all of it.
+		n := copy(h.buf, h.buf[h.off+u.Consume:h.end])
+		h.off, h.end = 0, n
+	}
+	for len(u.Reply) > 0 {
+		n, e := rawWrite(f.fd[down], u.Reply)
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e != 0:
+			return fmt.Errorf("write reply: %w", e)
+		case n < len(u.Reply):
+			return fmt.Errorf("write reply: %d of %d bytes fit", n, len(u.Reply))
+		}
+		break
+	}
+	return nil
+}
+
+// take gives up a waiting flow the handler took (ErrTaken from Dial):
+// Handover with the client's socket and every byte read, no upstream.
+func (l *loop) take(f *flow) {
+	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, f.fd[down], nil)
+	ho := Handover{Down: f.fd[down], Up: -1, Stats: f.st}
+	if x := &f.d[down]; x.end > x.off {
+		ho.ToUp = append([]byte(nil), x.buf[x.off:x.end]...)
+	}
+	state := f.state
+	l.freeFlow(f)
+	l.ls.h.Handover(state, ho)
 }
 
 // useUpstream installs the upstream the handler gave (Dial, Retry) and
@@ -669,8 +784,8 @@ func (l *loop) flowEvent(ev *unix.EpollEvent) {
 	}
 	l.pump(f)
 	if f.waiting && !f.ended {
-		if h := &f.d[down]; h.end > h.off || h.eof {
-			l.dial(f)
+		if h := &f.d[down]; h.end-h.off > f.seen || h.eof {
+			l.dial(f, false)
 		}
 	}
 }
@@ -943,7 +1058,7 @@ func (l *loop) closeUp(f *flow, reset bool) {
 // finish closes both sockets (resetting them unless o is OK) and reports
 // the flow's end.
 func (l *loop) finish(f *flow, o Outcome, err error) {
-	reset := o != OK
+	reset := o != OK && !(o == Incomplete && err == io.EOF)
 	if reset {
 		setLingerZero(f.fd[down])
 	}
@@ -973,8 +1088,10 @@ func (l *loop) handOver(f *flow) {
 // sweep ends flows past their connect or idle deadline and resumes
 // paused listeners.
 func (l *loop) sweep() {
-	for f := l.waitq.head; f != nil && l.now >= f.waitUntil; f = l.waitq.head {
-		l.dial(f)
+	for _, q := range l.waitqs {
+		for f := q.head; f != nil && l.now >= f.waitUntil; f = q.head {
+			l.dial(f, true)
+		}
 	}
 	ct := int64(l.cfg.ConnectTimeout)
 	for f := l.connq.head; f != nil && l.now-f.connStart >= ct; f = l.connq.head {

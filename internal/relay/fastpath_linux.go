@@ -24,19 +24,27 @@ import (
 // once by the goroutine path
 // (evloop.ErrTaken), exactly as if the accept goroutine had accepted them.
 
-// loopFlow is a service flow carried by a loop.
+// loopFlow is a service or hop flow carried by a loop.
 type loopFlow struct {
 	l      *listener
 	fd     int // the client's socket
 	src    netip.AddrPort
 	in     Intent
+	role   string // roleInP; a hop flow's roleTrP/roleEgP once its header is read
+	active bool   // counted in the role's active flows
 	peer   string // metrics label of the upstream: a member or "origin"
 	hop    bool   // the upstream is the first hop of a chain
 	header []byte // the hop header sent to it
 	pooled bool
-	// A Fast Open dial waits for the client's first bytes (Dial).
+	// A Fast Open dial waits for the client's first bytes (Dial); a hop
+	// flow's retry dials here again with prefix.
 	dialTo netip.AddrPort
 	prefix []byte
+	// Hop flows (hoploop_linux.go).
+	phase   hopPhase
+	refused bool        // counted as a refusal already
+	headLen int         // bytes of the hop header (and pool hello) read
+	taken   *hop.Header // the header of a flow given to the goroutine path
 }
 
 // errLoopRefused ends a connection the handler refused (already counted).
@@ -63,7 +71,7 @@ func (s *Server) startLoops() error {
 	}
 	var svc []*listener
 	for _, l := range s.listeners {
-		if l.kind == kindService {
+		if l.kind == kindService || l.kind == kindHop {
 			svc = append(svc, l)
 		}
 	}
@@ -107,7 +115,7 @@ func (s *Server) startLoops() error {
 		l.ln.Close()
 	}
 	s.loops.Store(ls)
-	s.log.Info("event loops serving service listeners", "loops", n)
+	s.log.Info("event loops serving service and hop listeners", "loops", n)
 	return nil
 }
 
@@ -125,10 +133,11 @@ func (s *Server) noDelay() bool {
 }
 
 // Open implements evloop.Handler: admission, then the chain or origin of a
-// service flow.
+// service flow, or the wait for a hop flow's header.
 func (s *Server) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any, error) {
 	l := tag.(*listener)
-	if reason := s.limits.acquire(src.Addr(), false); reason != "" {
+	isHop := l.kind == kindHop
+	if reason := s.limits.acquire(src.Addr(), isHop); reason != "" {
 		s.m.refusals.WithLabelValues(reason).Inc()
 		s.refLog.refused(reason, src, nil)
 		return evloop.Upstream{}, nil, errLoopRefused
@@ -137,13 +146,16 @@ func (s *Server) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any
 	if ka := s.cfg.Socket.KeepAlive; ka > 0 {
 		setKeepAlive(fd, time.Duration(ka))
 	}
+	if isHop {
+		return s.openHop(l, fd, src)
+	}
 	t, err := ParseTarget(l.service.Origin)
 	if err != nil { // Validate checked it
 		s.m.refusals.WithLabelValues(refuseEntryProto).Inc()
-		s.loopRelease(src)
+		s.loopRelease(src, false)
 		return evloop.Upstream{}, nil, errLoopRefused
 	}
-	fl := &loopFlow{l: l, fd: fd, src: src, in: Intent{Target: t, Size: int64(l.service.Size), Client: src}}
+	fl := &loopFlow{l: l, fd: fd, src: src, role: roleInP, in: Intent{Target: t, Size: int64(l.service.Size), Client: src}}
 	u, err := s.loopUpstream(fl)
 	if errors.Is(err, errLoopTake) {
 		return evloop.Upstream{}, nil, s.takeFromLoop(l, fd, src)
@@ -153,10 +165,11 @@ func (s *Server) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any
 		if !errors.Is(err, errPolicy) {
 			s.endFlow(roleInP, outcomeDialError)
 		}
-		s.loopRelease(src)
+		s.loopRelease(src, false)
 		return evloop.Upstream{}, nil, err
 	}
 	s.m.roles[roleInP].active.Inc()
+	fl.active = true
 	return u, fl, nil
 }
 
@@ -325,6 +338,9 @@ func (s *Server) fastOpenWait(fl *loopFlow) (evloop.Upstream, error) {
 // for its first bytes. A first hop that fails goes direct (Retry).
 func (s *Server) Dial(state any, first []byte) (evloop.Upstream, error) {
 	fl := state.(*loopFlow)
+	if fl.l.kind == kindHop {
+		return s.hopDial(fl, first)
+	}
 	// With nothing to send (no header, a silent client) a Fast Open SYN
 	// would wait for bytes that may never come: connect now instead.
 	tfo := len(fl.prefix) > 0 || len(first) > 0
@@ -379,6 +395,9 @@ func setKeepAlive(fd int, d time.Duration) {
 // direct, as on the goroutine path).
 func (s *Server) Retry(state any, failed error) (evloop.Upstream, error) {
 	fl := state.(*loopFlow)
+	if fl.l.kind == kindHop {
+		return s.hopRetry(fl, failed)
+	}
 	s.log.Debug("upstream failed before the first byte, retrying", "peer", fl.peer, "pooled", fl.pooled, "err", failed)
 	wasPooled := fl.pooled
 	fl.pooled = false
@@ -405,8 +424,18 @@ func (s *Server) Retry(state any, failed error) (evloop.Upstream, error) {
 // Done implements evloop.Handler.
 func (s *Server) Done(state any, o evloop.Outcome, st evloop.Stats, err error) {
 	fl := state.(*loopFlow)
-	rm := s.m.roles[roleInP]
-	rm.active.Dec()
+	isHop := fl.l.kind == kindHop
+	if fl.role == "" { // a hop flow that ended before its header was served
+		if !fl.refused {
+			s.hopHeadEnded(fl, o, err)
+		}
+		s.loopRelease(fl.src, isHop)
+		return
+	}
+	rm := s.m.roles[fl.role]
+	if fl.active {
+		rm.active.Dec()
+	}
 	rm.up.Add(float64(st.Up))
 	rm.down.Add(float64(st.Down))
 	if st.Connect > 0 && fl.peer != "" {
@@ -426,15 +455,16 @@ func (s *Server) Done(state any, o evloop.Outcome, st evloop.Stats, err error) {
 	if err != nil {
 		s.log.Debug("flow ended", "client", fl.src.String(), "target", fl.in.Target.String(), "outcome", outcome, "err", err)
 	}
-	if !errors.Is(err, errPolicy) { // a refusal, counted as such
-		s.endFlow(roleInP, outcome)
+	if !errors.Is(err, errPolicy) && !fl.refused { // a refusal, counted as such
+		s.endFlow(fl.role, outcome)
 	}
-	s.loopRelease(fl.src)
+	s.loopRelease(fl.src, isHop)
 }
 
-// loopRelease releases what Open took for a flow.
-func (s *Server) loopRelease(src netip.AddrPort) {
-	s.limits.release(src.Addr(), false)
+// loopRelease releases what Open took for a flow (hop: from the hop
+// listener).
+func (s *Server) loopRelease(src netip.AddrPort, hop bool) {
+	s.limits.release(src.Addr(), hop)
 	s.wg.Done()
 }
 
@@ -456,10 +486,10 @@ func (s *Server) takeFromLoop(l *listener, fd int, src netip.AddrPort) error {
 	if err != nil {
 		evloop.ResetClose(fd)
 		s.log.Warn("take flow from loop", "err", err)
-		s.loopRelease(src)
+		s.loopRelease(src, false)
 		return evloop.ErrTaken
 	}
-	s.dispatch(handshakeJob{l, c, src})
+	s.dispatch(handshakeJob{l: l, c: c, src: src})
 	return evloop.ErrTaken
 }
 
@@ -467,8 +497,14 @@ func (s *Server) takeFromLoop(l *listener, fd int, src netip.AddrPort) error {
 // goroutine path, which splices.
 func (s *Server) Handover(state any, h evloop.Handover) {
 	fl := state.(*loopFlow)
-	rm := s.m.roles[roleInP]
-	rm.active.Dec()
+	if h.Up < 0 { // a hop flow Dial gave up (ErrTaken)
+		s.takeHop(fl, h)
+		return
+	}
+	rm := s.m.roles[fl.role]
+	if fl.active {
+		rm.active.Dec()
+	}
 	rm.up.Add(float64(h.Stats.Up))
 	rm.down.Add(float64(h.Stats.Down))
 	if h.Stats.Connect > 0 && fl.peer != "" {
@@ -491,8 +527,8 @@ func (s *Server) Handover(state any, h evloop.Handover) {
 			evloop.ResetClose(h.Up)
 		}
 		s.log.Warn("hand bulk flow over", "err", err)
-		s.endFlow(roleInP, outcomeReset)
-		s.loopRelease(fl.src)
+		s.endFlow(fl.role, outcomeReset)
+		s.loopRelease(fl.src, fl.l.kind == kindHop)
 		return
 	}
 	s.track(down)
@@ -504,7 +540,7 @@ func (s *Server) Handover(state any, h evloop.Handover) {
 // held, then the goroutine path's copy.
 func (s *Server) bulkFlow(fl *loopFlow, down, up *net.TCPConn, toUp, toDown []byte) {
 	defer s.endConn(fl.l, down, fl.src)
-	rm := s.m.roles[roleInP]
+	rm := s.m.roles[fl.role]
 	for _, w := range []struct {
 		c *net.TCPConn
 		b []byte
@@ -517,12 +553,12 @@ func (s *Server) bulkFlow(fl *loopFlow, down, up *net.TCPConn, toUp, toDown []by
 			s.untrack(up)
 			resetClose(up)
 			resetClose(down)
-			s.endFlow(roleInP, outcomeReset)
+			s.endFlow(fl.role, outcomeReset)
 			return
 		}
 		w.c.SetWriteDeadline(time.Time{})
 	}
 	rm.up.Add(float64(len(toUp)))
 	rm.down.Add(float64(len(toDown)))
-	s.relay(roleInP, down, up)
+	s.relay(fl.role, down, up)
 }

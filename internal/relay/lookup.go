@@ -101,7 +101,7 @@ func (s *Server) openViaLoP(in Intent, egp string, early []byte) (*net.TCPConn, 
 // header with the whole route and forwards the flow as its first TrP. The
 // completed header carries no lookup, so no later hop asks again: a flow
 // meets at most one LoP.
-func (s *Server) completeRoute(c *net.TCPConn, src netip.AddrPort, h *hop.Header, log *slog.Logger) (string, *net.TCPConn) {
+func (s *Server) completeRoute(c *net.TCPConn, src netip.AddrPort, h *hop.Header, log *slog.Logger, early []byte) (string, *net.TCPConn) {
 	if len(h.Route) != 2 || h.Hop != 1 {
 		s.refuse(refuseLookupInvalid, c, src, fmt.Errorf("lookup with route %v hop %d: only an InP asks its first hop", h.Route, h.Hop))
 		return "", nil
@@ -118,7 +118,7 @@ func (s *Server) completeRoute(c *net.TCPConn, src netip.AddrPort, h *hop.Header
 			s.refuse(refusePolicy, c, src, err)
 			return "", nil
 		}
-		return roleEgP, s.exit(c, roleEgP, t, h.Source, h.Dest, log)
+		return roleEgP, s.exit(c, roleEgP, t, h.Source, h.Dest, log, early)
 	}
 	if _, ok := s.member(egp); !ok {
 		s.refuse(refuseNotMember, c, src, fmt.Errorf("lookup of EgP %q", egp))
@@ -131,7 +131,7 @@ func (s *Server) completeRoute(c *net.TCPConn, src netip.AddrPort, h *hop.Header
 	fwd := *h
 	fwd.Route, fwd.Hop, fwd.Lookup, fwd.Time = route, 2, "", time.Now()
 	log.Debug("route completed", "inp", inp, "egp", egp, "route", route, "result", result)
-	return roleTrP, s.forward(c, roleTrP, next, addr, &fwd, log)
+	return roleTrP, s.forward(c, roleTrP, next, addr, &fwd, log, early)
 }
 
 // completion returns the route [inp, self, ..., egp] for a flow of size

@@ -127,6 +127,11 @@ func TestMemberIdleOnlyForMembers(t *testing.T) {
 			}
 		})
 	}
+	// A loop counts the refusal right after it closed the connection.
+	waitFor(t, 2*time.Second, "one header timeout (the non-member)", func() bool {
+		return refusals(b.Server, refuseHeaderTimeout) == 1
+	})
+	time.Sleep(50 * time.Millisecond)
 	if n := refusals(b.Server, refuseHeaderTimeout); n != 1 {
 		t.Errorf("header timeouts = %v; want 1 (the non-member)", n)
 	}

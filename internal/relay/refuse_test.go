@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -32,11 +33,18 @@ func signed(t *testing.T, kr *hop.Keyring, route []string, hopIdx int, target st
 
 // TestRefusals sends hostile hop headers to the transit and egress
 // proxies: each must be refused with the right counter, the connection
-// closed promptly, and the daemons must keep serving.
+// closed promptly, and the daemons must keep serving; the same with the
+// hop listener on the event loops and on goroutines.
 func TestRefusals(t *testing.T) {
+	for _, loops := range []int{0, -1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) { testRefusals(t, loops) })
+	}
+}
+
+func testRefusals(t *testing.T, loops int) {
 	leakCheck(t)
 	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Header = Duration(time.Second) },
+	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Header = Duration(time.Second); c.Loops = loops },
 		func(s *Server) { s.res = fakeResolver{"mail.example.com": {netip.MustParseAddr("10.0.0.25")}} })
 	kr := testKeyring(t)
 	other, err := hop.NewKeyring(hop.Key{ID: 1, Secret: []byte("another secret of 32 bytes......")}, nil)

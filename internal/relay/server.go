@@ -611,7 +611,7 @@ func (s *Server) acceptLoop(wg *sync.WaitGroup, l *listener, fatal chan<- error)
 			continue
 		}
 		s.wg.Add(1)
-		s.dispatch(handshakeJob{l, c, src})
+		s.dispatch(handshakeJob{l: l, c: c, src: src})
 	}
 }
 
@@ -620,6 +620,10 @@ type handshakeJob struct {
 	l   *listener
 	c   *net.TCPConn
 	src netip.AddrPort
+	// A hop flow an event loop gave up after reading its header (checked,
+	// not replayed): h and the bytes that followed it.
+	h     *hop.Header
+	early []byte
 }
 
 // maxIdleWorkers bounds the handshake workers kept waiting for work.
@@ -644,7 +648,7 @@ func (s *Server) dispatch(j handshakeJob) {
 func (s *Server) handshakeWorker(j handshakeJob) {
 	defer s.workerWG.Done()
 	for {
-		s.serveConn(j.l, j.c, j.src)
+		s.serveConn(j)
 		if s.idleWorkers.Add(1) > maxIdleWorkers {
 			s.idleWorkers.Add(-1)
 			return
@@ -662,16 +666,20 @@ func (s *Server) handshakeWorker(j handshakeJob) {
 // serveConn runs the accept-side protocol of one connection (header or
 // entry protocol, chain choice, dial) on a handshake worker, then hands the
 // flow to its own goroutine for the copy phase.
-func (s *Server) serveConn(l *listener, c *net.TCPConn, src netip.AddrPort) {
+func (s *Server) serveConn(j handshakeJob) {
+	l, c, src := j.l, j.c, j.src
 	s.track(c)
 	if nd := s.cfg.Socket.NoDelay; nd != nil {
 		c.SetNoDelay(*nd)
 	}
 	var role string
 	var up *net.TCPConn
-	if l.kind == kindHop {
+	switch {
+	case j.h != nil:
+		role, up = s.hopOnward(c, src, j.h, j.early)
+	case l.kind == kindHop:
 		role, up = s.serveHop(c, src)
-	} else {
+	default:
 		role, up = roleInP, s.serveEntry(l, c, src)
 	}
 	if up == nil { // refused or failed: already counted and closed
@@ -758,13 +766,20 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPC
 		return "", nil
 	}
 	c.SetReadDeadline(time.Time{})
+	return s.hopOnward(c, src, h, nil)
+}
+
+// hopOnward serves a hop flow whose header h was read and checked: forward
+// it to the next member or, as EgP, to the origin. early holds the flow's
+// bytes read after the header; they go first.
+func (s *Server) hopOnward(c *net.TCPConn, src netip.AddrPort, h *hop.Header, early []byte) (string, *net.TCPConn) {
 	if h.Hop == 0 || h.Route[h.Hop] != s.self {
 		s.refuse(refuseNotSelf, c, src, fmt.Errorf("route %v hop %d", h.Route, h.Hop))
 		return "", nil
 	}
 	log := s.log.With("flow", flowString(h.FlowID))
 	if h.Lookup != "" { // a route completion request: this FEP is the InP's LoP
-		return s.completeRoute(c, src, h, log)
+		return s.completeRoute(c, src, h, log, early)
 	}
 	if h.Hop < len(h.Route)-1 {
 		next := h.Route[h.Hop+1]
@@ -776,14 +791,14 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPC
 		fwd := *h
 		fwd.Hop++
 		fwd.Time = time.Now()
-		return roleTrP, s.forward(c, roleTrP, next, addr, &fwd, log)
+		return roleTrP, s.forward(c, roleTrP, next, addr, &fwd, log, early)
 	}
 	t, err := ParseTarget(h.Target)
 	if err != nil {
 		s.refuse(refusePolicy, c, src, err)
 		return "", nil
 	}
-	return roleEgP, s.exit(c, roleEgP, t, h.Source, h.Dest, log)
+	return roleEgP, s.exit(c, roleEgP, t, h.Source, h.Dest, log, early)
 }
 
 // awaitFirstByte waits up to d for c's first byte. A connection closed
@@ -808,11 +823,15 @@ func (s *Server) awaitFirstByte(c *net.TCPConn, src netip.AddrPort, d time.Durat
 	return true
 }
 
-// forward connects to the next member, sends it h and relays.
-func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header, log *slog.Logger) *net.TCPConn {
+// forward connects to the next member, sends it h and relays. pre holds
+// bytes of the flow read already; they go first.
+func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header, log *slog.Logger, pre []byte) *net.TCPConn {
 	// The flow's first bytes that came with the header (in its SYN with
 	// Fast Open) leave with the next header.
 	early := s.earlyBytes(c)
+	if len(pre) > 0 {
+		early = append(pre[:len(pre):len(pre)], early...)
+	}
 	up, err := s.dialHop(next, addr, h, early)
 	if err != nil {
 		log.Debug("connect next hop", "next", next, "addr", addr, "err", err)
@@ -826,12 +845,24 @@ func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header,
 }
 
 // exit is the EgP's last step: connect to the origin if the destination
-// policy allows it, and relay.
-func (s *Server) exit(c *net.TCPConn, role string, t Target, client, local netip.AddrPort, log *slog.Logger) *net.TCPConn {
+// policy allows it, and relay. early holds bytes of the flow read already;
+// they go first.
+func (s *Server) exit(c *net.TCPConn, role string, t Target, client, local netip.AddrPort, log *slog.Logger, early []byte) *net.TCPConn {
 	up, err := s.dialOrigin(t, client, local)
 	if errors.Is(err, errPolicy) {
 		s.refuse(refusePolicy, c, client, fmt.Errorf("target %s", t))
 		return nil
+	}
+	if err == nil && len(early) > 0 {
+		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+		if _, err = up.Write(early); err != nil {
+			s.untrack(up)
+			resetClose(up)
+			err = fmt.Errorf("send early bytes to %s: %w", t, err)
+		} else {
+			up.SetWriteDeadline(time.Time{})
+			s.m.roles[role].up.Add(float64(len(early)))
+		}
 	}
 	if err != nil {
 		log.Debug("connect origin", "target", t.String(), "err", err)

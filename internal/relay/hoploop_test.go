@@ -1,0 +1,214 @@
+package relay
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/evloop"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestLoopsServeHopFlows checks who carries a chained flow at the TrP and
+// the EgP: with loops on, each hop's flow sits in that proxy's loops
+// (Flows() counts it) and a bulk one is handed to the goroutine path with
+// every byte intact; with loops: -1 none exists. Roles, outcomes and bytes
+// are counted the same either way, with and without hop pools.
+func TestLoopsServeHopFlows(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		loops int
+		pool  int
+	}{{"loops", 0, 0}, {"loops+pool", 0, 2}, {"goroutines", -1, 0}, {"goroutines+pool", -1, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			o := newOrigin(t, echo)
+			w := newWorld(t, o.addr(), func(c *Config) {
+				c.Loops, c.Pool.Hop = tc.loops, tc.pool
+				c.Timeouts.Drain = Duration(200 * time.Millisecond) // pooled connections wait on the drain
+			})
+			loopsOf := func(r *running) *evloop.Loops {
+				var ls *evloop.Loops
+				waitFor(t, 5*time.Second, "loops", func() bool {
+					ls = r.loops.Load()
+					return ls != nil || tc.loops < 0
+				})
+				return ls
+			}
+			lb, lc := loopsOf(w.b), loopsOf(w.c)
+			if tc.pool > 0 {
+				waitFor(t, 5*time.Second, "pools filled", func() bool {
+					return w.a.hopPool.idleCount(w.b.HopAddr().String()) == tc.pool
+				})
+			}
+			c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := c.Write([]byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 4)
+			if _, err := io.ReadFull(c, b); err != nil || string(b) != "ping" {
+				t.Fatalf("echo = %q, %v", b, err)
+			}
+			for _, x := range []struct {
+				name string
+				ls   *evloop.Loops
+				r    *running
+				role string
+			}{{"b", lb, w.b, roleTrP}, {"c", lc, w.c, roleEgP}} {
+				if (x.ls != nil) != (tc.loops >= 0) {
+					t.Fatalf("%s: loops running = %v with loops: %d", x.name, x.ls != nil, tc.loops)
+				}
+				// Pooled connections waiting for a flow sit in the loops
+				// too: count only the flows that have an upstream.
+				if got := gaugeValue(x.r.m.roles[x.role].active); got != 1 {
+					t.Errorf("%s: active %s flows = %v; want 1", x.name, x.role, got)
+				}
+				if x.ls == nil {
+					continue
+				}
+				if n := x.ls.Flows(); n < 1 {
+					t.Errorf("%s: flows in loops during a short exchange = %d; want >= 1", x.name, n)
+				}
+			}
+			if tc.loops >= 0 && tc.pool == 0 {
+				if n := lb.Flows(); n != 1 {
+					t.Errorf("b: flows in loops = %d; want 1", n)
+				}
+			}
+			msg := make([]byte, 4<<20)
+			rand.Read(msg)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.Write(msg)
+				errc <- err
+			}()
+			got := make([]byte, len(msg))
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatalf("read bulk echo: %v", err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if sha256.Sum256(got) != sha256.Sum256(msg) {
+				t.Fatal("bulk echo differs")
+			}
+			c.(*net.TCPConn).CloseWrite()
+			if rest, err := io.ReadAll(c); err != nil || len(rest) != 0 {
+				t.Fatalf("after half-close: %d bytes, %v; want EOF", len(rest), err)
+			}
+			want := float64(2 * (4 + len(msg)))
+			for _, x := range []struct {
+				r    *running
+				role string
+			}{{w.a, roleInP}, {w.b, roleTrP}, {w.c, roleEgP}} {
+				waitFor(t, 5*time.Second, x.r.cfg.ID+" flow accounting", func() bool {
+					return flows(x.r.Server, x.role, outcomeOK) == 1 && testutilSum(x.r, "mosto_relay_bytes_total") == want &&
+						gaugeValue(x.r.m.roles[x.role].active) == 0
+				})
+			}
+			if tc.pool > 0 {
+				if p := counterValue(w.b.m.upstream.WithLabelValues("c", "pool")); p != 1 {
+					t.Errorf("b: pooled upstream flows to c = %v; want 1", p)
+				}
+			}
+		})
+	}
+}
+
+// TestHopFlowTakenByGoroutines checks the flows a loop gives back to the
+// goroutine path after reading their header: an EgP target that is a host
+// name (resolved on the goroutine path) with the request sent together with
+// the header. The bytes after the header reach the origin intact.
+func TestHopFlowTakenByGoroutines(t *testing.T) {
+	leakCheck(t)
+	o := newOrigin(t, echo)
+	_, port, _ := net.SplitHostPort(o.addr())
+	w := newWorld(t, "origin.test:"+port, nil, func(s *Server) {
+		s.res = fakeResolver{"origin.test": {netip.MustParseAddr("127.0.0.1")}}
+	})
+	waitFor(t, 5*time.Second, "loops", func() bool { return w.c.loops.Load() != nil })
+	msg := make([]byte, 100<<10)
+	rand.Read(msg)
+	if got := roundTrip(t, w.a.ServiceAddr(0).String(), msg); sha256.Sum256(got) != sha256.Sum256(msg) {
+		t.Fatalf("echo through a host-name target: %d bytes; want %d identical", len(got), len(msg))
+	}
+	waitFor(t, 5*time.Second, "flow accounting", func() bool {
+		return flows(w.c.Server, roleEgP, outcomeOK) == 1 && flows(w.b.Server, roleTrP, outcomeOK) == 1
+	})
+}
+
+// BenchmarkIdleChainFlowMemory opens idle flows through a chain of three
+// proxies in this process (a -> b -> c -> origin) and reports stack and
+// heap bytes per chained flow (the three proxies together), with the hop
+// listeners on the loops and on goroutines:
+// go test -run '^$' -bench IdleChainFlowMemory ./internal/relay/
+func BenchmarkIdleChainFlowMemory(b *testing.B) {
+	for _, loops := range []int{0, -1} {
+		b.Run(fmt.Sprintf("loops=%d", loops), func(b *testing.B) {
+			const n = 1000
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			w := newWorld(b, ln.Addr().String(), func(c *Config) {
+				c.Loops = loops
+				c.Limits.HopMaxConnsPerSource = 0
+			})
+			for range b.N {
+				held := make(chan []net.Conn, 1)
+				go func() {
+					var cs []net.Conn
+					for len(cs) < n {
+						c, err := ln.Accept()
+						if err != nil {
+							break
+						}
+						cs = append(cs, c)
+					}
+					held <- cs
+				}()
+				var m0, m1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m0)
+				var cs []net.Conn
+				for range n {
+					c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+					if err != nil {
+						b.Fatal(err)
+					}
+					cs = append(cs, c)
+				}
+				origin := <-held
+				waitFor(b, 10*time.Second, "flows active", func() bool { return w.c.limits.total() == n })
+				runtime.GC()
+				runtime.ReadMemStats(&m1)
+				b.ReportMetric(float64(m1.StackInuse-m0.StackInuse)/n, "stack-B/flow")
+				b.ReportMetric(float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/n, "heap-B/flow")
+				b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+				for _, c := range append(cs, origin...) {
+					c.Close()
+				}
+				waitFor(b, 10*time.Second, "flows closed", func() bool { return w.a.limits.total()+w.b.limits.total()+w.c.limits.total() == 0 })
+			}
+		})
+	}
+}
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	g.Write(&m)
+	return m.GetGauge().GetValue()
+}
