@@ -236,7 +236,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.IdleConns > 0 {
 		for _, res := range rep.Results {
 			r := relays[res.Mode]
-			if r == nil || res.Err != "" || len(r.procs) == 0 || res.Mode == ModeMosto3 || res.Mode == ModeHAProxy3 {
+			if r == nil || res.Err != "" || len(r.procs) == 0 {
 				continue
 			}
 			_, rss0 := r.usage()
@@ -301,7 +301,7 @@ func connPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*
 	for run := 0; run < cfg.Runs; run++ {
 		for _, res := range rotate(rep.Results, run) {
 			r := relays[res.Mode]
-			if r == nil || res.Err != "" || res.Mode == ModeMosto3 || res.Mode == ModeHAProxy3 {
+			if r == nil || res.Err != "" {
 				continue
 			}
 			if capped && len(r.procs) == 0 {
@@ -452,8 +452,20 @@ func num(v float64, format string) string {
 	return fmt.Sprintf(format, v)
 }
 
+// connRef returns the result a mode's conn/s and memory figures are
+// compared with: haproxy3 for the chains (like for like), else h.
+func (r *Report) connRef(mode string, h *Result) *Result {
+	if mode == ModeMosto3 || mode == ModeHAProxy3 {
+		if h3 := r.find(ModeHAProxy3); h3 != nil {
+			return h3
+		}
+	}
+	return h
+}
+
 // WriteMarkdown writes the report as Markdown tables with ratios to
-// HAProxy (median over runs for throughput).
+// HAProxy (median over runs for throughput; chains compare with haproxy3
+// in the conn/s and memory tables).
 func (r *Report) WriteMarkdown(w io.Writer) {
 	c := r.Config
 	idle := fmt.Sprintf("%d idle flows", c.IdleConns)
@@ -486,6 +498,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			continue
 		}
 		cpu, sw := median(res.CPUPer1k), median(res.SwitchesPerConn)
+		h := r.connRef(res.Mode, h)
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s |\n", res.Mode, rateCells(res.ConnPerS, h.ConnPerS),
 			res.ConnFail, num(cpu, "%.3f"), ratio(cpu, median(h.CPUPer1k)), num(sw, "%.2f"), ratio(sw, median(h.SwitchesPerConn)))
 	}
@@ -503,6 +516,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 				continue
 			}
 			rate, cpu := median(res.CappedConnPerS), median(res.CappedCPUPer1k)
+			h := r.connRef(res.Mode, h)
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", res.Mode, rateCells(res.CappedConnPerS, h.CappedConnPerS),
 				num(cpu, "%.3f"), ratio(cpu, median(h.CappedCPUPer1k)), num(rate*cpu/1000, "%.2f"))
 		}
@@ -544,6 +558,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		if res.IdleRSS == 0 {
 			continue
 		}
+		h := r.connRef(res.Mode, h)
 		fmt.Fprintf(w, "| %s | %.1f | %s | %.1f | %s | %s | %s |\n", res.Mode, float64(res.IdleRSS)/1e6, ratio(float64(res.IdleRSS), float64(h.IdleRSS)),
 			float64(res.IdleAnon)/1e6, ratio(float64(res.IdleAnon), float64(h.IdleAnon)),
 			num(res.PerConn/1e3, "%.1f"), ratio(res.PerConn, h.PerConn))
@@ -557,6 +572,6 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	if len(errs) > 0 {
 		fmt.Fprintf(w, "\nNot measured:\n%s\n", strings.Join(errs, "\n"))
 	}
-	fmt.Fprintf(w, "\nElapsed %v. mosto3 is three chained daemons (InP, TrP, EgP), haproxy3 three chained HAProxy processes; their CPU and RSS are the sums of the three. "+
+	fmt.Fprintf(w, "\nElapsed %v. mosto3 is three chained daemons (InP, TrP, EgP), haproxy3 three chained HAProxy processes; their CPU and RSS are the sums of the three, and in the conn/s and memory tables their ratios are to haproxy3 (like for like). "+
 		"CPU is utime+stime of each relay's process tree from /proc/PID/stat; RSS sums the tree.\n", r.Elapsed.Round(time.Second))
 }
