@@ -309,20 +309,27 @@ func (s *Scenario) poll(ctx context.Context) (Convergence, string, error) {
 	for i, n := range m.Names {
 		idx[n] = i
 	}
+	var missing []string
+	for _, a := range s.roles.FEPs {
+		if _, ok := idx[a]; !ok {
+			return Convergence{}, fmt.Sprintf("FEP %s not registered", a), nil
+		}
+	}
 	for _, a := range s.roles.FEPs {
 		for _, b := range s.roles.FEPs {
 			if a >= b {
 				continue
 			}
-			i, ok1 := idx[a]
-			j, ok2 := idx[b]
-			if !ok1 || !ok2 {
-				return Convergence{}, fmt.Sprintf("FEP %s or %s not registered", a, b), nil
-			}
+			i, j := idx[a], idx[b]
 			if m.RTTMS[i][j] == nil && m.RTTMS[j][i] == nil {
-				return Convergence{}, fmt.Sprintf("pair %s-%s not measured", a, b), nil
+				missing = append(missing, a+"-"+b)
 			}
 		}
+	}
+	if len(missing) > 0 {
+		// All of them: the first alone does not tell one silent FEP
+		// (every pair of it missing) from a few slow pairs.
+		return Convergence{}, fmt.Sprintf("%d pairs not measured: %s", len(missing), strings.Join(missing, " ")), nil
 	}
 	cv := Convergence{Versions: make(map[string]uint64), Matrix: m}
 	for _, f := range s.roles.FEPs {

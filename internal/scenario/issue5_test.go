@@ -242,9 +242,17 @@ func TestIssue5Figures(t *testing.T) {
 }
 
 // propagation sets the link a-b to l (its RTT was prev) and returns when the
-// controller's matrix shows the new RTT, when the InP's table moved past
-// since, and when every proxy holds its LoP's current table, all timed from
-// the moment the delay was set, and the InP's new version.
+// controller's matrix shows the new RTT, when the InP has a table computed
+// from it (a version past since), and when every proxy holds its LoP's
+// current table, all timed from the moment the delay was set, and the InP's
+// new version.
+//
+// A table counts only if the controller computed it after the last matrix
+// read that did not show the change yet: under load the RTTs of other pairs
+// jitter past the threshold and the controller writes new versions for them,
+// and such a version, taken for "the new table", made the test look for a
+// chain the controller had not computed yet (CI flake: "new chain ... still
+// starts with the slowed link", the matrix change never seen).
 func propagation(t *testing.T, ctx context.Context, w *emu.World, sc *scenario.Scenario, a, b string, l emu.Link, prev time.Duration, since uint64) (tMatrix, tTable, tAll time.Duration, v1 uint64) {
 	t.Helper()
 	r := sc.Roles()
@@ -265,11 +273,16 @@ func propagation(t *testing.T, ctx context.Context, w *emu.World, sc *scenario.S
 	}
 	next := float64(w.RTT(a, b)) / 1e6
 	prevMS := float64(prev) / 1e6
+	// notYet is when the latest matrix read that did not show the change
+	// started: a table computed before it cannot hold the change.
+	notYet := changed
+	seen := map[uint64]time.Duration{} // InP versions past since: when first read
 	for tAll == 0 {
 		if time.Since(changed) > 30*time.Second {
 			t.Fatalf("no new table at every LoP 30 s after %s-%s changed (matrix %v, table %v)", a, b, tMatrix, tTable)
 		}
 		if tMatrix == 0 {
+			read := time.Now()
 			if mx, err := sc.API().Matrix(ctx); err == nil {
 				i, j := slices.Index(mx.Names, a), slices.Index(mx.Names, b)
 				for _, p := range [][2]int{{i, j}, {j, i}} {
@@ -278,10 +291,18 @@ func propagation(t *testing.T, ctx context.Context, w *emu.World, sc *scenario.S
 					}
 				}
 			}
+			if tMatrix == 0 {
+				notYet = read
+			}
 		}
 		if tTable == 0 {
 			if tab, err := sc.API().Table(ctx, r.InP, since, 0); err == nil && tab != nil {
-				tTable, v1 = time.Since(changed), tab.Version
+				if _, ok := seen[tab.Version]; !ok {
+					seen[tab.Version] = time.Since(changed)
+				}
+				if tMatrix > 0 && !tab.Computed.Before(notYet) {
+					tTable, v1 = seen[tab.Version], tab.Version
+				}
 			}
 		}
 		if tTable > 0 {
