@@ -231,6 +231,9 @@ func (p *Prober) Flush(ctx context.Context, report ReportFunc) error {
 		return nil
 	}
 	if err := report(ctx, samples); err != nil {
+		p.mu.Lock()
+		p.tracker.Failed(samples)
+		p.mu.Unlock()
 		p.log.Warn("rtt report failed; will retry", "samples", len(samples), "err", err)
 		return fmt.Errorf("report: %w", err)
 	}

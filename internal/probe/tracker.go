@@ -23,7 +23,9 @@ type Sample struct {
 // more than the Threshold from the value last reported. Every Refresh, the
 // next report carries all peers again, so a controller that lost state (or a
 // new leader) converges without asking. A failed report commits nothing:
-// the same changes stay pending for the next round.
+// the same changes stay pending for the next round, and since it may have
+// been applied all the same, its peers go with the next report even when
+// their state moved back within the threshold meanwhile (Failed).
 //
 // A peer marked unreachable (MarkUnreachable, after several failed rounds)
 // loses its estimate and is reported unreachable once, then in every full
@@ -46,6 +48,7 @@ type peerState struct {
 	down     bool // marked unreachable and not answering since
 	downAt   time.Time
 	sentDown bool // the latest report about the peer said unreachable
+	unsure   bool // a report carrying the peer failed: the controller may hold what it said
 }
 
 // NewTracker returns a Tracker keeping window samples per peer; refresh <= 0
@@ -134,7 +137,7 @@ func (t *Tracker) Pending(now time.Time) (samples []Sample, full bool) {
 	full = t.lastFull.IsZero() || (t.refresh > 0 && now.Sub(t.lastFull) >= t.refresh)
 	for peer, ps := range t.peers {
 		if ps.down {
-			if full || !ps.sentDown {
+			if full || !ps.sentDown || ps.unsure {
 				samples = append(samples, Sample{Peer: peer, At: ps.downAt, Unreachable: true})
 			}
 			continue
@@ -143,7 +146,7 @@ func (t *Tracker) Pending(now time.Time) (samples []Sample, full bool) {
 		if !ok {
 			continue
 		}
-		if full || !ps.has || ps.sentDown || t.threshold.Changed(ps.reported, est) {
+		if full || !ps.has || ps.sentDown || ps.unsure || t.threshold.Changed(ps.reported, est) {
 			samples = append(samples, Sample{Peer: peer, RTT: est, At: ps.at})
 		}
 	}
@@ -158,12 +161,25 @@ func (t *Tracker) Commit(samples []Sample, full bool, now time.Time) {
 		switch {
 		case ps == nil:
 		case s.Unreachable:
-			ps.sentDown = true
+			ps.sentDown, ps.unsure = true, false
 		default:
-			ps.reported, ps.has, ps.sentDown = s.RTT, true, false
+			ps.reported, ps.has, ps.sentDown, ps.unsure = s.RTT, true, false, false
 		}
 	}
 	if full && len(samples) > 0 {
 		t.lastFull = now
+	}
+}
+
+// Failed records that a report of samples (from Pending) failed. A failed
+// report may still have been applied (the controller stored it and its
+// answer was lost or came after the reporter's timeout), so its peers are
+// reported again, at their state then, by the next report, whatever the
+// threshold.
+func (t *Tracker) Failed(samples []Sample) {
+	for _, s := range samples {
+		if ps := t.peers[s.Peer]; ps != nil {
+			ps.unsure = true
+		}
 	}
 }

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -127,4 +128,115 @@ func TestProberUnreachable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTrackerUnsureReport: a report that failed may still have reached the
+// controller (a timeout after the controller stored it, a lost answer).
+// Its peers are reported again, at their current state, by the next report,
+// whatever the threshold: otherwise an "unreachable" the controller applied
+// while the prober saw an error stuck there after the peer came back at its
+// old RTT (nothing left to report until the next full refresh).
+func TestTrackerUnsureReport(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tr := NewTracker(3, Threshold{}, time.Hour)
+	commit := func(now time.Time) []string {
+		t.Helper()
+		s, full := tr.Pending(now)
+		tr.Commit(s, full, now)
+		return reportStrings([][]Sample{s})
+	}
+	fail := func(now time.Time) []string {
+		t.Helper()
+		s, _ := tr.Pending(now)
+		tr.Failed(s)
+		return reportStrings([][]Sample{s})
+	}
+	tr.Observe("a", 10*ms, t0)
+	tr.Observe("b", 20*ms, t0)
+	if got := commit(t0); !slices.Equal(got, []string{"a=10ms", "b=20ms", "|"}) {
+		t.Fatalf("first report %v", got)
+	}
+	tr.MarkUnreachable("a", t0.Add(time.Second))
+	if got := fail(t0.Add(time.Second)); !slices.Equal(got, []string{"a=down", "|"}) {
+		t.Fatalf("report of a down %v", got)
+	}
+	// a answers again, at its old RTT, before a report got through.
+	tr.Observe("a", 10*ms, t0.Add(2*time.Second))
+	if got := commit(t0.Add(2 * time.Second)); !slices.Equal(got, []string{"a=10ms", "|"}) {
+		t.Errorf("report after the failed one %v; want a=10ms (the controller may hold a=down)", got)
+	}
+	if got := commit(t0.Add(3 * time.Second)); !slices.Equal(got, []string{"|"}) {
+		t.Errorf("then %v; want nothing", got)
+	}
+	// The same for an RTT within the threshold of the reported one: b's
+	// 21 ms fails, then b is back at 20 ms: reported again.
+	tr.Observe("b", 30*ms, t0.Add(4*time.Second))
+	tr.Observe("b", 30*ms, t0.Add(5*time.Second))
+	if got := fail(t0.Add(5 * time.Second)); !slices.Equal(got, []string{"b=30ms", "|"}) {
+		t.Fatalf("b moved: %v", got)
+	}
+	tr.Observe("b", 20*ms, t0.Add(6*time.Second))
+	tr.Observe("b", 20*ms, t0.Add(7*time.Second))
+	if got := commit(t0.Add(7 * time.Second)); !slices.Equal(got, []string{"b=20ms", "|"}) {
+		t.Errorf("b back within the threshold of its last committed value: %v; want b=20ms again", got)
+	}
+}
+
+// TestProberUnsureReport runs the case above through the prober against a
+// controller that applies a report and still answers with an error (the
+// agent's 15 s timeout ran out meanwhile): the pair must not stay
+// unreachable at the controller once the peer answers again.
+func TestProberUnsureReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &scripted{rtt: map[string]time.Duration{"a:1": 10 * ms}}
+		p := NewProber(Config{Measurer: m, Interval: 10 * time.Second, Jitter: -1, Refresh: -1, ConfirmAfter: -1}, nil)
+		var mu sync.Mutex
+		controller := map[string]string{} // what the controller applied
+		lose := false                     // apply, then fail
+		report := func(ctx context.Context, s []Sample) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, x := range s {
+				controller[x.Peer] = reportStrings([][]Sample{{x}})[0]
+			}
+			if lose {
+				lose = false
+				return errors.New("context deadline exceeded")
+			}
+			return nil
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- p.Run(ctx, report) }()
+		p.SetTargets([]Target{{"a", "a:1"}})
+		state := func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return controller["a"]
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if got := state(); got != "a=10ms" {
+			t.Fatalf("controller holds %q after the first round; want a=10ms", got)
+		}
+		m.unset("a:1")
+		mu.Lock()
+		lose = true // the report saying a is down is applied but fails
+		mu.Unlock()
+		time.Sleep(30 * time.Second) // three failed rounds
+		synctest.Wait()
+		if got := state(); got != "a=down" {
+			t.Fatalf("controller holds %q after three failed rounds; want a=down", got)
+		}
+		m.set("a:1", 10*ms) // back at its old RTT
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if got := state(); got != "a=10ms" {
+			t.Errorf("controller holds %q a round after a answered again; want a=10ms", got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
 }
