@@ -30,6 +30,7 @@ type Controller struct {
 
 	mu      sync.Mutex // guards the fields below
 	feps    []api.FEP  // sorted by id
+	fepGen  uint64     // bumped by every change of feps made by this controller (see reloadFEPs)
 	targets [][]api.Target
 	seen    map[[2]string]float64      // newest RTT this controller stored (seenUnreachable: unreachable), for ReportResult.Changed
 	dests   map[string]api.Destination // registered through the API, by id (a copy of the store's)
@@ -119,18 +120,33 @@ func (c *Controller) LastCompute() time.Duration { return time.Duration(c.lastCo
 // Version returns the highest table version this controller serves.
 func (c *Controller) Version() uint64 { return c.cache.maxVersion() }
 
+// reloadFEPs replaces the FEP list with the store's. A registration or
+// deletion through this controller between the store read and the swap
+// (fepGen moved) makes it read again: the list it read may predate that
+// change, and installing it would lose a FEP just registered (its targets
+// and the samples about it, until the next notification).
 func (c *Controller) reloadFEPs(ctx context.Context) error {
-	feps, err := c.st.FEPs(ctx)
-	if err != nil {
-		return fmt.Errorf("load feps: %w", err)
+	for {
+		c.mu.Lock()
+		gen := c.fepGen
+		c.mu.Unlock()
+		feps, err := c.st.FEPs(ctx)
+		if err != nil {
+			return fmt.Errorf("load feps: %w", err)
+		}
+		c.mu.Lock()
+		if c.fepGen != gen {
+			c.mu.Unlock()
+			continue
+		}
+		c.feps = feps
+		c.fepGen++
+		c.targets = nil
+		c.destTargets = nil
+		c.mu.Unlock()
+		c.m.feps.Set(float64(len(feps)))
+		return nil
 	}
-	c.mu.Lock()
-	c.feps = feps
-	c.targets = nil
-	c.destTargets = nil
-	c.mu.Unlock()
-	c.m.feps.Set(float64(len(feps)))
-	return nil
 }
 
 func (c *Controller) reloadTables(ctx context.Context) error {
@@ -474,6 +490,7 @@ func (c *Controller) RegisterFEP(ctx context.Context, f api.FEP) error {
 		feps = slices.Insert(feps, i, f)
 	}
 	c.feps = feps
+	c.fepGen++
 	c.targets = nil
 	c.destTargets = nil
 	c.mu.Unlock()
@@ -492,6 +509,7 @@ func (c *Controller) DeleteFEP(ctx context.Context, id string) error {
 	c.mu.Lock()
 	if i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP); ok {
 		c.feps = slices.Delete(slices.Clone(c.feps), i, i+1)
+		c.fepGen++
 		c.targets = nil
 		c.destTargets = nil
 	}
@@ -577,7 +595,22 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 			break
 		}
 	}
+	// A peer this controller does not know may have registered a moment
+	// ago (through another controller, or its notification is not applied
+	// yet): look at the store once before dropping samples about it. The
+	// agent counts the samples of a report that succeeded as delivered and
+	// does not send them again until they move past the threshold.
 	c.mu.Lock()
+	for _, s := range r.Samples {
+		if _, ok := slices.BinarySearchFunc(c.feps, s.Peer, cmpFEP); !ok {
+			c.mu.Unlock()
+			if err := c.reloadFEPs(ctx); err != nil {
+				return api.ReportResult{}, err
+			}
+			c.mu.Lock()
+			break
+		}
+	}
 	for _, s := range r.Samples {
 		if _, ok := slices.BinarySearchFunc(c.feps, s.Peer, cmpFEP); !ok {
 			continue
