@@ -505,7 +505,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintln(w)
 	if r.CapErr != "" {
 		fmt.Fprintf(w, "Conn/s at equal CPU not measured: %s\n\n", r.CapErr)
-	} else if c.ConnCPU > 0 && len(h.CappedConnPerS) > 0 {
+	} else if c.ConnCPU > 0 && slices.ContainsFunc(r.Results, func(res *Result) bool { return len(res.CappedConnPerS) > 0 }) {
 		fmt.Fprintf(w, "Conn/s at equal CPU: every relay held to %.2f CPU (cgroup CPU quota, %v period), same clients. "+
 			"Where a relay used its whole budget (CPU used = cap) it was the bottleneck and conn/s is its capacity per CPU; "+
 			"below the cap the machine was too busy to give it that much.\n\n", c.ConnCPU, capPeriod)

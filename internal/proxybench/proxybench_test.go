@@ -155,7 +155,18 @@ func TestWriteMarkdownChains(t *testing.T) {
 	var b bytes.Buffer
 	rep.WriteMarkdown(&b)
 	out := b.String()
+	// Only chains measured: the equal-CPU table still shows them.
+	chains := &Report{
+		Config: Config{Runs: 1, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: -1, ConnCPU: 0.5},
+		Results: []*Result{
+			{Mode: ModeMosto3, CappedConnPerS: []float64{300}, CappedCPUPer1k: []float64{1}},
+			{Mode: ModeHAProxy3, CappedConnPerS: []float64{200}, CappedCPUPer1k: []float64{2}},
+		},
+	}
+	chains.WriteMarkdown(&b)
+	out += b.String()
 	for _, want := range []string{
+		"| mosto3 | 300 | 300 | 1.50x | 1.50x (1.50-1.50) | 1.000 | 0.50x | 0.30 |",
 		"| mosto3 | 600 | 600 | 1.50x | 1.50x (1.50-1.50) | 0 | 0.400 | 0.50x | 2.00 | 0.50x |",
 		"| haproxy3 | 400 | 400 | 1.00x | 1.00x (1.00-1.00) | 0 | 0.800 | 1.00x | 4.00 | 1.00x |",
 		"| mosto1 | 500 | 500 | 0.50x | 0.50x (0.50-0.50) | 0 | 0.400 | 2.00x | 2.00 | 2.00x |",
