@@ -212,3 +212,68 @@ func gaugeValue(g prometheus.Gauge) float64 {
 	g.Write(&m)
 	return m.GetGauge().GetValue()
 }
+
+// TestMemberPreambleBothPaths checks the member preamble the same way on
+// the loops and on goroutines: a pooled connection its owner closes after
+// the grant (past the header timeout) is not a refusal; one that sends half
+// a header and closes is (malformed); and a pooled connection carries a
+// whole flow, header and request in one write, after waiting past the
+// header timeout.
+func TestMemberPreambleBothPaths(t *testing.T) {
+	kr := testKeyring(t)
+	for _, loops := range []int{0, -1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			leakCheck(t)
+			o := newOrigin(t, echo)
+			cfg := baseConfig("c", "a", "b")
+			cfg.Loops = loops
+			cfg.Timeouts.Header = Duration(300 * time.Millisecond)
+			cfg.Members["a"] = "127.0.0.1:9" // connections from 127.0.0.1 are a member's
+			c := start(t, cfg)
+			total := func() float64 {
+				var n float64
+				for _, r := range []string{refuseMalformed, refuseHeaderTimeout, refuseAuth} {
+					n += refusals(c.Server, r)
+				}
+				return n
+			}
+			hello := func(t *testing.T) *net.TCPConn {
+				t.Helper()
+				conn := dialHop(t, c).(*net.TCPConn)
+				if g, err := writePoolHello(conn, 2*time.Second); err != nil || g != DefaultPoolGrant {
+					t.Fatalf("pool hello: grant %v, %v", g, err)
+				}
+				return conn
+			}
+			// Retired by its owner after the grant: quiet.
+			conn := hello(t)
+			time.Sleep(500 * time.Millisecond) // past the header timeout: the grant applies
+			conn.Close()
+			time.Sleep(200 * time.Millisecond)
+			if n := total(); n != 0 {
+				t.Errorf("refusals after a pooled connection closed unused = %v; want 0", n)
+			}
+			// Half a header, then closed: malformed.
+			conn = hello(t)
+			valid := signed(t, kr, []string{"a", "c"}, 1, o.addr(), time.Now())
+			conn.Write(valid[:30])
+			conn.CloseWrite()
+			waitFor(t, 2*time.Second, "malformed", func() bool { return refusals(c.Server, refuseMalformed) == 1 })
+			conn.Close()
+			// A whole flow over a pooled connection, header and request together.
+			conn = hello(t)
+			time.Sleep(400 * time.Millisecond)
+			conn.Write(append(signed(t, kr, []string{"a", "c"}, 1, o.addr(), time.Now()), "pooled flow"...))
+			conn.CloseWrite()
+			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if got, err := io.ReadAll(conn); err != nil || string(got) != "pooled flow" {
+				t.Errorf("flow over a pooled connection: %q, %v", got, err)
+			}
+			conn.Close()
+			if n := total(); n != 1 {
+				t.Errorf("refusals = %v; want 1 (the half header)", n)
+			}
+			waitFor(t, 2*time.Second, "egp flow", func() bool { return flows(c.Server, roleEgP, outcomeOK) == 1 })
+		})
+	}
+}
