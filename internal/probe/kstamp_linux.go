@@ -48,3 +48,20 @@ func rxTimestamp(oob []byte) int64 {
 	}
 	return 0
 }
+
+// readQueued reads one datagram already queued on c without waiting
+// (MSG_DONTWAIT); ok is false when none is.
+func readQueued(c *net.UDPConn, buf, oob []byte) (n, oobn int, ok bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, false
+	}
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_DONTWAIT)
+		return true // never wait for readiness
+	}); err != nil || rerr != nil {
+		return 0, 0, false
+	}
+	return n, oobn, true
+}

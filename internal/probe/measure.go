@@ -27,6 +27,9 @@ type UDPEcho struct {
 	// untagged requests and replies.
 	Keys func() []Key
 	seq  atomic.Uint64
+	// starve, if set, runs between sending the request and reading the
+	// reply (tests: the process is not scheduled meanwhile).
+	starve func()
 }
 
 // Measure sends one request to addr and returns the time to its reply less
@@ -76,6 +79,31 @@ func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, erro
 	}
 	buf := make([]byte, PacketSize+1)
 	oob := make([]byte, oobSize)
+	// match returns the RTT if b is the reply to req; raw is the time to
+	// its arrival as this process saw it, oob its control messages.
+	match := func(b, oob []byte, raw time.Duration) (time.Duration, bool) {
+		p, err := ParsePacket(b)
+		if err != nil || p.Type != TypeReply || p.ID != req.ID || p.Seq != req.Seq || p.Stamp != req.Stamp {
+			return 0, false // stray datagram: keep waiting
+		}
+		if _, ok := Verify(b, keys); !ok {
+			return 0, false // forged, or under a key we do not know: keep waiting
+		}
+		if kernel {
+			if k := rxTimestamp(oob); k != 0 {
+				if d := time.Duration(k - start.UnixNano()); d > 0 && d <= raw {
+					raw = d
+				}
+			}
+		}
+		if turn := time.Duration(p.Turnaround()); turn > 0 && turn < raw {
+			raw -= turn
+		}
+		return raw, true
+	}
+	if u.starve != nil {
+		u.starve() // test hook: this process is not scheduled for a while
+	}
 	for {
 		var n, oobn int
 		if kernel {
@@ -86,28 +114,48 @@ func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, erro
 		raw := time.Since(start)
 		if err != nil {
 			if ctx.Err() != nil {
+				if kernel && ctx.Err() == context.DeadlineExceeded {
+					if d, ok := queuedReply(uc, buf, oob, start, timeout, match); ok {
+						return d, nil
+					}
+				}
 				return 0, fmt.Errorf("probe %s: no reply within %v: %w", addr, timeout, ctx.Err())
 			}
 			return 0, fmt.Errorf("probe %s: %w", addr, err)
 		}
-		p, err := ParsePacket(buf[:n])
-		if err != nil || p.Type != TypeReply || p.ID != req.ID || p.Seq != req.Seq || p.Stamp != req.Stamp {
-			continue // stray datagram: keep waiting
+		if d, ok := match(buf[:n], oob[:oobn], raw); ok {
+			return d, nil
 		}
-		if _, ok := Verify(buf[:n], keys); !ok {
-			continue // forged, or under a key we do not know: keep waiting
+	}
+}
+
+// queuedReply looks, once the timeout passed, at the datagrams already
+// queued on uc without waiting: a reply the kernel stamped within the
+// timeout counts. The timeout then ran out because this process was not
+// scheduled to read it (a loaded machine, the race detector), not because
+// the path lost or delayed it; counting it as lost made a starved FEP
+// report live peers unreachable. The RTT is the kernel's arrival time less
+// the send time, so the late read is not measured.
+func queuedReply(uc *net.UDPConn, buf, oob []byte, start time.Time, timeout time.Duration, match func(b, oob []byte, raw time.Duration) (time.Duration, bool)) (time.Duration, bool) {
+	if uc.SetReadDeadline(time.Time{}) != nil {
+		return 0, false
+	}
+	for {
+		n, oobn, ok := readQueued(uc, buf, oob)
+		if !ok {
+			return 0, false
 		}
-		if kernel {
-			if k := rxTimestamp(oob[:oobn]); k != 0 {
-				if d := time.Duration(k - start.UnixNano()); d > 0 && d <= raw {
-					raw = d
-				}
-			}
+		k := rxTimestamp(oob[:oobn])
+		if k == 0 {
+			continue
 		}
-		if turn := time.Duration(p.Turnaround()); turn > 0 && turn < raw {
-			raw -= turn
+		raw := time.Duration(k - start.UnixNano())
+		if raw <= 0 || raw > timeout {
+			continue
 		}
-		return raw, nil
+		if d, ok := match(buf[:n], oob[:oobn], raw); ok {
+			return d, true
+		}
 	}
 }
 

@@ -710,3 +710,60 @@ func TestTurnaroundSubtracted(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPEchoStarved: the prober is not scheduled between sending a probe
+// and its timeout (a loaded machine under -race). A reply the kernel
+// received within the timeout still counts, at its kernel-stamped RTT; one
+// that arrived after it does not, nor does silence.
+func TestUDPEchoStarved(t *testing.T) {
+	const timeout = 200 * ms
+	tests := []struct {
+		name string
+		hold time.Duration // the responder's delay before it answers; <0: never
+		ok   bool
+	}{
+		{"answered in time, read late", 20 * ms, true},
+		{"answered after the timeout", 2 * timeout, false},
+		{"silent", -1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			go func() {
+				buf := make([]byte, 2048)
+				for {
+					n, from, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					p, err := ParsePacket(buf[:n])
+					if err != nil || tc.hold < 0 {
+						continue
+					}
+					time.Sleep(tc.hold)
+					p.Type = TypeReply
+					b, _ := p.Append(nil, nil)
+					pc.WriteTo(b, from)
+				}
+			}()
+			u := &UDPEcho{Timeout: timeout, starve: func() { time.Sleep(3 * timeout) }}
+			rtt, err := u.Measure(t.Context(), pc.LocalAddr().String())
+			if !tc.ok {
+				if err == nil {
+					t.Fatalf("Measure = %v, nil; want no reply within %v", rtt, timeout)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Measure: %v; want the reply queued within the timeout", err)
+			}
+			if rtt < tc.hold || rtt >= timeout {
+				t.Errorf("Measure = %v; want the kernel's %v..%v, not the late read", rtt, tc.hold, timeout)
+			}
+		})
+	}
+}
