@@ -29,7 +29,17 @@ func (s *Scenario) Hops(ctx context.Context) (Hops, error) {
 	ch := make(chan res, len(s.proxies))
 	for _, p := range s.proxies {
 		go func() {
-			m, err := s.hops(ctx, hc, p.fep)
+			// A read is idempotent: try again when one fails (on a
+			// loaded machine a lost SYN alone costs 1 s + 2 s of
+			// retransmission, and a CI run lost a scrape to its 5 s
+			// timeout).
+			var m map[string]float64
+			var err error
+			for range 3 {
+				if m, err = s.hops(ctx, hc, p.fep); err == nil || ctx.Err() != nil {
+					break
+				}
+			}
 			ch <- res{p.fep, m, err}
 		}()
 	}

@@ -243,6 +243,30 @@ func (s *Scenario) ProxyTable(fep string) (*api.Table, error) {
 	return &t, nil
 }
 
+// ProxyTableInstalled returns the version of the table a proxy's agent
+// holds and when it installed it (the agent writes table.json before it
+// swaps the table in); version 0: none yet.
+func (s *Scenario) ProxyTableInstalled(fep string) (uint64, time.Time, error) {
+	fi, err := os.Stat(filepath.Join(s.agentDir(fep), "table.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, time.Time{}, nil
+	}
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	v, err := s.ProxyTableVersion(fep)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	// Read again: a table installed between the two reads has a newer
+	// time; report the version with the time it was installed at the
+	// latest.
+	if fi2, err := os.Stat(filepath.Join(s.agentDir(fep), "table.json")); err == nil {
+		fi = fi2
+	}
+	return v, fi.ModTime(), nil
+}
+
 // ProxyTableVersion returns the version of the table a proxy's agent holds
 // (0: none yet).
 func (s *Scenario) ProxyTableVersion(fep string) (uint64, error) {
