@@ -65,3 +65,56 @@ func readQueued(c *net.UDPConn, buf, oob []byte) (n, oobn int, ok bool) {
 	}
 	return n, oobn, true
 }
+
+// enableTxTimestamps asks the kernel to note when each datagram c sends
+// leaves for the device (SOF_TIMESTAMPING_TX_SOFTWARE, reported on the
+// socket's error queue), so that the time the sender took to be scheduled
+// between reading the clock and the send is not measured either.
+func enableTxTimestamps(c *net.UDPConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	flags := unix.SOF_TIMESTAMPING_TX_SOFTWARE | unix.SOF_TIMESTAMPING_SOFTWARE | unix.SOF_TIMESTAMPING_OPT_TSONLY
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPING, flags)
+	}); err != nil {
+		return false
+	}
+	return serr == nil
+}
+
+// txTimestamp returns the kernel's send time (ns since the Unix epoch) of
+// the datagram c sent, from its error queue without waiting, or 0.
+func txTimestamp(c *net.UDPConn) int64 {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var buf [PacketSize + 64]byte
+	oob := make([]byte, 512)
+	var ts int64
+	rc.Read(func(fd uintptr) bool {
+		for ts == 0 {
+			_, oobn, _, _, err := unix.Recvmsg(int(fd), buf[:], oob, unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT)
+			if err != nil {
+				break
+			}
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				continue
+			}
+			for _, m := range msgs {
+				// struct scm_timestamping: three timespecs, the first
+				// the software stamp.
+				if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPING &&
+					unsafe.Sizeof(unix.Timespec{}) == 16 && len(m.Data) >= 16 {
+					ts = int64(binary.NativeEndian.Uint64(m.Data))*1e9 + int64(binary.NativeEndian.Uint64(m.Data[8:]))
+				}
+			}
+		}
+		return true // never wait for readiness
+	})
+	return ts
+}
