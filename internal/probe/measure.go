@@ -28,9 +28,8 @@ type UDPEcho struct {
 	Keys func() []Key
 	seq  atomic.Uint64
 	// starve, if set, runs between sending the request and reading the
-	// reply, starveSend between reading the clock and sending (tests: the
-	// process is not scheduled meanwhile).
-	starve, starveSend func()
+	// reply (tests: the process is not scheduled meanwhile).
+	starve func()
 }
 
 // Measure sends one request to addr and returns the time to its reply less
@@ -58,7 +57,6 @@ func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, erro
 	defer c.Close()
 	uc, _ := c.(*net.UDPConn)
 	kernel := uc != nil && enableRxTimestamps(uc)
-	txStamps := kernel && enableTxTimestamps(uc)
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var idb [8]byte
@@ -76,9 +74,6 @@ func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, erro
 		return 0, fmt.Errorf("probe %s: %w", addr, err)
 	}
 	start = time.Now()
-	if u.starveSend != nil {
-		u.starveSend() // test hook: not scheduled between the clock read and the send
-	}
 	if _, err := c.Write(b); err != nil {
 		return 0, fmt.Errorf("probe %s: %w", addr, err)
 	}
@@ -96,16 +91,7 @@ func (u *UDPEcho) Measure(ctx context.Context, addr string) (time.Duration, erro
 		}
 		if kernel {
 			if k := rxTimestamp(oob); k != 0 {
-				sent := start.UnixNano()
-				if txStamps {
-					// The kernel's send time, when it has one: later
-					// than start by the time this process took to
-					// reach the send.
-					if tx := txTimestamp(uc); tx > sent && tx < k {
-						sent = tx
-					}
-				}
-				if d := time.Duration(k - sent); d > 0 && d <= raw {
+				if d := time.Duration(k - start.UnixNano()); d > 0 && d <= raw {
 					raw = d
 				}
 			}
