@@ -427,7 +427,9 @@ func (s *server) table(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	t, err := s.cfg.Backend.WaitTable(ctx, lop, since)
 	if err != nil {
-		if ctx.Err() != nil && r.Context().Err() == nil {
+		// A LoP the backend did not find is a 404 even when the lookup
+		// outlasted the wait (a slow store under load).
+		if ctx.Err() != nil && r.Context().Err() == nil && !errors.Is(err, ErrNotFound) {
 			w.Header().Set(VersionHeader, strconv.FormatUint(since, 10))
 			w.WriteHeader(http.StatusNotModified)
 			return

@@ -59,6 +59,10 @@ func (b *fakeBackend) Report(ctx context.Context, r api.Report) (api.ReportResul
 	return api.ReportResult{Accepted: len(r.Samples)}, nil
 }
 func (b *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64) (*api.EncodedTable, error) {
+	if lop == "slow" { // a lookup that outlasts the wait, then finds nothing
+		<-ctx.Done()
+		return nil, fmt.Errorf("lop %s: %w", lop, api.ErrNotFound)
+	}
 	if lop != "fra" {
 		return nil, api.ErrNotFound
 	}
@@ -175,6 +179,7 @@ func TestValidation(t *testing.T) {
 		{"destination delete again", "DELETE", "/v1/destinations/shop", "", 404, "not found"},
 		{"destination delete bad id", "DELETE", "/v1/destinations/-x", "", 400, "id"},
 		{"table unknown lop", "GET", "/v1/tables/nope", "", 404, "not found"},
+		{"table unknown lop found late", "GET", "/v1/tables/slow", "", 404, "not found"},
 		{"table bad since", "GET", "/v1/tables/fra?since=-1", "", 400, "since"},
 		{"table bad wait", "GET", "/v1/tables/fra?wait=forever", "", 400, "wait"},
 		{"table wait too long", "GET", "/v1/tables/fra?wait=1h", "", 400, "wait"},
