@@ -2,8 +2,6 @@ package relay
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"io"
 	"net"
@@ -56,23 +54,7 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 			}
 			// A bulk exchange: handed over to the goroutine path, which
 			// splices; the bytes arrive exact and in order.
-			msg := make([]byte, 4<<20)
-			rand.Read(msg)
-			errc := make(chan error, 1)
-			go func() {
-				_, err := c.Write(msg)
-				errc <- err
-			}()
-			got := make([]byte, len(msg))
-			if _, err := io.ReadFull(c, got); err != nil {
-				t.Fatalf("read bulk echo: %v", err)
-			}
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
-			if sha256.Sum256(got) != sha256.Sum256(msg) {
-				t.Fatal("bulk echo differs")
-			}
+			bulkEcho(t, c, 4<<20)
 			if loops != nil {
 				if n := loops.Flows(); n != 0 {
 					t.Errorf("flows in loops after 4 MiB = %d; want 0 (handed over)", n)
@@ -82,7 +64,7 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 			if rest, err := io.ReadAll(c); err != nil || len(rest) != 0 {
 				t.Fatalf("after half-close: %d bytes, %v; want EOF", len(rest), err)
 			}
-			want := float64(2 * (4 + len(msg)))
+			want := float64(2 * (4 + 4<<20))
 			waitFor(t, 5*time.Second, "flow accounting", func() bool {
 				return flows(w.a.Server, roleInP, outcomeOK) == 1 && testutilSum(w.a, "mosto_relay_bytes_total") == want
 			})

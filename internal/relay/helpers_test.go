@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"log/slog"
@@ -285,4 +287,27 @@ func countFDs(t testing.TB) int {
 func isReset(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && strings.Contains(op.Err.Error(), "reset")
+}
+
+// bulkEcho writes n random bytes to c (an echo through the relay) while
+// reading them back, and fails unless they come back exact.
+func bulkEcho(t *testing.T, c net.Conn, n int) {
+	t.Helper()
+	msg := make([]byte, n)
+	rand.Read(msg)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(msg)
+		errc <- err
+	}()
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatalf("read bulk echo: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(got) != sha256.Sum256(msg) {
+		t.Fatal("bulk echo differs")
+	}
 }

@@ -87,28 +87,12 @@ func TestLoopsServeHopFlows(t *testing.T) {
 					t.Errorf("b: flows in loops = %d; want 1", n)
 				}
 			}
-			msg := make([]byte, 4<<20)
-			rand.Read(msg)
-			errc := make(chan error, 1)
-			go func() {
-				_, err := c.Write(msg)
-				errc <- err
-			}()
-			got := make([]byte, len(msg))
-			if _, err := io.ReadFull(c, got); err != nil {
-				t.Fatalf("read bulk echo: %v", err)
-			}
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
-			if sha256.Sum256(got) != sha256.Sum256(msg) {
-				t.Fatal("bulk echo differs")
-			}
+			bulkEcho(t, c, 4<<20)
 			c.(*net.TCPConn).CloseWrite()
 			if rest, err := io.ReadAll(c); err != nil || len(rest) != 0 {
 				t.Fatalf("after half-close: %d bytes, %v; want EOF", len(rest), err)
 			}
-			want := float64(2 * (4 + len(msg)))
+			want := float64(2 * (4 + 4<<20))
 			for _, x := range []struct {
 				r    *running
 				role string
