@@ -33,20 +33,8 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 			if on := loops != nil; on != (tc.loops >= 0) {
 				t.Fatalf("loops running = %v with loops: %d", on, tc.loops)
 			}
-			c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(20 * time.Second))
 			// A short exchange: the flow stays in a loop.
-			if _, err := c.Write([]byte("ping")); err != nil {
-				t.Fatal(err)
-			}
-			b := make([]byte, 4)
-			if _, err := io.ReadFull(c, b); err != nil || string(b) != "ping" {
-				t.Fatalf("echo = %q, %v", b, err)
-			}
+			c := dialPing(t, w.a.ServiceAddr(0).String())
 			if loops != nil {
 				if n := loops.Flows(); n != 1 {
 					t.Errorf("flows in loops after a short exchange = %d; want 1", n)

@@ -311,3 +311,23 @@ func bulkEcho(t *testing.T, c net.Conn, n int) {
 		t.Fatal("bulk echo differs")
 	}
 }
+
+// dialPing connects to addr (an echo through the relay, closed when the
+// test ends), and fails unless "ping" comes back.
+func dialPing(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != "ping" {
+		t.Fatalf("echo = %q, %v", b, err)
+	}
+	return c
+}

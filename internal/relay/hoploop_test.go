@@ -48,19 +48,7 @@ func TestLoopsServeHopFlows(t *testing.T) {
 					return w.a.hopPool.idleCount(w.b.HopAddr().String()) == tc.pool
 				})
 			}
-			c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(20 * time.Second))
-			if _, err := c.Write([]byte("ping")); err != nil {
-				t.Fatal(err)
-			}
-			b := make([]byte, 4)
-			if _, err := io.ReadFull(c, b); err != nil || string(b) != "ping" {
-				t.Fatalf("echo = %q, %v", b, err)
-			}
+			c := dialPing(t, w.a.ServiceAddr(0).String())
 			for _, x := range []struct {
 				name string
 				ls   *evloop.Loops
