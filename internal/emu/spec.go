@@ -25,13 +25,18 @@ const MaxHosts = 1000
 // settings of every host. It is read from YAML by ParseSpec; Go callers may
 // also build one directly (and may set Matrix instead of a dataset).
 type Spec struct {
-	Name     string     `yaml:"name"`
-	Dataset  string     `yaml:"dataset"` // embedded RTT dataset of package topo, e.g. "wonderproxy"
-	RTTCSV   string     `yaml:"rtt_csv"` // or: path of an RTT-matrix CSV file (ms)
-	Hosts    []HostSpec `yaml:"hosts"`
-	Links    []LinkSpec `yaml:"links"`
-	Defaults Link       `yaml:"defaults"` // applies to every pair; delay_ms is ignored here
-	TCP      TCP        `yaml:"tcp"`
+	Name    string     `yaml:"name"`
+	Dataset string     `yaml:"dataset"` // embedded RTT dataset of package topo, e.g. "wonderproxy"
+	RTTCSV  string     `yaml:"rtt_csv"` // or: path of an RTT-matrix CSV file (ms)
+	Hosts   []HostSpec `yaml:"hosts"`
+	Links   []LinkSpec `yaml:"links"`
+	// Routes send a pair's packets through on-path hosts (both directions;
+	// the reverse direction takes the hosts in reverse order). Each on-path
+	// host is a real forwarding namespace (ip_forward on), and every
+	// segment of the path has its own link (delay, loss, jitter, rate).
+	Routes   []RouteSpec `yaml:"routes"`
+	Defaults Link        `yaml:"defaults"` // applies to every pair; delay_ms is ignored here
+	TCP      TCP         `yaml:"tcp"`
 	// Offload enables GSO super-packets (IFF_VNET_HDR + TSO) on the TUN
 	// devices; nil means true. Lossy or rate-limited links segment them in
 	// software, so loss and rate stay per packet either way.
@@ -77,6 +82,16 @@ type LinkSpec struct {
 	RateMbit  *float64 `yaml:"rate_mbit"`
 	QueueMS   *float64 `yaml:"queue_ms"`
 	QueuePkts *int     `yaml:"queue_pkts"`
+}
+
+// RouteSpec routes the packets between From and To (both directions)
+// through the hosts Via, in order from From. The pair From-To needs no
+// delay of its own; every consecutive pair of the path needs one and must
+// not be routed itself.
+type RouteSpec struct {
+	From string   `yaml:"from"`
+	To   string   `yaml:"to"`
+	Via  []string `yaml:"via"`
 }
 
 // TCP holds per-host TCP settings, applied as sysctls in every namespace and
@@ -128,6 +143,11 @@ type plan struct {
 	names []string
 	addrs []netip.Addr
 	links [][]Link // links[i][j]: direction i -> j
+	// paths[[2]int{i, j}] is the host path from i to j (both ends
+	// included) of a routed pair; nil when no route is given.
+	paths map[[2]int][]int
+	// forward[i] is set for hosts that are on the path of a route.
+	forward []bool
 }
 
 func (l Link) validate(what string) error {
@@ -344,8 +364,16 @@ func (s *Spec) resolve() (*plan, error) {
 			p.links[d[0]][d[1]] = l
 		}
 	}
+	if err := p.resolveRoutes(s.Routes, index); err != nil {
+		return nil, err
+	}
 	for i := range n {
 		for j := range n {
+			if _, routed := p.paths[[2]int{i, j}]; routed && math.IsNaN(p.links[i][j].DelayMS) {
+				l := p.links[i][j]
+				l.DelayMS = 0 // never used: the pair's packets take the route
+				p.links[i][j] = l
+			}
 			if i != j && math.IsNaN(p.links[i][j].DelayMS) {
 				why := "has no location"
 				switch {
@@ -361,6 +389,61 @@ func (s *Spec) resolve() (*plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// resolveRoutes checks the routes and fills p.paths and p.forward. It runs
+// after the links so it can check that every hop of a path has a delay.
+func (p *plan) resolveRoutes(routes []RouteSpec, index map[string]int) error {
+	p.forward = make([]bool, len(p.names))
+	if len(routes) == 0 {
+		return nil
+	}
+	p.paths = make(map[[2]int][]int, 2*len(routes))
+	for k, r := range routes {
+		what := fmt.Sprintf("route %d (%s-%s)", k+1, r.From, r.To)
+		if len(r.Via) == 0 {
+			return fmt.Errorf("emu: %s: via is empty", what)
+		}
+		path := make([]int, 0, len(r.Via)+2)
+		seen := make(map[int]bool, len(r.Via)+2)
+		for _, name := range append(append([]string{r.From}, r.Via...), r.To) {
+			i, ok := index[name]
+			if !ok {
+				return fmt.Errorf("emu: %s: unknown host %q", what, name)
+			}
+			if seen[i] {
+				return fmt.Errorf("emu: %s: host %q appears twice on the path", what, name)
+			}
+			seen[i] = true
+			path = append(path, i)
+		}
+		a, b := path[0], path[len(path)-1]
+		if _, dup := p.paths[[2]int{a, b}]; dup {
+			return fmt.Errorf("emu: %s: pair routed twice", what)
+		}
+		rev := make([]int, len(path))
+		for i, h := range path {
+			rev[len(path)-1-i] = h
+		}
+		p.paths[[2]int{a, b}] = path
+		p.paths[[2]int{b, a}] = rev
+		for _, h := range path[1 : len(path)-1] {
+			p.forward[h] = true
+		}
+	}
+	// Every hop must be a direct link with a delay.
+	for _, path := range p.paths {
+		for h := 0; h+1 < len(path); h++ {
+			i, j := path[h], path[h+1]
+			if _, routed := p.paths[[2]int{i, j}]; routed {
+				return fmt.Errorf("emu: route %s-%s: hop %s-%s is itself routed", p.names[path[0]], p.names[path[len(path)-1]], p.names[i], p.names[j])
+			}
+			if math.IsNaN(p.links[i][j].DelayMS) {
+				return fmt.Errorf("emu: route %s-%s: no delay for hop %s-%s: add a link with delay_ms", p.names[path[0]], p.names[path[len(path)-1]], p.names[i], p.names[j])
+			}
+		}
+	}
+	return nil
 }
 
 func (ls LinkSpec) apply(l *Link) {

@@ -41,6 +41,11 @@ type World struct {
 	byName map[string]int
 	byAddr map[netip.Addr]int
 
+	// paths holds the host path of every routed pair (Spec.Routes);
+	// read-only once up, nil without routes.
+	paths   map[[2]int][]int
+	forward []bool // hosts on some route's path: ip_forward on
+
 	mu    sync.Mutex // guards pipes creation and links
 	links [][]Link
 	pipes [][]atomic.Pointer[pipe]
@@ -140,6 +145,8 @@ func UpWith(ctx context.Context, spec *Spec, log *slog.Logger, opt UpOptions) (*
 		byName:  make(map[string]int, n),
 		byAddr:  make(map[netip.Addr]int, n),
 		links:   p.links,
+		paths:   p.paths,
+		forward: p.forward,
 		pipes:   make([][]atomic.Pointer[pipe], n),
 		stopFd:  -1,
 
@@ -282,6 +289,25 @@ func (w *World) setupHost(ctx context.Context, i int, tcp TCP) error {
 			return err
 		}
 		h.tun = fd
+		if w.forward[i] {
+			// An on-path host forwards the packets of the pairs routed
+			// through it back out of its only device: no redirects, no
+			// reverse-path filter (a transparent relay here sends with
+			// the client's address).
+			for _, s := range [][2]string{
+				{"net/ipv4/ip_forward", "1"},
+				{"net/ipv4/conf/all/send_redirects", "0"},
+				{"net/ipv4/conf/default/send_redirects", "0"},
+				{"net/ipv4/conf/all/rp_filter", "0"},
+				{"net/ipv4/conf/default/rp_filter", "0"},
+				{"net/ipv4/conf/" + w.tunName() + "/send_redirects", "0"},
+				{"net/ipv4/conf/" + w.tunName() + "/rp_filter", "0"},
+			} {
+				if err := writeSysctl(s[0], s[1]); err != nil {
+					return fmt.Errorf("forwarding: %w", err)
+				}
+			}
+		}
 		return applyTCP(tcp)
 	})
 	// On failure createNetns removed what it made; an existing namespace
@@ -364,6 +390,10 @@ func (w *World) readLoop(i int, ready func()) {
 		}
 		dst, _ := netip.AddrFromSlice(pkt[hdr+16 : hdr+20])
 		j, ok := w.byAddr[dst]
+		if ok && w.paths != nil {
+			src, _ := netip.AddrFromSlice(pkt[hdr+12 : hdr+16])
+			j = w.nextHop(i, src, j)
+		}
 		if !ok || j == i {
 			w.unknownDst.Add(1)
 			continue
@@ -379,6 +409,32 @@ func (w *World) readLoop(i int, ready func()) {
 		}
 		p.send(now, out)
 	}
+}
+
+// nextHop returns the host to which host i hands a packet from src to
+// host dst: the next host on the route of the pair (src's host, dst) when
+// i is on it (a packet an on-path host forwards, or a transparent relay's
+// packet sent with the client's address), else on the route (i, dst), else
+// dst itself.
+func (w *World) nextHop(i int, src netip.Addr, dst int) int {
+	if s, ok := w.byAddr[src]; ok {
+		if next, ok := nextOnPath(w.paths[[2]int{s, dst}], i); ok {
+			return next
+		}
+	}
+	if next, ok := nextOnPath(w.paths[[2]int{i, dst}], i); ok {
+		return next
+	}
+	return dst
+}
+
+func nextOnPath(path []int, i int) (int, bool) {
+	for k := 0; k+1 < len(path); k++ {
+		if path[k] == i {
+			return path[k+1], true
+		}
+	}
+	return 0, false
 }
 
 // setThreadPriority gives the calling (locked) thread real-time priority
@@ -654,12 +710,39 @@ func (w *World) Stats(a, b string) LinkStats {
 func (w *World) Unrouted() uint64 { return w.unknownDst.Load() }
 
 // RTT returns the configured round-trip delay between a and b (the sum of
-// both one-way delays), without queueing or serialization.
+// both one-way delays, over every hop of a routed pair), without queueing
+// or serialization.
 func (w *World) RTT(a, b string) time.Duration {
+	if path := w.Path(a, b); len(path) > 2 {
+		var sum time.Duration
+		for k := 0; k+1 < len(path); k++ {
+			sum += w.RTT(path[k], path[k+1])
+		}
+		return sum
+	}
 	ab, err1 := w.Link(a, b)
 	ba, err2 := w.Link(b, a)
 	if err1 != nil || err2 != nil {
 		return 0
 	}
 	return time.Duration(math.Round((ab.DelayMS + ba.DelayMS) * 1e6))
+}
+
+// Path returns the hosts a packet from a to b crosses, both ends included:
+// [a b] for a direct pair, nil for unknown hosts.
+func (w *World) Path(a, b string) []string {
+	i, ok := w.byName[a]
+	j, ok2 := w.byName[b]
+	if !ok || !ok2 || i == j {
+		return nil
+	}
+	path, ok := w.paths[[2]int{i, j}]
+	if !ok {
+		path = []int{i, j}
+	}
+	out := make([]string, len(path))
+	for k, h := range path {
+		out[k] = w.hosts[h].name
+	}
+	return out
 }
