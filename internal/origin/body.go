@@ -10,10 +10,19 @@ import (
 // of seed. Byte k of the stream depends only on seed and k, so a prefix of a
 // larger object equals the smaller object.
 func Body(seed uint64, size int64) io.Reader {
-	if size < 0 {
-		size = 0
+	return BodyAt(seed, 0, size)
+}
+
+// BodyAt returns a reader of the n bytes of the seed's stream that start at
+// offset off: bytes [off, off+n) of Body(seed, off+n).
+func BodyAt(seed uint64, off, n int64) io.Reader {
+	if n < 0 {
+		n = 0
 	}
-	return &stream{seed: seed, left: size}
+	if off < 0 {
+		off = 0
+	}
+	return &stream{seed: seed, left: n, start: off}
 }
 
 // Sum returns the SHA-256 of Body(seed, size).
@@ -34,6 +43,7 @@ type stream struct {
 	buf   [8]byte
 	off   int // bytes of buf already consumed; 8 means empty
 	left  int64
+	start int64 // stream offset of the first byte
 	init  bool
 }
 
@@ -50,8 +60,14 @@ func (s *stream) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if !s.init {
-		s.off = 8
 		s.init = true
+		s.block = uint64(s.start / 8)
+		s.off = 8
+		if r := int(s.start % 8); r != 0 {
+			binary.LittleEndian.PutUint64(s.buf[:], mix(s.seed+s.block*gamma))
+			s.block++
+			s.off = r
+		}
 	}
 	if int64(len(p)) > s.left {
 		p = p[:s.left]
