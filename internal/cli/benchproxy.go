@@ -26,13 +26,15 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	connCPU := fs.Float64("conn-cpu", proxybench.DefaultConnCPU, "CPU budget per relay (CPUs) for a second connections-per-second test at equal CPU, via a cgroup quota (root); negative skips it")
 	lat := fs.Int("lat-conns", proxybench.DefaultLatConns, "back-to-back connections of one client per mode and run for the time per connection (negative: skip)")
 	idle := fs.Int("idle", proxybench.DefaultIdleConns, "idle flows opened to measure memory per connection (negative: skip)")
+	threads := fs.Int("threads", 0, "threads of every relay: mosto's event loops and GOMAXPROCS, tuned HAProxy's nbthread, tuned nginx's workers (default: one per CPU)")
+	coreHour := fs.Float64("core-hour", proxybench.DefaultCoreHour, "price of one CPU core-hour in dollars, for the relay cost per delivered TB")
 	mosto := fs.String("mosto", "", "mosto binary to run as the proxy (default: this executable)")
 	haproxy := fs.String("haproxy", "", "haproxy binary (default: from PATH)")
 	nginx := fs.String("nginx", "", "nginx binary (default: from PATH)")
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	dir := fs.String("dir", "", "directory for generated configs (default: a temporary one, removed afterwards)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, "usage: mosto bench proxy [flags]\n\nCompares single-flow throughput, CPU per GB, connections per second,\nmemory per idle flow and idle RSS of mosto proxy, HAProxy and nginx stream on loopback.")
+		fmt.Fprintln(env.Stderr, "usage: mosto bench proxy [flags]\n\nCompares single-flow throughput, CPU per GB, connections per second,\nmemory per idle flow and idle RSS of mosto proxy, HAProxy and nginx stream (each tuned and with defaults) on loopback.")
 		fs.PrintDefaults()
 	}
 	pos, err := parseFlags(fs, args)
@@ -48,6 +50,9 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	}
 	if *runs < 1 || *parallel < 1 || *payload < 1 || *connDur <= 0 {
 		return usageErrorf("-runs, -parallel, -payload and -conn-duration must be positive")
+	}
+	if *threads < 0 || *coreHour <= 0 {
+		return usageErrorf("-threads must be >= 0 and -core-hour positive")
 	}
 	if *lat == 0 {
 		*lat = -1
@@ -72,7 +77,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	rep, err := proxybench.Run(ctx, proxybench.Config{
 		Modes: list, Mosto: *mosto, HAProxy: *haproxy, Nginx: *nginx,
 		Bytes: n, Runs: *runs, ConnDuration: *connDur, ConnParallel: *parallel, ConnPayload: *payload,
-		ConnCPU: *connCPU, LatConns: *lat, IdleConns: *idle, Dir: *dir, Log: env.Log,
+		ConnCPU: *connCPU, Threads: *threads, CoreHour: *coreHour, LatConns: *lat, IdleConns: *idle, Dir: *dir, Log: env.Log,
 	})
 	if rep == nil {
 		return err

@@ -5,10 +5,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -37,6 +37,16 @@ type Config struct {
 
 	IdleConns int // idle flows for memory per connection (default 5000; < 0 skips)
 
+	// Threads is the thread count of every relay: mosto's event loops and
+	// GOMAXPROCS, HAProxy's nbthread (tuned), nginx's workers (tuned).
+	// Default: one per CPU.
+	Threads int
+
+	// CoreHour is the price of one CPU core for an hour, in dollars, that
+	// turns CPU seconds per GB into dollars per delivered TB (default
+	// DefaultCoreHour).
+	CoreHour float64
+
 	// LatConns is the number of back-to-back connections of one client
 	// per mode and run in the latency test (default 2000; < 0 skips).
 	LatConns int
@@ -55,6 +65,9 @@ const (
 	DefaultIdleConns    = 5000
 	DefaultLatConns     = 2000
 	DefaultConnCPU      = 0.5
+	// DefaultCoreHour is seed 001's price: an EC2 m4.large (2 cores) at
+	// $0.108 an hour.
+	DefaultCoreHour    = 0.108 / 2
 	debianStreamModule  = "/usr/lib/nginx/modules/ngx_stream_module.so"
 )
 
@@ -124,6 +137,12 @@ func (c *Config) fill() {
 	if c.ConnCPU == 0 {
 		c.ConnCPU = DefaultConnCPU
 	}
+	if c.Threads <= 0 {
+		c.Threads = runtime.NumCPU()
+	}
+	if c.CoreHour <= 0 {
+		c.CoreHour = DefaultCoreHour
+	}
 	if c.HAProxy == "" {
 		c.HAProxy, _ = exec.LookPath("haproxy")
 	}
@@ -165,7 +184,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer sk.close()
 	st := &setup{dir: cfg.Dir, origin: sk.addr(), mosto: cfg.Mosto, haproxy: cfg.HAProxy,
-		nginx: cfg.Nginx, nginxMod: cfg.NginxMod, maxconn: raiseFileLimit(), log: cfg.Log}
+		nginx: cfg.Nginx, nginxMod: cfg.NginxMod, maxconn: raiseFileLimit(), threads: cfg.Threads, log: cfg.Log}
 
 	relays := map[string]*relay{}
 	defer func() {
@@ -264,14 +283,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return rep, err
 	}
 	if cfg.ConnCPU > 0 {
-		cc, err := newCPUCap()
-		if err == nil {
-			err = capPhase(ctx, cfg, rep, relays, cc)
-			if rerr := cc.remove(); rerr != nil {
-				cfg.Log.Warn("cgroup left behind", "err", rerr)
-			}
-		}
-		if err != nil {
+		if err := capPhase(ctx, cfg, rep, relays); err != nil {
 			if ctx.Err() != nil {
 				return rep, ctx.Err()
 			}
@@ -340,10 +352,29 @@ func connPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*
 	return nil
 }
 
-// capPhase moves every relay process into cc, limits it to cfg.ConnCPU
-// CPUs for the connection-rate test, and lifts the limit afterwards.
-func capPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*relay, cc *cpuCap) error {
+// capPhase moves the processes of every relay into a CPU cgroup of its
+// own, limits each cgroup to cfg.ConnCPU CPUs for the connection-rate
+// test, and removes the cgroups afterwards. One cgroup per relay: an idle
+// relay's housekeeping does not count against the one under test.
+func capPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*relay) (err error) {
+	var caps []*cpuCap
+	defer func() {
+		for _, cc := range caps {
+			cc.set(0)
+			if rerr := cc.remove(); rerr != nil {
+				cfg.Log.Warn("cgroup left behind", "err", rerr)
+			}
+		}
+	}()
 	for _, r := range relays {
+		if len(r.procs) == 0 {
+			continue
+		}
+		cc, err := newCPUCap()
+		if err != nil {
+			return err
+		}
+		caps = append(caps, cc)
 		var pids []int
 		for _, p := range r.pids() {
 			pids = append(pids, tree(p)...)
@@ -351,11 +382,10 @@ func capPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*r
 		if err := cc.add(pids); err != nil {
 			return err
 		}
+		if err := cc.set(cfg.ConnCPU); err != nil {
+			return fmt.Errorf("set cpu quota: %w", err)
+		}
 	}
-	if err := cc.set(cfg.ConnCPU); err != nil {
-		return fmt.Errorf("set cpu quota: %w", err)
-	}
-	defer cc.set(0)
 	return connPhase(ctx, cfg, rep, relays, true)
 }
 
@@ -399,179 +429,3 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func (r *Report) find(mode string) *Result {
-	for _, res := range r.Results {
-		if res.Mode == mode {
-			return res
-		}
-	}
-	return nil
-}
-
-// ratio formats a/b as "1.23x", or "-" when either is missing.
-func ratio(a, b float64) string {
-	if a == 0 || b == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fx", a/b)
-}
-
-// paired formats the ratios a[i]/b[i] of runs measured side by side
-// (same round) as "median (min-max)".
-func paired(a, b []float64) string {
-	var rs []float64
-	for i := range min(len(a), len(b)) {
-		if a[i] > 0 && b[i] > 0 {
-			rs = append(rs, a[i]/b[i])
-		}
-	}
-	if len(rs) == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fx (%.2f-%.2f)", median(rs), slices.Min(rs), slices.Max(rs))
-}
-
-// rateCells formats the conn/s cells of a mode against HAProxy's runs h:
-// median, every run, ratio of medians, per-run ratio.
-func rateCells(v, h []float64) string {
-	return fmt.Sprintf("%.0f | %s | %s | %s", median(v), runList(v, "%.0f"), ratio(median(v), median(h)), paired(v, h))
-}
-
-func runList(v []float64, format string) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprintf(format, x)
-	}
-	return strings.Join(s, " ")
-}
-
-func num(v float64, format string) string {
-	if v == 0 {
-		return "-"
-	}
-	return fmt.Sprintf(format, v)
-}
-
-// connRef returns the result a mode's conn/s and memory figures are
-// compared with: haproxy3 for the chains (like for like), else h.
-func (r *Report) connRef(mode string, h *Result) *Result {
-	if mode == ModeMosto3 || mode == ModeHAProxy3 {
-		if h3 := r.find(ModeHAProxy3); h3 != nil {
-			return h3
-		}
-	}
-	return h
-}
-
-// WriteMarkdown writes the report as Markdown tables with ratios to
-// HAProxy (median over runs for throughput; chains compare with haproxy3
-// in the conn/s and memory tables).
-func (r *Report) WriteMarkdown(w io.Writer) {
-	c := r.Config
-	idle := fmt.Sprintf("%d idle flows", c.IdleConns)
-	if c.IdleConns < 0 {
-		idle = "no idle-flow test"
-	}
-	fmt.Fprintf(w, "Loopback. Throughput: %d runs of %.1f GB per mode, one flow, modes interleaved. "+
-		"Conn/s: %d runs of %v per mode, %d parallel clients, %d-byte request and 8-byte reply per connection, interleaved. Memory: %s.\n\n",
-		c.Runs, float64(c.Bytes)/1e9, c.Runs, c.ConnDuration, c.ConnParallel, c.ConnPayload, idle)
-	h := r.find(ModeHAProxy)
-	if h == nil {
-		h = &Result{}
-	}
-	hg, hc := median(h.Gbps), median(h.CPUPerGB)
-	fmt.Fprintln(w, "| mode | Gbit/s (median) | runs | vs HAProxy | relay CPU s/GB | vs HAProxy |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
-	for _, res := range r.Results {
-		g, cpu := median(res.Gbps), median(res.CPUPerGB)
-		cpuS, cpuR := num(cpu, "%.3f"), ratio(cpu, hc)
-		if res.Mode == ModeDirect {
-			cpuS, cpuR = "(no relay)", "-"
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", res.Mode, num(g, "%.2f"), runList(res.Gbps, "%.2f"), ratio(g, hg), cpuS, cpuR)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs HAProxy | per-run ratio (median, range) | failed | relay CPU s per 1k conns | vs HAProxy | context switches per conn | vs HAProxy |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-	for _, res := range r.Results {
-		if len(res.ConnPerS) == 0 {
-			continue
-		}
-		cpu, sw := median(res.CPUPer1k), median(res.SwitchesPerConn)
-		h := r.connRef(res.Mode, h)
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s |\n", res.Mode, rateCells(res.ConnPerS, h.ConnPerS),
-			res.ConnFail, num(cpu, "%.3f"), ratio(cpu, median(h.CPUPer1k)), num(sw, "%.2f"), ratio(sw, median(h.SwitchesPerConn)))
-	}
-	fmt.Fprintln(w)
-	if r.CapErr != "" {
-		fmt.Fprintf(w, "Conn/s at equal CPU not measured: %s\n\n", r.CapErr)
-	} else if c.ConnCPU > 0 && slices.ContainsFunc(r.Results, func(res *Result) bool { return len(res.CappedConnPerS) > 0 }) {
-		fmt.Fprintf(w, "Conn/s at equal CPU: every relay held to %.2f CPU (cgroup CPU quota, %v period), same clients. "+
-			"Where a relay used its whole budget (CPU used = cap) it was the bottleneck and conn/s is its capacity per CPU; "+
-			"below the cap the machine was too busy to give it that much.\n\n", c.ConnCPU, capPeriod)
-		fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs HAProxy | per-run ratio (median, range) | relay CPU s per 1k conns | vs HAProxy | CPU used (CPUs) |")
-		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
-		for _, res := range r.Results {
-			if len(res.CappedConnPerS) == 0 {
-				continue
-			}
-			rate, cpu := median(res.CappedConnPerS), median(res.CappedCPUPer1k)
-			h := r.connRef(res.Mode, h)
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", res.Mode, rateCells(res.CappedConnPerS, h.CappedConnPerS),
-				num(cpu, "%.3f"), ratio(cpu, median(h.CappedCPUPer1k)), num(rate*cpu/1000, "%.2f"))
-		}
-		fmt.Fprintln(w)
-	}
-	if c.LatConns > 0 {
-		fmt.Fprintf(w, "Time per connection, one client, %d connections back to back per mode and run (dial, %d bytes, half-close, 8-byte reply, close); "+
-			"medians over the runs of each run's percentile; added = over direct.\n\n", c.LatConns, c.ConnPayload)
-		fmt.Fprintln(w, "| mode | p50 (us) | added (us) | vs HAProxy (added) | p99 (us) | added (us) | vs HAProxy (added) | failed |")
-		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
-		var d50, d99 float64
-		if d := r.find(ModeDirect); d != nil {
-			d50, d99 = median(d.LatP50), median(d.LatP99)
-		}
-		added := func(v, base float64) float64 {
-			if v == 0 || base == 0 {
-				return 0
-			}
-			return v - base
-		}
-		h50, h99 := added(median(h.LatP50), d50), added(median(h.LatP99), d99)
-		for _, res := range r.Results {
-			if len(res.LatP50) == 0 {
-				continue
-			}
-			p50, p99 := median(res.LatP50), median(res.LatP99)
-			a50, a99 := added(p50, d50), added(p99, d99)
-			if res.Mode == ModeDirect {
-				a50, a99 = 0, 0
-			}
-			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %s | %s | %d |\n", res.Mode, p50, num(a50, "%.0f"), ratio(a50, h50),
-				p99, num(a99, "%.0f"), ratio(a99, h99), res.LatFail)
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintln(w, "| mode | idle RSS (MB) | vs HAProxy | of which anonymous (MB) | vs HAProxy | RSS per idle flow (KB) | vs HAProxy |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
-	for _, res := range r.Results {
-		if res.IdleRSS == 0 {
-			continue
-		}
-		h := r.connRef(res.Mode, h)
-		fmt.Fprintf(w, "| %s | %.1f | %s | %.1f | %s | %s | %s |\n", res.Mode, float64(res.IdleRSS)/1e6, ratio(float64(res.IdleRSS), float64(h.IdleRSS)),
-			float64(res.IdleAnon)/1e6, ratio(float64(res.IdleAnon), float64(h.IdleAnon)),
-			num(res.PerConn/1e3, "%.1f"), ratio(res.PerConn, h.PerConn))
-	}
-	var errs []string
-	for _, res := range r.Results {
-		if res.Err != "" {
-			errs = append(errs, fmt.Sprintf("- %s: %s", res.Mode, res.Err))
-		}
-	}
-	if len(errs) > 0 {
-		fmt.Fprintf(w, "\nNot measured:\n%s\n", strings.Join(errs, "\n"))
-	}
-	fmt.Fprintf(w, "\nElapsed %v. mosto3 is three chained daemons (InP, TrP, EgP), haproxy3 three chained HAProxy processes; their CPU and RSS are the sums of the three, and in the conn/s and memory tables their ratios are to haproxy3 (like for like). "+
-		"CPU is utime+stime of each relay's process tree from /proc/PID/stat; RSS sums the tree.\n", r.Elapsed.Round(time.Second))
-}

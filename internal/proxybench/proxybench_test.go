@@ -111,7 +111,7 @@ func FuzzParseSwitches(f *testing.F) {
 
 func TestWriteMarkdownRatios(t *testing.T) {
 	rep := &Report{
-		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10, ConnCPU: 0.5},
+		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10, ConnCPU: 0.5, Threads: 2, CoreHour: 0.054},
 		Results: []*Result{
 			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, SwitchesPerConn: []float64{1}, CappedConnPerS: []float64{100, 200}, CappedCPUPer1k: []float64{1, 1}, LatP50: []float64{300}, LatP99: []float64{900}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
 			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, SwitchesPerConn: []float64{2.5, 1.5, 3}, CappedConnPerS: []float64{150, 200}, CappedCPUPer1k: []float64{0.5, 0.5}, LatP50: []float64{200, 210, 150}, LatP99: []float64{500}, LatFail: 2, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
@@ -124,15 +124,16 @@ func TestWriteMarkdownRatios(t *testing.T) {
 	rep.WriteMarkdown(&b)
 	out := b.String()
 	for _, want := range []string{
-		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x | 0.500 | 0.50x |",
-		"| mosto1 | 500 | 500 | 0.50x | 0.50x (0.50-0.50) | 0 | 0.400 | 2.00x | 2.50 | 2.50x |",
-		// Capped: medians 175 vs 150; per-run ratios 1.5 and 1.0.
-		"| mosto1 | 175 | 150 200 | 1.17x | 1.25x (1.00-1.50) | 0.500 | 0.50x | 0.09 |",
-		"| mosto1 | 5.0 | 0.50x | 2.0 | 0.50x | 8.0 | 2.00x |",
+		// 0.5 s/GB at $0.054/core-hour: 0.5*1000/3600*0.054 = $0.0075/TB.
+		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x haproxy | 1.92x (1.33-2.50) | 0.500 | 0.50x haproxy | 0.50x (0.50-0.50) | 0.0075 |",
+		"| mosto1 | 500 | 500 | 0.50x haproxy | 0.50x (0.50-0.50) | 0 | 0.400 | 2.00x haproxy | 2.50 | 2.50x haproxy |",
+		// Capped: medians 175 vs 150; per-run ratios 1.5 and 1.0; CPU used 0.075 and 0.1.
+		"| mosto1 | 175 | 150 200 | 1.17x haproxy | 1.25x (1.00-1.50) | 0.500 | 0.50x haproxy | 0.07 0.10 |",
+		"| mosto1 | 5.0 | 0.50x haproxy | 2.0 | 0.50x haproxy | 8.0 | 2.00x haproxy |",
 		"- nginx: nginx not installed",
-		// Added over direct: p50 100 vs HAProxy's 200, p99 200 vs 600.
-		"| mosto1 | 200 | 100 | 0.50x | 500 | 200 | 0.33x | 2 |",
-		"| direct | 100 | - | - | 300 | - | - | 0 |",
+		// Added over direct in the same run: p50 100 vs HAProxy's 200, p99 200 vs 600.
+		"| mosto1 | 200 | 100 | 0.50x haproxy | 0.50x (0.50-0.50) | 500 | 200 | 0.33x haproxy | 2 |",
+		"| direct | 100 | - | - | - | 300 | - | - | 0 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -140,8 +141,69 @@ func TestWriteMarkdownRatios(t *testing.T) {
 	}
 }
 
-// TestWriteMarkdownChains: the chain rows of the conn/s and memory tables
-// compare with haproxy3, the single-relay rows with haproxy.
+// TestWriteMarkdownBestPeer: each figure of a single relay is compared
+// with whichever tuned peer is better in it, per run for the paired
+// ratio; the default configurations are never the reference.
+func TestWriteMarkdownBestPeer(t *testing.T) {
+	rep := &Report{
+		Config: Config{Runs: 3, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10, ConnCPU: 0.5, Threads: 2, CoreHour: 0.054},
+		Results: []*Result{
+			// HAProxy has the better throughput median, nginx wins run 2.
+			{Mode: ModeHAProxy, Gbps: []float64{6, 4, 6}, CPUPerGB: []float64{0.6, 0.6, 0.6}, CappedConnPerS: []float64{100, 100, 100}, CappedCPUPer1k: []float64{1, 1, 1}},
+			{Mode: ModeNginx, Gbps: []float64{5, 8, 5}, CPUPerGB: []float64{0.9, 0.3, 0.9}, CappedConnPerS: []float64{200, 200, 100}, CappedCPUPer1k: []float64{0.5, 0.5, 1}},
+			// A default peer better than both must not become the reference.
+			{Mode: ModeHAProxyDefault, Gbps: []float64{50, 50, 50}, CPUPerGB: []float64{0.01, 0.01, 0.01}, CappedConnPerS: []float64{900, 900, 900}, CappedCPUPer1k: []float64{0.1, 0.1, 0.1}},
+			{Mode: ModeMosto1, Gbps: []float64{12, 12, 12}, CPUPerGB: []float64{0.3, 0.3, 0.3}, CappedConnPerS: []float64{300, 300, 300}, CappedCPUPer1k: []float64{0.5, 0.5, 0.5}},
+		},
+	}
+	var b bytes.Buffer
+	rep.WriteMarkdown(&b)
+	out := b.String()
+	for _, want := range []string{
+		// Throughput: medians 12 / 6 (haproxy); per run 12/6, 12/8, 12/6.
+		// CPU: medians 0.3 / 0.6 (haproxy); per run 0.3/0.6, 0.3/0.3, 0.3/0.6.
+		"| mosto1 | 12.00 | 12.00 12.00 12.00 | 2.00x haproxy | 2.00x (1.50-2.00) | 0.300 | 0.50x haproxy | 0.50x (0.50-1.00) |",
+		// Capped conn/s: nginx's median 200 beats haproxy's 100; per run 300/200, 300/200, 300/100.
+		"| mosto1 | 300 | 300 300 300 | 1.50x nginx | 1.50x (1.50-3.00) | 0.500 | 1.00x nginx |",
+		"| haproxy-default | 50.00 | 50.00 50.00 50.00 | 8.33x haproxy |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestPeerConfigs: the tuned peers get the levers their experts would set;
+// the default ones do not.
+func TestPeerConfigs(t *testing.T) {
+	tuned := haproxyConf(true, 1000, 3, "127.0.0.1:1", "127.0.0.1:2")
+	def := haproxyConf(false, 1000, 3, "127.0.0.1:1", "127.0.0.1:2")
+	for _, want := range []string{"nbthread 3\n", "tune.pipesize 1048576\n", "option splice-auto\n", "bind 127.0.0.1:1\n", "server next 127.0.0.1:2\n"} {
+		if !strings.Contains(tuned, want) {
+			t.Errorf("tuned haproxy config lacks %q:\n%s", want, tuned)
+		}
+	}
+	for _, not := range []string{"nbthread", "pipesize", "splice"} {
+		if strings.Contains(def, not) {
+			t.Errorf("default haproxy config has %q:\n%s", not, def)
+		}
+	}
+	ng := nginxConf(true, "", 100, 50, 3, "/d", "127.0.0.1:1", "127.0.0.1:2")
+	for _, want := range []string{"worker_processes 3;", "listen 127.0.0.1:1 reuseport", "proxy_buffer_size 256k;", "proxy_pass 127.0.0.1:2;"} {
+		if !strings.Contains(ng, want) {
+			t.Errorf("tuned nginx config lacks %q:\n%s", want, ng)
+		}
+	}
+	ngd := nginxConf(false, "", 100, 50, 3, "/d", "127.0.0.1:1", "127.0.0.1:2")
+	for _, not := range []string{"reuseport", "proxy_buffer_size", "worker_processes 3"} {
+		if strings.Contains(ngd, not) {
+			t.Errorf("default nginx config has %q:\n%s", not, ngd)
+		}
+	}
+}
+
+// TestWriteMarkdownChains: the chain rows compare with haproxy3, the
+// single-relay rows with the best tuned peer.
 func TestWriteMarkdownChains(t *testing.T) {
 	rep := &Report{
 		Config: Config{Runs: 1, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10},
@@ -163,14 +225,15 @@ func TestWriteMarkdownChains(t *testing.T) {
 			{Mode: ModeHAProxy3, CappedConnPerS: []float64{200}, CappedCPUPer1k: []float64{2}},
 		},
 	}
+	b.Reset()
 	chains.WriteMarkdown(&b)
 	out += b.String()
 	for _, want := range []string{
-		"| mosto3 | 300 | 300 | 1.50x | 1.50x (1.50-1.50) | 1.000 | 0.50x | 0.30 |",
-		"| mosto3 | 600 | 600 | 1.50x | 1.50x (1.50-1.50) | 0 | 0.400 | 0.50x | 2.00 | 0.50x |",
-		"| haproxy3 | 400 | 400 | 1.00x | 1.00x (1.00-1.00) | 0 | 0.800 | 1.00x | 4.00 | 1.00x |",
-		"| mosto1 | 500 | 500 | 0.50x | 0.50x (0.50-0.50) | 0 | 0.400 | 2.00x | 2.00 | 2.00x |",
-		"| mosto3 | 15.0 | 0.50x | 6.0 | 0.50x | 6.0 | 0.50x |",
+		"| mosto3 | 300 | 300 | 1.50x haproxy3 | 1.50x (1.50-1.50) | 1.000 | 0.50x haproxy3 | 0.30 |",
+		"| mosto3 | 600 | 600 | 1.50x haproxy3 | 1.50x (1.50-1.50) | 0 | 0.400 | 0.50x haproxy3 | 2.00 | 0.50x haproxy3 |",
+		"| haproxy3 | 400 | 400 | 1.00x haproxy3 | 1.00x (1.00-1.00) | 0 | 0.800 | 1.00x haproxy3 | 4.00 | 1.00x haproxy3 |",
+		"| mosto1 | 500 | 500 | 0.50x haproxy | 0.50x (0.50-0.50) | 0 | 0.400 | 2.00x haproxy | 2.00 | 2.00x haproxy |",
+		"| mosto3 | 15.0 | 0.50x haproxy3 | 6.0 | 0.50x haproxy3 | 6.0 | 0.50x haproxy3 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -189,7 +252,7 @@ func TestRunExternalRelays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rep, err := Run(ctx, Config{
-		Modes: []string{ModeDirect, ModeHAProxy, ModeHAProxy3, ModeNginx}, Bytes: 20e6, Runs: 1,
+		Modes: []string{ModeDirect, ModeHAProxy, ModeHAProxyDefault, ModeHAProxy3, ModeNginx, ModeNginxDefault}, Bytes: 20e6, Runs: 1,
 		ConnDuration: 200 * time.Millisecond, ConnParallel: 2, IdleConns: 20, LatConns: 20, Dir: t.TempDir(),
 	})
 	if err != nil {

@@ -27,14 +27,30 @@ const (
 	// ModeMosto1G is one mosto proxy with its event loops off (`loops:
 	// -1`): every flow on goroutines, the path before the loops.
 	ModeMosto1G = "mosto1g"
+	// ModeHAProxy is HAProxy configured as its experts would for this
+	// test (haproxyConf): 1 MiB splice pipes, splice-auto, one thread per
+	// mosto thread.
 	ModeHAProxy = "haproxy"
-	// ModeHAProxy3 chains three HAProxy processes, for comparison with mosto3.
+	// ModeHAProxyDefault is HAProxy with the minimal configuration a TCP
+	// relay needs (no splicing, default threads and buffers).
+	ModeHAProxyDefault = "haproxy-default"
+	// ModeHAProxy3 chains three tuned HAProxy processes, for comparison
+	// with mosto3.
 	ModeHAProxy3 = "haproxy3"
-	ModeNginx    = "nginx"
+	// ModeNginx is nginx stream tuned (nginxConf): larger proxy buffers,
+	// reuseport listeners, one worker per mosto thread.
+	ModeNginx = "nginx"
+	// ModeNginxDefault is nginx stream with its defaults (16 KiB buffers,
+	// one shared listener, worker_processes auto).
+	ModeNginxDefault = "nginx-default"
 )
 
 // AllModes lists every mode in report order.
-var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto1G, ModeMosto3, ModeHAProxy, ModeHAProxy3, ModeNginx}
+var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto1G, ModeMosto3, ModeHAProxy, ModeHAProxyDefault, ModeHAProxy3, ModeNginx, ModeNginxDefault}
+
+// tunedPeers are the single-relay peers mosto1 is compared with: in every
+// run the better of them for each figure is "the best peer".
+var tunedPeers = []string{ModeHAProxy, ModeNginx}
 
 // relay is one system under test: the address clients dial and the
 // processes whose CPU and memory are charged to it.
@@ -124,6 +140,7 @@ type setup struct {
 	nginx    string
 	nginxMod string
 	maxconn  int // connection limit that fits the file descriptor limit
+	threads  int // threads of every relay (mosto loops and GOMAXPROCS, HAProxy nbthread, nginx workers)
 	log      *slog.Logger
 }
 
@@ -145,20 +162,23 @@ func (s *setup) start(ctx context.Context, mode string) (*relay, error) {
 		return s.startMosto(ctx, mode, 1)
 	case ModeMosto3:
 		return s.startMosto(ctx, mode, 3)
-	case ModeHAProxy:
+	case ModeHAProxy, ModeHAProxyDefault:
 		return s.startHAProxy(ctx, mode, 1)
 	case ModeHAProxy3:
 		return s.startHAProxy(ctx, mode, 3)
-	case ModeNginx:
-		return s.startNginx(ctx)
+	case ModeNginx, ModeNginxDefault:
+		return s.startNginx(ctx, mode)
 	}
 	return nil, fmt.Errorf("unknown mode %q (want one of %s)", mode, strings.Join(AllModes, ", "))
 }
 
 // launch starts one process with its output captured and waits until every
 // address in ready accepts connections.
-func (s *setup) launch(ctx context.Context, r *relay, ready []string, name string, args ...string) error {
+func (s *setup) launch(ctx context.Context, r *relay, ready []string, env []string, name string, args ...string) error {
 	cmd := exec.Command(name, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = r.log
 	cmd.Stderr = r.log
 	cmd.Dir = s.dir
@@ -261,6 +281,7 @@ func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, err
 			Pool:         map[string]int{"hop": 0},
 			Socket:       map[string]bool{"fastopen": false},
 		}
+		c.Loops = s.threads
 		if mode == ModeMosto1G {
 			c.Loops = -1
 		}
@@ -281,7 +302,7 @@ func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, err
 		if err := writeJSON(path, c); err != nil {
 			return nil, err
 		}
-		if err := s.launch(ctx, r, ready, s.mosto, "proxy", "--config", path); err != nil {
+		if err := s.launch(ctx, r, ready, []string{fmt.Sprintf("GOMAXPROCS=%d", s.threads)}, s.mosto, "proxy", "--config", path); err != nil {
 			r.stop(time.Second)
 			return nil, err
 		}
@@ -310,27 +331,12 @@ func (s *setup) startHAProxy(ctx context.Context, mode string, n int) (*relay, e
 		if err != nil {
 			return nil, err
 		}
-		conf := fmt.Sprintf(`global
-    maxconn %d
-    log stderr format raw local0 err
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 10m
-    timeout server 10m
-    option splice-request
-    option splice-response
-frontend bench
-    bind %s
-    default_backend next
-backend next
-    server next %s
-`, s.maxconn, entry, next)
+		conf := haproxyConf(mode != ModeHAProxyDefault, s.maxconn, s.threads, entry, next)
 		path := filepath.Join(s.dir, fmt.Sprintf("%s-%d.cfg", mode, i))
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			return nil, err
 		}
-		if err := s.launch(ctx, r, []string{entry}, s.haproxy, "-db", "-f", path); err != nil {
+		if err := s.launch(ctx, r, []string{entry}, nil, s.haproxy, "-db", "-f", path); err != nil {
 			r.stop(time.Second)
 			return nil, err
 		}
@@ -340,7 +346,69 @@ backend next
 	return r, nil
 }
 
-func (s *setup) startNginx(ctx context.Context) (*relay, error) {
+// haproxyConf is one HAProxy relaying listen to next. Tuned, it is what
+// HAProxy's documentation recommends for a TCP relay moving bulk data and
+// short connections: kernel splicing through 1 MiB pipes (tune.pipesize;
+// the kernel's default pipe is 64 KiB, 16 pages), splice-auto (splice
+// only once a connection's data outgrows the buffer, so 64-byte
+// connections are not spliced: the same adaptation mosto makes), and
+// threads equal to mosto's. The default is the minimal configuration of
+// a TCP proxy: buffered copies, default threads (one per CPU).
+func haproxyConf(tuned bool, maxconn, threads int, listen, next string) string {
+	global, opts := "", ""
+	if tuned {
+		global = fmt.Sprintf("    nbthread %d\n    tune.pipesize 1048576\n", threads)
+		opts = "    option splice-auto\n"
+	}
+	return fmt.Sprintf(`global
+    maxconn %d
+    log stderr format raw local0 err
+%sdefaults
+    mode tcp
+    timeout connect 5s
+    timeout client 10m
+    timeout server 10m
+%sfrontend bench
+    bind %s
+    default_backend next
+backend next
+    server next %s
+`, maxconn, global, opts, listen, next)
+}
+
+// nginxConf is nginx stream relaying listen to origin. Tuned: one worker
+// per mosto thread, a reuseport listener per worker (the kernel spreads
+// new connections instead of waking every worker), a large accept
+// backlog, 256 KiB proxy buffers (16 KiB by default: one read and one
+// write per 16 KiB of a bulk flow), multi_accept. Default: nginx's own
+// defaults (worker_processes auto as Debian ships it); the connection
+// limits are raised in both, or the idle-flow test could not run.
+func nginxConf(tuned bool, load string, nofile, maxconn, threads int, dir, listen, origin string) string {
+	workers, events, opts, server := "auto", "", "", ""
+	if tuned {
+		workers = fmt.Sprint(threads)
+		events = " multi_accept on;"
+		opts = " reuseport backlog=65535"
+		server = "        proxy_buffer_size 256k;\n"
+	}
+	return fmt.Sprintf(`%sdaemon off;
+worker_processes %s;
+worker_rlimit_nofile %d;
+pid %s/nginx.pid;
+error_log %s/error.log warn;
+events { worker_connections %d;%s }
+stream {
+    server {
+        listen %s%s;
+        proxy_pass %s;
+        proxy_timeout 10m;
+        proxy_half_close on;
+%s    }
+}
+`, load, workers, nofile, dir, dir, maxconn, events, listen, opts, origin, server)
+}
+
+func (s *setup) startNginx(ctx context.Context, mode string) (*relay, error) {
 	if s.nginx == "" {
 		return nil, errors.New("nginx not installed")
 	}
@@ -348,7 +416,7 @@ func (s *setup) startNginx(ctx context.Context) (*relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(s.dir, "nginx")
+	dir := filepath.Join(s.dir, mode)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -356,27 +424,13 @@ func (s *setup) startNginx(ctx context.Context) (*relay, error) {
 	if s.nginxMod != "" {
 		load = fmt.Sprintf("load_module %s;\n", s.nginxMod)
 	}
-	conf := fmt.Sprintf(`%sdaemon off;
-worker_processes auto;
-worker_rlimit_nofile %d;
-pid %s/nginx.pid;
-error_log %s/error.log warn;
-events { worker_connections %d; }
-stream {
-    server {
-        listen %s;
-        proxy_pass %s;
-        proxy_timeout 10m;
-        proxy_half_close on;
-    }
-}
-`, load, 2*s.maxconn+100, dir, dir, s.maxconn, entry, s.origin)
+	conf := nginxConf(mode == ModeNginx, load, 2*s.maxconn+100, s.maxconn, s.threads, dir, entry, s.origin)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
-	r := &relay{mode: ModeNginx, entry: entry, log: &syncBuffer{}}
-	if err := s.launch(ctx, r, []string{entry}, s.nginx, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", path); err != nil {
+	r := &relay{mode: mode, entry: entry, log: &syncBuffer{}}
+	if err := s.launch(ctx, r, []string{entry}, nil, s.nginx, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", path); err != nil {
 		r.stop(time.Second)
 		return nil, err
 	}

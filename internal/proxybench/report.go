@@ -1,0 +1,288 @@
+package proxybench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Seed 001's cost figures (dollars per terabit): CloudFront's request price
+// at 500 KB per request, and three relay VMs that forward 10 Gbit/s per
+// core.
+const (
+	seedCloudFrontPerTb = 0.1875
+	seedRelaysPerTb     = 0.009
+)
+
+func (r *Report) find(mode string) *Result {
+	for _, res := range r.Results {
+		if res.Mode == mode {
+			return res
+		}
+	}
+	return nil
+}
+
+// figure reads one figure of a result, one value per run.
+type figure func(*Result) []float64
+
+// peerRef is what a mode's figure is compared with: for single relays the
+// best tuned peer (tunedPeers), for chains haproxy3.
+type peerRef struct {
+	name string    // the peer with the best median ("" when none measured)
+	med  float64   // its median
+	runs []float64 // per run, the best peer's value in that run
+}
+
+func isChain(mode string) bool { return mode == ModeMosto3 || mode == ModeHAProxy3 }
+
+// ref returns the reference of mode for the figure get; higher says whether
+// a larger value is better (throughput) or worse (CPU, memory, latency).
+func (r *Report) ref(mode string, get figure, higher bool) peerRef {
+	peers := tunedPeers
+	if isChain(mode) {
+		peers = []string{ModeHAProxy3}
+	}
+	better := func(a, b float64) bool { return (higher && a > b) || (!higher && a < b) }
+	var p peerRef
+	for _, name := range peers {
+		res := r.find(name)
+		if res == nil {
+			continue
+		}
+		v := get(res)
+		if len(v) == 0 || median(v) == 0 {
+			continue
+		}
+		if m := median(v); p.name == "" || better(m, p.med) {
+			p.name, p.med = name, m
+		}
+		for i, x := range v {
+			if x == 0 {
+				continue
+			}
+			if i >= len(p.runs) {
+				p.runs = append(p.runs, make([]float64, i+1-len(p.runs))...)
+			}
+			if p.runs[i] == 0 || better(x, p.runs[i]) {
+				p.runs[i] = x
+			}
+		}
+	}
+	return p
+}
+
+// vs formats the ratio of v's median to the reference's, naming the
+// reference: "1.23x haproxy".
+func (p peerRef) vs(v float64) string {
+	if v == 0 || p.med == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx %s", v/p.med, p.name)
+}
+
+// ratio formats a/b as "1.23x", or "-" when either is missing.
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// paired formats the ratios a[i]/b[i] of runs measured side by side
+// (same round) as "median (min-max)".
+func paired(a, b []float64) string {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 && b[i] > 0 {
+			rs = append(rs, a[i]/b[i])
+		}
+	}
+	if len(rs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", median(rs), slices.Min(rs), slices.Max(rs))
+}
+
+func runList(v []float64, format string) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(s, " ")
+}
+
+func num(v float64, format string) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// DollarsPerTB turns relay CPU seconds per GB into dollars per delivered
+// terabyte at price dollars per core-hour.
+func DollarsPerTB(cpuPerGB, price float64) float64 { return cpuPerGB * 1000 / 3600 * price }
+
+// Figures read from a Result.
+var (
+	fGbps     figure = func(r *Result) []float64 { return r.Gbps }
+	fCPUPerGB figure = func(r *Result) []float64 { return r.CPUPerGB }
+	fConn     figure = func(r *Result) []float64 { return r.ConnPerS }
+	fCPUPer1k figure = func(r *Result) []float64 { return r.CPUPer1k }
+	fSwitches figure = func(r *Result) []float64 { return r.SwitchesPerConn }
+	fCapConn  figure = func(r *Result) []float64 { return r.CappedConnPerS }
+	fCapCPU   figure = func(r *Result) []float64 { return r.CappedCPUPer1k }
+	fIdleRSS  figure = func(r *Result) []float64 { return scalar(float64(r.IdleRSS)) }
+	fIdleAnon figure = func(r *Result) []float64 { return scalar(float64(r.IdleAnon)) }
+	fPerConn  figure = func(r *Result) []float64 { return scalar(r.PerConn) }
+)
+
+func scalar(v float64) []float64 {
+	if v == 0 {
+		return nil
+	}
+	return []float64{v}
+}
+
+// addedLatency returns the figure "p (LatP50 or LatP99) over direct's in
+// the same run", per run.
+func (r *Report) addedLatency(p99 bool) figure {
+	pick := func(res *Result) []float64 {
+		if p99 {
+			return res.LatP99
+		}
+		return res.LatP50
+	}
+	var base []float64
+	if d := r.find(ModeDirect); d != nil {
+		base = pick(d)
+	}
+	return func(res *Result) []float64 {
+		v := pick(res)
+		if res.Mode == ModeDirect || len(base) == 0 {
+			return nil
+		}
+		out := make([]float64, 0, len(v))
+		for i, x := range v {
+			b := median(base)
+			if i < len(base) {
+				b = base[i]
+			}
+			out = append(out, max(x-b, 1)) // 1 us: "no more than direct" stays a ratio
+		}
+		return out
+	}
+}
+
+// WriteMarkdown writes the report as Markdown tables. Every figure of a
+// single relay is compared with the best tuned peer (HAProxy or nginx,
+// whichever is better in that figure: "1.23x haproxy"), as the ratio of
+// medians and as the median and range of the per-run ratios to the better
+// peer of the same run; chains compare with haproxy3.
+func (r *Report) WriteMarkdown(w io.Writer) {
+	c := r.Config
+	idle := fmt.Sprintf("%d idle flows", c.IdleConns)
+	if c.IdleConns < 0 {
+		idle = "no idle-flow test"
+	}
+	fmt.Fprintf(w, "Loopback, %d threads per relay. Throughput: %d runs of %.1f GB per mode, one flow, modes interleaved. "+
+		"Conn/s: %d runs of %v per mode, %d parallel clients, %d-byte request and 8-byte reply per connection, interleaved. Memory: %s. "+
+		"Ratios are to the best tuned peer of each figure (%s; chains: %s): ratio of medians, and per-run ratio to the better peer of the same run (median, range).\n\n",
+		c.Threads, c.Runs, float64(c.Bytes)/1e9, c.Runs, c.ConnDuration, c.ConnParallel, c.ConnPayload, idle,
+		strings.Join(tunedPeers, ", "), ModeHAProxy3)
+
+	fmt.Fprintf(w, "| mode | Gbit/s (median) | runs | vs best peer | per-run ratio | relay CPU s/GB | vs best peer | per-run ratio | relay $/TB at $%.3f/core-hour |\n", c.CoreHour)
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, res := range r.Results {
+		g, cpu := median(res.Gbps), median(res.CPUPerGB)
+		rg, rc := r.ref(res.Mode, fGbps, true), r.ref(res.Mode, fCPUPerGB, false)
+		cpuS, cpuR, cpuP, cost := num(cpu, "%.3f"), rc.vs(cpu), paired(res.CPUPerGB, rc.runs), num(DollarsPerTB(cpu, c.CoreHour), "%.4f")
+		if res.Mode == ModeDirect {
+			cpuS, cpuR, cpuP, cost = "(no relay)", "-", "-", "-"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", res.Mode, num(g, "%.2f"), runList(res.Gbps, "%.2f"),
+			rg.vs(g), paired(res.Gbps, rg.runs), cpuS, cpuR, cpuP, cost)
+	}
+	fmt.Fprintf(w, "\nCost: relay CPU seconds per GB x 1000 / 3600 x the core-hour price (-core-hour; default seed 001's EC2 m4.large, $0.108/h for 2 cores), "+
+		"CPU only (no bandwidth, no idle capacity). Seed 001: CloudFront $%.4f/Tb = $%.2f/TB (request price at 500 KB per request), "+
+		"three relay VMs $%.3f/Tb = $%.3f/TB (10 Gbit/s per core assumed).\n\n",
+		seedCloudFrontPerTb, seedCloudFrontPerTb*8, seedRelaysPerTb, seedRelaysPerTb*8)
+
+	fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs best peer | per-run ratio | failed | relay CPU s per 1k conns | vs best peer | context switches per conn | vs best peer |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, res := range r.Results {
+		if len(res.ConnPerS) == 0 {
+			continue
+		}
+		rate, cpu, sw := median(res.ConnPerS), median(res.CPUPer1k), median(res.SwitchesPerConn)
+		rr := r.ref(res.Mode, fConn, true)
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %d | %s | %s | %s | %s |\n", res.Mode, rate, runList(res.ConnPerS, "%.0f"),
+			rr.vs(rate), paired(res.ConnPerS, rr.runs), res.ConnFail, num(cpu, "%.3f"), r.ref(res.Mode, fCPUPer1k, false).vs(cpu),
+			num(sw, "%.2f"), r.ref(res.Mode, fSwitches, false).vs(sw))
+	}
+	fmt.Fprintln(w)
+	if r.CapErr != "" {
+		fmt.Fprintf(w, "Conn/s at equal CPU not measured: %s\n\n", r.CapErr)
+	} else if c.ConnCPU > 0 && slices.ContainsFunc(r.Results, func(res *Result) bool { return len(res.CappedConnPerS) > 0 }) {
+		fmt.Fprintf(w, "Conn/s at equal CPU: every relay in a CPU cgroup of its own held to %.2f CPU (CPU quota, %v period), %d threads each, same clients. "+
+			"Where a relay used its whole budget (CPU used = cap) it was the bottleneck and conn/s is its capacity per CPU; "+
+			"below the cap the machine was too busy to give it that much. The per-run ratio is the headline.\n\n", c.ConnCPU, capPeriod, c.Threads)
+		fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs best peer | per-run ratio | relay CPU s per 1k conns | vs best peer | CPU used per run (CPUs) |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
+		for _, res := range r.Results {
+			if len(res.CappedConnPerS) == 0 {
+				continue
+			}
+			rate, cpu := median(res.CappedConnPerS), median(res.CappedCPUPer1k)
+			rr := r.ref(res.Mode, fCapConn, true)
+			var used []float64
+			for i := range min(len(res.CappedConnPerS), len(res.CappedCPUPer1k)) {
+				used = append(used, res.CappedConnPerS[i]*res.CappedCPUPer1k[i]/1000)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s | %s |\n", res.Mode, rate, runList(res.CappedConnPerS, "%.0f"),
+				rr.vs(rate), paired(res.CappedConnPerS, rr.runs), num(cpu, "%.3f"), r.ref(res.Mode, fCapCPU, false).vs(cpu), runList(used, "%.2f"))
+		}
+		fmt.Fprintln(w)
+	}
+	if c.LatConns > 0 {
+		fmt.Fprintf(w, "Time per connection, one client, %d connections back to back per mode and run (dial, %d bytes, half-close, 8-byte reply, close); "+
+			"medians over the runs of each run's percentile; added = over direct in the same run.\n\n", c.LatConns, c.ConnPayload)
+		fmt.Fprintln(w, "| mode | p50 (us) | added (us) | vs best peer (added) | per-run ratio | p99 (us) | added (us) | vs best peer (added) | failed |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+		f50, f99 := r.addedLatency(false), r.addedLatency(true)
+		for _, res := range r.Results {
+			if len(res.LatP50) == 0 {
+				continue
+			}
+			a50, a99 := f50(res), f99(res)
+			r50, r99 := r.ref(res.Mode, f50, false), r.ref(res.Mode, f99, false)
+			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %.0f | %s | %s | %d |\n", res.Mode, median(res.LatP50), num(median(a50), "%.0f"),
+				r50.vs(median(a50)), paired(a50, r50.runs), median(res.LatP99), num(median(a99), "%.0f"), r99.vs(median(a99)), res.LatFail)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "| mode | idle RSS (MB) | vs best peer | of which anonymous (MB) | vs best peer | RSS per idle flow (KB) | vs best peer |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
+	for _, res := range r.Results {
+		if res.IdleRSS == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %s | %.1f | %s | %s | %s |\n", res.Mode,
+			float64(res.IdleRSS)/1e6, r.ref(res.Mode, fIdleRSS, false).vs(float64(res.IdleRSS)),
+			float64(res.IdleAnon)/1e6, r.ref(res.Mode, fIdleAnon, false).vs(float64(res.IdleAnon)),
+			num(res.PerConn/1e3, "%.1f"), r.ref(res.Mode, fPerConn, false).vs(res.PerConn))
+	}
+	var errs []string
+	for _, res := range r.Results {
+		if res.Err != "" {
+			errs = append(errs, fmt.Sprintf("- %s: %s", res.Mode, res.Err))
+		}
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "\nNot measured:\n%s\n", strings.Join(errs, "\n"))
+	}
+	fmt.Fprintf(w, "\nElapsed %v. mosto3 is three chained daemons (InP, TrP, EgP), haproxy3 three chained tuned HAProxy processes; their CPU and RSS are the sums of the three. "+
+		"CPU is utime+stime of each relay's process tree from /proc/PID/stat; RSS sums the tree.\n", r.Elapsed.Round(time.Second))
+}
