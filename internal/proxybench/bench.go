@@ -68,7 +68,7 @@ const (
 	// DefaultCoreHour is seed 001's price: an EC2 m4.large (2 cores) at
 	// $0.108 an hour.
 	DefaultCoreHour    = 0.108 / 2
-	debianStreamModule  = "/usr/lib/nginx/modules/ngx_stream_module.so"
+	debianStreamModule = "/usr/lib/nginx/modules/ngx_stream_module.so"
 )
 
 // Result is everything measured for one mode.
@@ -428,4 +428,3 @@ func median(v []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
-
