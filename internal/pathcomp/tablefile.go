@@ -139,8 +139,11 @@ func NewIndex(tf *TableFile) (*Index, error) {
 }
 
 // Lookup returns the chain for a transfer of size bytes from one location to
-// another: the entry whose rounds class is the smallest one >= the size's
-// rounds, or the largest available when the size exceeds them all.
+// another: of the pair's entries, the one whose cost at the size's own
+// rounds r (Model.Cost from the entry's sum and max: 1/2 sum + (r-1) max)
+// is lowest, rather than the entry of the next class up. The returned entry
+// carries Rounds = r and CostMS at r; ties go to the entry of the smallest
+// class >= r (the one built for those rounds), else to the lowest class.
 func (ix *Index) Lookup(from, to string, size int64) (ChainEntry, bool) {
 	i, ok1 := ix.loc[from]
 	j, ok2 := ix.loc[to]
@@ -153,10 +156,21 @@ func (ix *Index) Lookup(from, to string, size int64) (ChainEntry, bool) {
 		return ChainEntry{}, false
 	}
 	r := ix.model.Rounds(size)
+	best, bestCost := -1, int64(0)
 	for k := range list {
-		if list[k].Rounds >= r {
-			return list[k], true
+		c := twiceMicros(list[k].SumMS, list[k].MaxMS, r)
+		if best < 0 || c < bestCost || (c == bestCost && list[best].Rounds < r && list[k].Rounds >= r) {
+			best, bestCost = k, c
 		}
 	}
-	return list[len(list)-1], true
+	e := list[best]
+	e.Rounds = r
+	e.CostMS = float64(bestCost) / 2000
+	return e, true
+}
+
+// twiceMicros is twice Model.Cost in whole microseconds (sum and max
+// quantised as the fronts hold them), so that equal costs compare equal.
+func twiceMicros(sumMS, maxMS float64, rounds int) int64 {
+	return micros(sumMS) + int64(2*(rounds-1))*micros(maxMS)
 }

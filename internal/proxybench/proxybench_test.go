@@ -131,8 +131,8 @@ func TestWriteMarkdownRatios(t *testing.T) {
 		"| mosto1 | 175 | 150 200 | 1.17x haproxy | 1.25x (1.00-1.50) | 0.500 | 0.50x haproxy | 0.07 0.10 |",
 		"| mosto1 | 5.0 | 0.50x haproxy | 2.0 | 0.50x haproxy | 8.0 | 2.00x haproxy |",
 		"- nginx: nginx not installed",
-		// Added over direct in the same run: p50 100 vs HAProxy's 200, p99 200 vs 600.
-		"| mosto1 | 200 | 100 | 0.50x haproxy | 0.50x (0.50-0.50) | 500 | 200 | 0.33x haproxy | 2 |",
+		// Added over direct in the same run: p50 100 vs HAProxy's 200; p99 500 vs 900.
+		"| mosto1 | 200 | 100 | 0.50x haproxy | 0.50x (0.50-0.50) | 500 | 0.56x haproxy | 0.56x (0.56-0.56) | 2 |",
 		"| direct | 100 | - | - | - | 300 | - | - | 0 |",
 	} {
 		if !strings.Contains(out, want) {
