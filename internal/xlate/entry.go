@@ -1,0 +1,154 @@
+package xlate
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Tuple is one TCP connection as the packets arriving at this host see it:
+// Src is the remote end, Dst the local one.
+type Tuple struct {
+	Src, Dst netip.AddrPort
+}
+
+// Reverse swaps the ends.
+func (t Tuple) Reverse() Tuple { return Tuple{Src: t.Dst, Dst: t.Src} }
+
+func (t Tuple) String() string { return t.Src.String() + "->" + t.Dst.String() }
+
+// Entry is one direction of a join: packets arriving as In leave as Out,
+// with seq + SeqAdd, ack and every SACK edge + AckAdd, the window rescaled
+// from InWScale to OutWScale, and, with Timestamps, TSval moved to the out
+// leg's clock (latched on the first packet from TSOffset) and TSecr moved back
+// by the reverse entry's TSval delta. An Entry is plain data: Pair computes
+// the two of a join from the two sockets' states, possibly captured on
+// another host, and Splicer.Install installs one.
+type Entry struct {
+	In, Out Tuple
+	SeqAdd  uint32
+	AckAdd  uint32
+	// Timestamps: both legs negotiated RFC 7323 timestamps.
+	Timestamps bool
+	// TSOffset is the out leg's timestamp clock minus CLOCK_MONOTONIC in
+	// milliseconds (Linux: TSval = ms clock + per-connection offset).
+	TSOffset  uint32
+	InWScale  uint8
+	OutWScale uint8
+	// Ifindex is the device Out's packets leave from (0: decided by
+	// Splicer.Install from the routing table).
+	Ifindex int
+}
+
+// SockState is what a join needs to know about one established connection
+// of the relay: its ends, the next sequence numbers both ways, the options
+// negotiated and the queues.
+type SockState struct {
+	Local, Remote netip.AddrPort
+	SndNxt        uint32 // next seq this host sends (write_seq)
+	RcvNxt        uint32 // next seq expected from the peer
+	// Options negotiated on the SYN.
+	Timestamps, SACK, WScale, USecTS bool
+	SndWScale                        uint8 // shift the peer applies to the windows it sends
+	RcvWScale                        uint8 // shift this host applies to the windows it sends
+	// TSOffset is this socket's timestamp clock minus CLOCK_MONOTONIC ms.
+	TSOffset uint32
+	AdvMSS   uint32 // MSS this host announced
+	SndMSS   uint32 // current send MSS (options excluded)
+	Unacked  uint32 // segments sent and not acknowledged
+	InQ      int    // bytes received and not read
+	OutQ     int    // bytes written and not acknowledged (unsent included)
+}
+
+// Reason says why a join was refused; it is the label of the refusal
+// counters.
+type Reason string
+
+// Refusal reasons.
+const (
+	ReasonState       Reason = "state"       // not an established TCP connection
+	ReasonBusy        Reason = "busy"        // unacknowledged, unsent or unread data
+	ReasonRaced       Reason = "raced"       // data arrived while the entries were installed
+	ReasonFamily      Reason = "family"      // an IPv4 leg and an IPv6 leg
+	ReasonTimestamps  Reason = "timestamps"  // timestamps on one leg only, or in microseconds
+	ReasonSACK        Reason = "sack"        // SACK on one leg only
+	ReasonMSS         Reason = "mss"         // segments of one leg would not fit the other's MSS
+	ReasonRoute       Reason = "route"       // no route, or a device without the program
+	ReasonMapFull     Reason = "map-full"    // no room for the entries
+	ReasonExists      Reason = "exists"      // one of the tuples is already joined
+	ReasonSocket      Reason = "socket"      // a socket option failed
+	ReasonUnsupported Reason = "unsupported" // not Linux
+)
+
+// Reasons lists every refusal reason (for counters and docs).
+var Reasons = []Reason{ReasonState, ReasonBusy, ReasonRaced, ReasonFamily, ReasonTimestamps,
+	ReasonSACK, ReasonMSS, ReasonRoute, ReasonMapFull, ReasonExists, ReasonSocket, ReasonUnsupported}
+
+// RefusedError is returned when two connections cannot be joined; both keep
+// working as they were.
+type RefusedError struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("xlate: join refused (%s): %s", e.Reason, e.Detail)
+}
+
+func refuse(r Reason, format string, args ...any) error {
+	return &RefusedError{Reason: r, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Pair computes the two entries that join connection a (peer1 <-> this host)
+// and b (this host <-> peer2): ab turns peer1's packets on a into packets of
+// b, ba the reverse. It checks the options are compatible and both legs are
+// quiescent; ifindexes are left 0.
+func Pair(a, b SockState) (ab, ba Entry, err error) {
+	for _, s := range []SockState{a, b} {
+		if s.Unacked != 0 || s.InQ != 0 || s.OutQ != 0 {
+			return ab, ba, refuse(ReasonBusy, "%s: %d segments unacknowledged, %d bytes unread, %d bytes unacknowledged or unsent",
+				s.Local, s.Unacked, s.InQ, s.OutQ)
+		}
+		if s.USecTS {
+			return ab, ba, refuse(ReasonTimestamps, "%s uses microsecond timestamps", s.Local)
+		}
+	}
+	if a.Local.Addr().Is4() != b.Local.Addr().Is4() || a.Remote.Addr().Is4() != a.Local.Addr().Is4() {
+		return ab, ba, refuse(ReasonFamily, "%s and %s", a.Remote, b.Remote)
+	}
+	if a.Timestamps != b.Timestamps {
+		return ab, ba, refuse(ReasonTimestamps, "timestamps on one leg only (%v, %v)", a.Timestamps, b.Timestamps)
+	}
+	if a.SACK != b.SACK {
+		return ab, ba, refuse(ReasonSACK, "SACK on one leg only (%v, %v)", a.SACK, b.SACK)
+	}
+	// peer1 sends segments of up to a.AdvMSS payload (+options); they must fit
+	// the segments b's path takes, and the reverse.
+	opt := uint32(0)
+	if a.Timestamps {
+		opt = 12
+	}
+	if a.AdvMSS > b.SndMSS+opt || b.AdvMSS > a.SndMSS+opt {
+		return ab, ba, refuse(ReasonMSS, "advertised %d/%d, send MSS %d/%d", a.AdvMSS, b.AdvMSS, a.SndMSS, b.SndMSS)
+	}
+	ab = Entry{
+		In:         Tuple{Src: a.Remote, Dst: a.Local},
+		Out:        Tuple{Src: b.Local, Dst: b.Remote},
+		SeqAdd:     b.SndNxt - a.RcvNxt,
+		AckAdd:     b.RcvNxt - a.SndNxt,
+		Timestamps: a.Timestamps,
+		TSOffset:   b.TSOffset,
+		InWScale:   a.SndWScale,
+		OutWScale:  b.RcvWScale,
+	}
+	ba = Entry{
+		In:         Tuple{Src: b.Remote, Dst: b.Local},
+		Out:        Tuple{Src: a.Local, Dst: a.Remote},
+		SeqAdd:     a.SndNxt - b.RcvNxt,
+		AckAdd:     a.RcvNxt - b.SndNxt,
+		Timestamps: b.Timestamps,
+		TSOffset:   a.TSOffset,
+		InWScale:   b.SndWScale,
+		OutWScale:  a.RcvWScale,
+	}
+	return ab, ba, nil
+}

@@ -1,0 +1,333 @@
+//go:build ignore
+
+// xlate: joins two established TCP connections of this host into one by
+// translating every packet of one into a packet of the other (tc/tcx ingress,
+// direct action). See doc.go for the model; the layout of struct tuple and
+// struct entry is mirrored by the Go side (bpf2go generates xlateTuple and
+// xlateEntry from the BTF of this file).
+
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char __license[] SEC("license") = "Dual MIT/GPL";
+
+// A TCP connection as seen in one packet: addresses in network order (IPv4 in
+// the first 4 bytes), ports in network order.
+struct tuple {
+	__u8 family; // 4 or 6
+	__u8 pad0;
+	__be16 sport;
+	__be16 dport;
+	__u16 pad1;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+// Entry flags.
+#define F_TS 1          // both legs use timestamps: translate TSval/TSecr
+#define F_TSVAL_SET 2   // tsval_add is latched
+#define F_TSECR_SET 4   // tsecr_sub is known (written by the reverse entry)
+#define F_FIN 8         // a FIN went through
+#define F_RST 16        // a RST went through
+
+// One direction of a join: packets whose tuple is the map key are rewritten
+// into packets of out and sent from ifindex.
+struct entry {
+	struct tuple out;
+	__u32 seq_add;   // added to seq
+	__u32 ack_add;   // added to ack and to every SACK edge
+	__u32 ts_off;    // out leg's timestamp offset: its TSval = ms clock + ts_off
+	__u32 tsval_add; // added to TSval once latched
+	__u32 tsecr_sub; // subtracted from TSecr once set
+	__u32 ifindex;   // where out's packets leave
+	__u8 in_wscale;  // shift the sender applies to its window field
+	__u8 out_wscale; // shift the receiver expects
+	__u8 pad0;
+	__u8 pad1;
+	__u32 flags;
+	__u64 last_ns;   // bpf_ktime_get_ns of the last packet
+	__u64 packets;
+	__u64 bytes;     // TCP payload bytes
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct tuple);
+	__type(value, struct entry);
+} joins SEC(".maps");
+
+// Counters indexed by enum ctr (per CPU).
+enum ctr {
+	C_PACKETS = 0,
+	C_BYTES,
+	C_REDIRECTED,
+	C_SHORT,   // a matched packet too short or malformed: passed to the stack
+	C_ERRORS,  // a helper failed: dropped
+	C_LATCHED, // TSval deltas latched
+	C_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, C_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+// Scratch space for the old and the new TCP header; map values allow the
+// variable offsets of option walking. new starts at 64, the tail is slack for
+// accesses past a short header (bounded at run time by doff).
+struct scratch {
+	__u8 old[64];
+	__u8 new[64];
+	__u8 slack[64];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratchmap SEC(".maps");
+
+static __always_inline void count(__u32 c, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &c);
+	if (v)
+		*v += n;
+}
+
+static __always_inline __u32 get32(const __u8 *p)
+{
+	return ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | (__u32)p[3];
+}
+
+static __always_inline void put32(__u8 *p, __u32 v)
+{
+	p[0] = v >> 24;
+	p[1] = v >> 16;
+	p[2] = v >> 8;
+	p[3] = v;
+}
+
+static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct tuple key = {};
+	__u32 ipoff = l2len, toff, iplen;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + ipoff;
+		if ((void *)(ip + 1) > data_end)
+			return TC_ACT_OK;
+		if (ip->protocol != IPPROTO_TCP || ip->ihl != 5)
+			return TC_ACT_OK;
+		if (ip->frag_off & bpf_htons(0x3fff)) // fragment
+			return TC_ACT_OK;
+		key.family = 4;
+		__builtin_memcpy(key.saddr, &ip->saddr, 4);
+		__builtin_memcpy(key.daddr, &ip->daddr, 4);
+		toff = ipoff + sizeof(*ip);
+		iplen = bpf_ntohs(ip->tot_len);
+		if (iplen < sizeof(*ip))
+			return TC_ACT_OK;
+		iplen -= sizeof(*ip);
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + ipoff;
+		if ((void *)(ip6 + 1) > data_end)
+			return TC_ACT_OK;
+		if (ip6->nexthdr != IPPROTO_TCP)
+			return TC_ACT_OK;
+		key.family = 6;
+		__builtin_memcpy(key.saddr, &ip6->saddr, 16);
+		__builtin_memcpy(key.daddr, &ip6->daddr, 16);
+		toff = ipoff + sizeof(*ip6);
+		iplen = bpf_ntohs(ip6->payload_len);
+	} else {
+		return TC_ACT_OK;
+	}
+	struct tcphdr *tcp = data + toff;
+	if ((void *)(tcp + 1) > data_end)
+		return TC_ACT_OK;
+	key.sport = tcp->source;
+	key.dport = tcp->dest;
+
+	struct entry *e = bpf_map_lookup_elem(&joins, &key);
+	if (!e)
+		return TC_ACT_OK;
+
+	__u32 doff = tcp->doff * 4;
+	if (doff < 20 || doff > 60 || iplen < doff) {
+		count(C_SHORT, 1);
+		return TC_ACT_OK;
+	}
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratchmap, &zero);
+	if (!s)
+		return TC_ACT_SHOT;
+	if (bpf_skb_load_bytes(skb, toff, s->old, doff) < 0) {
+		count(C_SHORT, 1);
+		return TC_ACT_OK;
+	}
+	__builtin_memcpy(s->new, s->old, 64);
+	__u8 *h = s->new;
+	__u8 fl = h[13];
+	__u64 now = bpf_ktime_get_ns();
+
+	// Ports, seq, ack.
+	__builtin_memcpy(h, &e->out.sport, 2);
+	__builtin_memcpy(h + 2, &e->out.dport, 2);
+	put32(h + 4, get32(h + 4) + e->seq_add);
+	if (fl & 0x10) // ACK
+		put32(h + 8, get32(h + 8) + e->ack_add);
+
+	// Window, from the sender's scale to the receiver's.
+	__u32 win = ((__u32)h[14] << 8) | h[15];
+	win = (win << e->in_wscale) >> e->out_wscale;
+	if (win > 0xffff)
+		win = 0xffff;
+	h[14] = win >> 8;
+	h[15] = win;
+
+	// Options: SACK edges and timestamps.
+	__u32 o = 20;
+	for (int i = 0; i < 40; i++) {
+		if (o >= doff)
+			break;
+		o &= 63;
+		__u8 kind = h[o];
+		if (kind == 0) // EOL
+			break;
+		if (kind == 1) { // NOP
+			o++;
+			continue;
+		}
+		if (o + 1 >= doff)
+			break;
+		__u32 len = h[(o + 1) & 63];
+		if (len < 2 || o + len > doff)
+			break;
+		if (kind == 5 && len >= 10) { // SACK: up to 4 blocks
+			__u8 *b = h + (o & 63) + 2;
+			for (int j = 0; j < 4; j++) {
+				if (2 + 8 * (j + 1) > len)
+					break;
+				put32(b + 8 * j, get32(b + 8 * j) + e->ack_add);
+				put32(b + 8 * j + 4, get32(b + 8 * j + 4) + e->ack_add);
+			}
+		} else if (kind == 8 && len == 10 && (e->flags & F_TS)) {
+			__u8 *t = h + (o & 63) + 2;
+			__u32 tsval = get32(t);
+			if (!(e->flags & F_TSVAL_SET)) {
+				// Latch on the first packet: its TSval becomes the out
+				// leg's clock now, which the receiver's PAWS accepts.
+				__u32 clk = (__u32)(now / 1000000) + e->ts_off;
+				__u32 add = clk - tsval + 1;
+				e->tsval_add = add;
+				__sync_fetch_and_or(&e->flags, F_TSVAL_SET);
+				struct tuple rk = {};
+				rk.family = e->out.family;
+				rk.sport = e->out.dport;
+				rk.dport = e->out.sport;
+				__builtin_memcpy(rk.saddr, e->out.daddr, 16);
+				__builtin_memcpy(rk.daddr, e->out.saddr, 16);
+				struct entry *r = bpf_map_lookup_elem(&joins, &rk);
+				if (r) {
+					r->tsecr_sub = add;
+					__sync_fetch_and_or(&r->flags, F_TSECR_SET);
+				}
+				count(C_LATCHED, 1);
+			}
+			put32(t, tsval + e->tsval_add);
+			__u32 tsecr = get32(t + 4);
+			if (e->flags & F_TSECR_SET)
+				tsecr -= e->tsecr_sub;
+			else
+				tsecr = 0; // unknown yet: 0 makes the receiver skip its RTT sample
+			put32(t + 4, tsecr);
+		}
+		o += len;
+	}
+
+	if (fl & 0x01)
+		__sync_fetch_and_or(&e->flags, F_FIN);
+	if (fl & 0x04)
+		__sync_fetch_and_or(&e->flags, F_RST);
+
+	__u32 csum_off = toff + 16;
+	__s64 diff = bpf_csum_diff((__be32 *)s->old, doff, (__be32 *)s->new, doff, 0);
+	if (diff < 0)
+		goto fail;
+	if (bpf_skb_store_bytes(skb, toff, s->new, doff, BPF_F_RECOMPUTE_CSUM) < 0)
+		goto fail;
+	if (bpf_l4_csum_replace(skb, csum_off, 0, diff, 0) < 0)
+		goto fail;
+
+	// Addresses: the pseudo header of TCP, and the IPv4 header checksum.
+	__be32 oa[8] = {}, na[8] = {};
+	if (key.family == 4) {
+		__builtin_memcpy(oa, key.saddr, 4);
+		__builtin_memcpy(oa + 1, key.daddr, 4);
+		__builtin_memcpy(na, e->out.saddr, 4);
+		__builtin_memcpy(na + 1, e->out.daddr, 4);
+		diff = bpf_csum_diff(oa, 8, na, 8, 0);
+		if (diff < 0)
+			goto fail;
+		if (bpf_skb_store_bytes(skb, ipoff + 12, na, 8, BPF_F_RECOMPUTE_CSUM) < 0)
+			goto fail;
+		if (bpf_l3_csum_replace(skb, ipoff + 10, 0, diff, 0) < 0)
+			goto fail;
+	} else {
+		__builtin_memcpy(oa, key.saddr, 16);
+		__builtin_memcpy(oa + 4, key.daddr, 16);
+		__builtin_memcpy(na, e->out.saddr, 16);
+		__builtin_memcpy(na + 4, e->out.daddr, 16);
+		diff = bpf_csum_diff(oa, 32, na, 32, 0);
+		if (diff < 0)
+			goto fail;
+		if (bpf_skb_store_bytes(skb, ipoff + 8, na, 32, BPF_F_RECOMPUTE_CSUM) < 0)
+			goto fail;
+	}
+	if (bpf_l4_csum_replace(skb, csum_off, 0, diff, BPF_F_PSEUDO_HDR) < 0)
+		goto fail;
+
+	__u64 payload = iplen - doff;
+	e->last_ns = now;
+	__sync_fetch_and_add(&e->packets, 1);
+	__sync_fetch_and_add(&e->bytes, payload);
+	count(C_PACKETS, 1);
+	count(C_BYTES, payload);
+	count(C_REDIRECTED, 1);
+	if (!l2len) // an L3 device (TUN) has no neighbours to resolve
+		return bpf_redirect(e->ifindex, 0);
+	return bpf_redirect_neigh(e->ifindex, NULL, 0, 0);
+
+fail:
+	count(C_ERRORS, 1);
+	return TC_ACT_SHOT;
+}
+
+// xlate_eth runs on Ethernet devices (veth, physical NICs).
+SEC("tc")
+int xlate_eth(struct __sk_buff *skb)
+{
+	return xlate(skb, ETH_HLEN);
+}
+
+// xlate_l3 runs on devices without a link-layer header (TUN, as used by the
+// emulator); it redirects with bpf_redirect, so the out device must be one
+// too.
+SEC("tc")
+int xlate_l3(struct __sk_buff *skb)
+{
+	return xlate(skb, 0);
+}

@@ -1,0 +1,546 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package xlate
+
+//go:generate go tool bpf2go -tags linux -target bpfel -type tuple -type entry xlate xlate.c -- -mcpu=v3 -O2 -g -Wall -I/usr/include/x86_64-linux-gnu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Supported reports whether this build carries the program.
+const Supported = true
+
+// Config configures a Splicer.
+type Config struct {
+	// Interfaces the program is attached to (tcx ingress): every device
+	// where packets of joined connections arrive. Empty: every up,
+	// non-loopback device of the network namespace at Open.
+	Interfaces []string
+	// MaxEntries bounds the number of entries (two per join); 0 means 65536.
+	MaxEntries int
+	// IdleTimeout removes the entries of a join that saw no packet for
+	// that long; 0 means 5 minutes.
+	IdleTimeout time.Duration
+	// CloseLinger removes the entries of a join this long after FIN both
+	// ways or a RST; 0 means 10 s (retransmitted FINs and last ACKs still
+	// find their entry).
+	CloseLinger time.Duration
+	// SweepInterval is how often entries are checked; 0 means 1 s.
+	SweepInterval time.Duration
+	Log           *slog.Logger
+}
+
+// Splicer owns the loaded program, its maps and attachments in one network
+// namespace.
+type Splicer struct {
+	cfg  Config
+	log  *slog.Logger
+	objs xlateObjects
+	// ifaces the program is attached to: ifindex -> L3 device.
+	ifaces map[int]bool
+	links  []link.Link
+
+	mu    sync.Mutex // serializes joins and installs
+	pairs map[Tuple]Tuple
+
+	joined  atomic.Uint64
+	removed atomic.Uint64
+	refused map[Reason]*atomic.Uint64
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Open loads the program, attaches it to the configured interfaces of the
+// calling thread's network namespace and starts the sweeper (stopped by
+// Close or ctx).
+func Open(ctx context.Context, cfg Config) (*Splicer, error) {
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = 65536
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 5 * time.Minute
+	}
+	if cfg.CloseLinger == 0 {
+		cfg.CloseLinger = 10 * time.Second
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = time.Second
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	spec, err := loadXlate()
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps["joins"].MaxEntries = uint32(cfg.MaxEntries)
+	s := &Splicer{cfg: cfg, log: log, ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{},
+		refused: map[Reason]*atomic.Uint64{}, done: make(chan struct{})}
+	for _, r := range Reasons {
+		s.refused[r] = new(atomic.Uint64)
+	}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		return nil, fmt.Errorf("xlate: load program: %w", err)
+	}
+	ifs, err := pickInterfaces(cfg.Interfaces)
+	if err != nil {
+		s.objs.Close()
+		return nil, err
+	}
+	for _, ifi := range ifs {
+		l3 := len(ifi.HardwareAddr) == 0
+		prog := s.objs.XlateEth
+		if l3 {
+			prog = s.objs.XlateL3
+		}
+		l, err := link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: prog, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			s.closeObjs()
+			return nil, fmt.Errorf("xlate: attach to %s: %w", ifi.Name, err)
+		}
+		s.links = append(s.links, l)
+		s.ifaces[ifi.Index] = l3
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	go s.sweeper(ctx)
+	log.Info("xlate attached", "interfaces", len(ifs), "max_entries", cfg.MaxEntries)
+	return s, nil
+}
+
+// newUnattached loads the program without attaching it (tests running it
+// with BPF_PROG_TEST_RUN).
+func newUnattached(maxEntries int) (*Splicer, error) {
+	spec, err := loadXlate()
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps["joins"].MaxEntries = uint32(maxEntries)
+	s := &Splicer{log: slog.New(slog.DiscardHandler), ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{},
+		refused: map[Reason]*atomic.Uint64{}, done: make(chan struct{})}
+	for _, r := range Reasons {
+		s.refused[r] = new(atomic.Uint64)
+	}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		return nil, fmt.Errorf("xlate: load program: %w", err)
+	}
+	close(s.done)
+	return s, nil
+}
+
+func pickInterfaces(names []string) ([]net.Interface, error) {
+	if len(names) > 0 {
+		var out []net.Interface
+		for _, n := range names {
+			ifi, err := net.InterfaceByName(n)
+			if err != nil {
+				return nil, fmt.Errorf("xlate: interface %q: %w", n, err)
+			}
+			out = append(out, *ifi)
+		}
+		return out, nil
+	}
+	all, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("xlate: list interfaces: %w", err)
+	}
+	var out []net.Interface
+	for _, ifi := range all {
+		if ifi.Flags&net.FlagLoopback != 0 || ifi.Flags&net.FlagUp == 0 {
+			continue
+		}
+		out = append(out, ifi)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("xlate: no interface to attach to")
+	}
+	return out, nil
+}
+
+// Close detaches the program and removes every entry: joined connections
+// that are still live then reach this host's stack, which has no socket for
+// them and answers with a RST.
+func (s *Splicer) Close() error {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	<-s.done
+	s.closeObjs()
+	return nil
+}
+
+func (s *Splicer) closeObjs() {
+	for _, l := range s.links {
+		l.Close()
+	}
+	s.links = nil
+	s.objs.Close()
+}
+
+func (s *Splicer) sweeper(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sweep(monoNow())
+		}
+	}
+}
+
+// sweep removes joins idle for IdleTimeout, and those that saw FIN both ways
+// or a RST and were then idle for CloseLinger.
+func (s *Splicer) sweep(now time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for in, rev := range s.pairs {
+		if in.Src.Compare(rev.Src) > 0 { // visit each pair once
+			continue
+		}
+		var e1, e2 xlateEntry
+		k1, k2 := tupleKey(in), tupleKey(rev)
+		if s.objs.Joins.Lookup(&k1, &e1) != nil || s.objs.Joins.Lookup(&k2, &e2) != nil {
+			s.removePair(in, rev)
+			n++
+			continue
+		}
+		last := max(e1.LastNs, e2.LastNs)
+		idle := now - time.Duration(last)
+		closed := (e1.Flags&fFIN != 0 && e2.Flags&fFIN != 0) || (e1.Flags|e2.Flags)&fRST != 0
+		if idle > s.cfg.IdleTimeout || (closed && idle > s.cfg.CloseLinger) {
+			s.removePair(in, rev)
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Splicer) removePair(a, b Tuple) {
+	for _, t := range []Tuple{a, b} {
+		k := tupleKey(t)
+		s.objs.Joins.Delete(&k)
+		delete(s.pairs, t)
+	}
+	s.removed.Add(1)
+}
+
+const (
+	fTS       = 1
+	fTSvalSet = 2
+	fTSecrSet = 4
+	fFIN      = 8
+	fRST      = 16
+)
+
+func tupleKey(t Tuple) xlateTuple {
+	k := xlateTuple{Family: 4}
+	src, dst := t.Src.Addr(), t.Dst.Addr()
+	if src.Is4() {
+		a, b := src.As4(), dst.As4()
+		copy(k.Saddr[:], a[:])
+		copy(k.Daddr[:], b[:])
+	} else {
+		k.Family = 6
+		a, b := src.As16(), dst.As16()
+		copy(k.Saddr[:], a[:])
+		copy(k.Daddr[:], b[:])
+	}
+	k.Sport = htons(t.Src.Port())
+	k.Dport = htons(t.Dst.Port())
+	return k
+}
+
+func keyTuple(k xlateTuple) Tuple {
+	var src, dst netip.Addr
+	if k.Family == 4 {
+		src = netip.AddrFrom4([4]byte(k.Saddr[:4]))
+		dst = netip.AddrFrom4([4]byte(k.Daddr[:4]))
+	} else {
+		src = netip.AddrFrom16(k.Saddr)
+		dst = netip.AddrFrom16(k.Daddr)
+	}
+	return Tuple{Src: netip.AddrPortFrom(src, ntohs(k.Sport)), Dst: netip.AddrPortFrom(dst, ntohs(k.Dport))}
+}
+
+// htons converts a port to the network-order value the program compares
+// with the packet's bytes read as a little-endian u16.
+func htons(p uint16) uint16 { return p<<8 | p>>8 }
+func ntohs(p uint16) uint16 { return p<<8 | p>>8 }
+
+func (e Entry) value() xlateEntry {
+	v := xlateEntry{
+		Out:       tupleKey(e.Out),
+		SeqAdd:    e.SeqAdd,
+		AckAdd:    e.AckAdd,
+		TsOff:     e.TSOffset,
+		Ifindex:   uint32(e.Ifindex),
+		InWscale:  e.InWScale,
+		OutWscale: e.OutWScale,
+	}
+	if e.Timestamps {
+		v.Flags |= fTS
+	}
+	return v
+}
+
+// Install installs the two entries of a join (as computed by Pair, possibly
+// from states captured on another host). Entries with Ifindex 0 get the
+// device of the route to their Out destination. Nothing is installed if one
+// fails.
+func (s *Splicer) Install(ab, ba Entry) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.install(ab, ba)
+}
+
+func (s *Splicer) install(ab, ba Entry) error {
+	for _, e := range []*Entry{&ab, &ba} {
+		if e.Ifindex == 0 {
+			idx, err := routeIfindex(e.Out.Dst.Addr())
+			if err != nil {
+				return refuse(ReasonRoute, "%v", err)
+			}
+			e.Ifindex = idx
+		}
+		if s.links != nil {
+			if _, ok := s.ifaces[e.Ifindex]; !ok {
+				return refuse(ReasonRoute, "%s leaves from ifindex %d, which has no xlate program", e.Out, e.Ifindex)
+			}
+		}
+	}
+	k1, k2 := tupleKey(ab.In), tupleKey(ba.In)
+	v1, v2 := ab.value(), ba.value()
+	if err := s.objs.Joins.Update(&k1, &v1, ebpf.UpdateNoExist); err != nil {
+		return installErr(ab.In, err)
+	}
+	if err := s.objs.Joins.Update(&k2, &v2, ebpf.UpdateNoExist); err != nil {
+		s.objs.Joins.Delete(&k1)
+		return installErr(ba.In, err)
+	}
+	s.pairs[ab.In] = ba.In
+	s.pairs[ba.In] = ab.In
+	return nil
+}
+
+func installErr(t Tuple, err error) error {
+	switch {
+	case errors.Is(err, ebpf.ErrKeyExist):
+		return refuse(ReasonExists, "%s is already joined", t)
+	case errors.Is(err, unix.E2BIG):
+		return refuse(ReasonMapFull, "no room for %s: %v", t, err)
+	}
+	return fmt.Errorf("xlate: install %s: %w", t, err)
+}
+
+// Remove removes a join by either of its In tuples. Packets of the
+// connections then reach this host's stack again, which has no socket for
+// them and answers with a RST.
+func (s *Splicer) Remove(in Tuple) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rev, ok := s.pairs[in]
+	if !ok {
+		return false
+	}
+	s.removePair(in, rev)
+	return true
+}
+
+// Splice is one installed join.
+type Splice struct {
+	AB, BA Entry
+	s      *Splicer
+}
+
+// EntryStats are the counters of one entry.
+type EntryStats struct {
+	Packets, Bytes uint64
+	LastPacket     time.Duration // CLOCK_MONOTONIC
+	TSLatched      bool
+	FIN, RST       bool
+}
+
+// Stats returns both directions' counters; ok is false once the join was
+// removed.
+func (sp *Splice) Stats() (ab, ba EntryStats, ok bool) {
+	var e1, e2 xlateEntry
+	k1, k2 := tupleKey(sp.AB.In), tupleKey(sp.BA.In)
+	if sp.s.objs.Joins.Lookup(&k1, &e1) != nil || sp.s.objs.Joins.Lookup(&k2, &e2) != nil {
+		return ab, ba, false
+	}
+	return entryStats(e1), entryStats(e2), true
+}
+
+func entryStats(e xlateEntry) EntryStats {
+	return EntryStats{Packets: e.Packets, Bytes: e.Bytes, LastPacket: time.Duration(e.LastNs),
+		TSLatched: e.Flags&fTSvalSet != 0, FIN: e.Flags&fFIN != 0, RST: e.Flags&fRST != 0}
+}
+
+// Stats are a Splicer's counters.
+type Stats struct {
+	Joined, Removed uint64
+	Active          int // installed joins
+	Refused         map[Reason]uint64
+	// From the program, summed over CPUs.
+	Packets, Bytes, Redirected, Passed, Errors, Latched uint64
+}
+
+// Stats returns the counters.
+func (s *Splicer) Stats() Stats {
+	st := Stats{Joined: s.joined.Load(), Removed: s.removed.Load(), Refused: map[Reason]uint64{}}
+	for r, c := range s.refused {
+		st.Refused[r] = c.Load()
+	}
+	s.mu.Lock()
+	st.Active = len(s.pairs) / 2
+	s.mu.Unlock()
+	vals := make([]uint64, 6)
+	for i := range vals {
+		var per []uint64
+		if err := s.objs.Counters.Lookup(uint32(i), &per); err == nil {
+			for _, v := range per {
+				vals[i] += v
+			}
+		}
+	}
+	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5]
+	return st
+}
+
+func (s *Splicer) count(err error) error {
+	var re *RefusedError
+	if errors.As(err, &re) {
+		s.refused[re.Reason].Add(1)
+	}
+	return err
+}
+
+// Join joins two established connections of this host, a (peer1 <-> here)
+// and b (here <-> peer2), into one connection peer1 <-> peer2: it checks
+// both are quiescent (nothing unacknowledged, unsent or unread) and their
+// options compatible, installs the two entries, then closes both sockets
+// in TCP_REPAIR mode, so neither peer sees a FIN or a RST. On a
+// RefusedError both connections are left as they were. The caller must not
+// use a or b concurrently; after a successful Join both are closed.
+func (s *Splicer) Join(a, b *net.TCPConn) (*Splice, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, err := s.join(a, b)
+	if err != nil {
+		return nil, s.count(err)
+	}
+	s.joined.Add(1)
+	return sp, nil
+}
+
+func (s *Splicer) join(a, b *net.TCPConn) (*Splice, error) {
+	ra, err := a.SyscallConn()
+	if err != nil {
+		return nil, refuse(ReasonSocket, "%v", err)
+	}
+	rb, err := b.SyscallConn()
+	if err != nil {
+		return nil, refuse(ReasonSocket, "%v", err)
+	}
+	var sa, sb SockState
+	var ab, ba Entry
+	var joinErr error
+	// Hold both fds for the whole sequence.
+	cerr := ra.Control(func(fa uintptr) {
+		cerr := rb.Control(func(fb uintptr) {
+			joinErr = s.joinFDs(int(fa), int(fb), &sa, &sb, &ab, &ba)
+		})
+		if cerr != nil && joinErr == nil {
+			joinErr = refuse(ReasonSocket, "%v", cerr)
+		}
+	})
+	if cerr != nil && joinErr == nil {
+		joinErr = refuse(ReasonSocket, "%v", cerr)
+	}
+	if joinErr != nil {
+		return nil, joinErr
+	}
+	// Both sockets are in repair mode: close sends neither FIN nor RST.
+	a.Close()
+	b.Close()
+	s.log.Debug("joined", "a", ab.In, "b", ba.In)
+	return &Splice{AB: ab, BA: ba, s: s}, nil
+}
+
+func (s *Splicer) joinFDs(fa, fb int, sa, sb *SockState, ab, ba *Entry) (err error) {
+	// A first look without repair mode: cheap refusals leave no trace.
+	if *sa, err = readState(fa, false); err != nil {
+		return err
+	}
+	if *sb, err = readState(fb, false); err != nil {
+		return err
+	}
+	if _, _, err := Pair(*sa, *sb); err != nil {
+		return err
+	}
+	// Freeze: repair mode, then the sequence numbers.
+	if err := setRepair(fa, 1); err != nil {
+		return refuse(ReasonSocket, "TCP_REPAIR: %v", err)
+	}
+	if err := setRepair(fb, 1); err != nil {
+		setRepair(fa, unix.TCP_REPAIR_OFF_NO_WP)
+		return refuse(ReasonSocket, "TCP_REPAIR: %v", err)
+	}
+	undo := func() {
+		setRepair(fa, unix.TCP_REPAIR_OFF_NO_WP)
+		setRepair(fb, unix.TCP_REPAIR_OFF_NO_WP)
+	}
+	if *sa, err = readState(fa, true); err == nil {
+		*sb, err = readState(fb, true)
+	}
+	if err == nil {
+		*ab, *ba, err = Pair(*sa, *sb)
+	}
+	if err == nil {
+		err = s.install(*ab, *ba)
+	}
+	if err != nil {
+		undo()
+		return err
+	}
+	// From here the program takes the connections' packets; anything the
+	// sockets received between the read and the install shows as a change.
+	a2, err1 := readState(fa, true)
+	b2, err2 := readState(fb, true)
+	if err1 != nil || err2 != nil || a2.RcvNxt != sa.RcvNxt || b2.RcvNxt != sb.RcvNxt ||
+		a2.SndNxt != sa.SndNxt || b2.SndNxt != sb.SndNxt || a2.InQ+b2.InQ+a2.OutQ+b2.OutQ != 0 {
+		s.removePair(ab.In, ba.In)
+		s.removed.Add(^uint64(0))
+		undo()
+		return refuse(ReasonRaced, "state moved during the install (%v %v)", err1, err2)
+	}
+	// Fill ifindexes as installed.
+	k1 := tupleKey(ab.In)
+	var v xlateEntry
+	if s.objs.Joins.Lookup(&k1, &v) == nil {
+		ab.Ifindex = int(v.Ifindex)
+	}
+	k2 := tupleKey(ba.In)
+	if s.objs.Joins.Lookup(&k2, &v) == nil {
+		ba.Ifindex = int(v.Ifindex)
+	}
+	return nil
+}
