@@ -1,0 +1,236 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package xlate
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+// tcpSNMP reads a Tcp counter (/proc/net/snmp) of the calling thread's
+// network namespace.
+func tcpSNMP(name string) (int64, error) {
+	f, err := os.Open("/proc/thread-self/net/snmp")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		keys := strings.Fields(sc.Text())
+		if !sc.Scan() {
+			break
+		}
+		vals := strings.Fields(sc.Text())
+		if len(keys) == 0 || keys[0] != "Tcp:" {
+			continue
+		}
+		for i, k := range keys {
+			if k == name && i < len(vals) {
+				return strconv.ParseInt(vals[i], 10, 64)
+			}
+		}
+	}
+	return 0, errors.New("no Tcp " + name)
+}
+
+// relayed is one connection relayed by hand: c1 (peer1) <-> a (relay) and
+// b (relay) <-> c2 (peer2).
+type relayed struct {
+	c1, c2, a, b *net.TCPConn
+}
+
+// relayPair opens the two legs and moves a few bytes each way through the
+// relay, as a relay would before offloading.
+func relayPair(t *testing.T, l *line) relayed {
+	t.Helper()
+	var ln2, lnr net.Listener
+	mustIn(t, l.p2, func() (err error) { ln2, err = net.Listen("tcp", net.JoinHostPort(l.p2Addr, "80")); return })
+	defer ln2.Close()
+	mustIn(t, l.r, func() (err error) { lnr, err = net.Listen("tcp", net.JoinHostPort(l.rAddr1, "8080")); return })
+	defer lnr.Close()
+	var r relayed
+	mustIn(t, l.p1, func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(l.rAddr1, "8080"), 5*time.Second)
+		if err == nil {
+			r.c1 = c.(*net.TCPConn)
+		}
+		return err
+	})
+	ca, err := lnr.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.a = ca.(*net.TCPConn)
+	mustIn(t, l.r, func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(l.p2Addr, "80"), 5*time.Second)
+		if err == nil {
+			r.b = c.(*net.TCPConn)
+		}
+		return err
+	})
+	c2, err := ln2.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.c2 = c2.(*net.TCPConn)
+	for _, c := range []*net.TCPConn{r.c1, r.c2, r.a, r.b} {
+		t.Cleanup(func() { c.Close() })
+	}
+	pass := func(from, to, dst *net.TCPConn, msg string) {
+		t.Helper()
+		buf := make([]byte, len(msg))
+		if _, err := from.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(to, buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dst.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass(r.c1, r.a, r.b, "hello")
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(r.c2, got); err != nil || string(got) != "hello" {
+		t.Fatalf("peer2 read %q, %v", got, err)
+	}
+	pass(r.c2, r.b, r.a, "world")
+	if _, err := io.ReadFull(r.c1, got); err != nil || string(got) != "world" {
+		t.Fatalf("peer1 read %q, %v", got, err)
+	}
+	return r
+}
+
+// joinWhenQuiet retries Join while the legs are busy (the peers' delayed
+// ACKs are still due), as the relay does at its quiescent point.
+func joinWhenQuiet(t *testing.T, s *Splicer, ns string, a, b *net.TCPConn) *Splice {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var sp *Splice
+		err := in(t, ns, func() (err error) { sp, err = s.Join(a, b); return })
+		var re *RefusedError
+		switch {
+		case err == nil:
+			return sp
+		case errors.As(err, &re) && re.Reason == ReasonBusy && time.Now().Before(deadline):
+			<-tick.C
+		default:
+			t.Fatalf("Join: %v", err)
+		}
+	}
+}
+
+// stream sends n random bytes from w to r and returns both hashes.
+func stream(w, r *net.TCPConn, n int) (sent, got [32]byte, err error) {
+	errc := make(chan error, 1)
+	go func() {
+		h := sha256.New()
+		_, err := io.Copy(h, r)
+		copy(got[:], h.Sum(nil))
+		errc <- err
+	}()
+	h := sha256.New()
+	_, werr := io.Copy(io.MultiWriter(w, h), io.LimitReader(rand.Reader, int64(n)))
+	copy(sent[:], h.Sum(nil))
+	if werr == nil {
+		werr = w.CloseWrite()
+	}
+	rerr := <-errc
+	return sent, got, errors.Join(werr, rerr)
+}
+
+func TestJoinLive(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		name := "ipv4"
+		if v6 {
+			name = "ipv6"
+		}
+		t.Run(name, func(t *testing.T) {
+			testenv.RequirePrivileged(t)
+			l := newLine(t, v6)
+			var s *Splicer
+			mustIn(t, l.r, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+			defer s.Close()
+			r := relayPair(t, l)
+			var rsts0 int64
+			mustIn(t, l.r, func() (err error) { rsts0, err = tcpSNMP("OutRsts"); return })
+
+			sp := joinWhenQuiet(t, s, l.r, r.a, r.b)
+
+			// The relay's sockets are gone without a trace.
+			if _, err := r.a.Write([]byte("x")); err == nil {
+				t.Error("relay socket a still writable after Join")
+			}
+			const n = 8 << 20
+			type res struct {
+				sent, got [32]byte
+				err       error
+			}
+			down := make(chan res, 1)
+			go func() {
+				s, g, err := stream(r.c2, r.c1, n)
+				down <- res{s, g, err}
+			}()
+			s1, g1, err := stream(r.c1, r.c2, n)
+			if err != nil {
+				t.Fatalf("peer1 -> peer2: %v", err)
+			}
+			if s1 != g1 {
+				t.Error("peer1 -> peer2: SHA-256 differs")
+			}
+			d := <-down
+			if d.err != nil {
+				t.Fatalf("peer2 -> peer1: %v", d.err)
+			}
+			if d.sent != d.got {
+				t.Error("peer2 -> peer1: SHA-256 differs")
+			}
+			ab, ba, ok := sp.Stats()
+			if !ok {
+				t.Fatal("entries gone")
+			}
+			if ab.Bytes < n || ba.Bytes < n || !ab.FIN || !ba.FIN || !ab.TSLatched || !ba.TSLatched {
+				t.Errorf("entry stats ab %+v ba %+v: want >= %d bytes each way, FIN both ways, timestamps latched", ab, ba, n)
+			}
+			// Timestamps and SACK stay negotiated end to end.
+			for _, c := range []*net.TCPConn{r.c1, r.c2} {
+				raw, _ := c.SyscallConn()
+				raw.Control(func(fd uintptr) {
+					info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if info.Options&(tcpiOptTimestamps|tcpiOptSACK) != tcpiOptTimestamps|tcpiOptSACK {
+						t.Errorf("peer options %#x lost timestamps or SACK", info.Options)
+					}
+				})
+			}
+			var rsts1 int64
+			mustIn(t, l.r, func() (err error) { rsts1, err = tcpSNMP("OutRsts"); return })
+			if rsts1 != rsts0 {
+				t.Errorf("relay sent %d RSTs after the join", rsts1-rsts0)
+			}
+			st := s.Stats()
+			if st.Joined != 1 || st.Active != 1 || st.Errors != 0 {
+				t.Errorf("splicer stats %+v", st)
+			}
+		})
+	}
+}
