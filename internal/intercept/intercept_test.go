@@ -1,0 +1,553 @@
+package intercept
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
+)
+
+// The test world: client c, on-path relay host r, server s; c-s packets
+// cross r (seed 002's topology).
+const worldSpec = `
+name: intercept
+hosts: [{name: c}, {name: r}, {name: s}]
+links: [{a: c, b: r, delay_ms: 1}, {a: r, b: s, delay_ms: 1}]
+routes: [{from: c, to: s, via: [r]}]
+`
+
+const (
+	inScope  = 8080
+	outScope = 9090
+	tpPort   = 15001
+)
+
+func startWorld(t *testing.T) *emu.World {
+	t.Helper()
+	spec, err := emu.ParseSpec([]byte(worldSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emutest.Start(t, spec)
+}
+
+// testRelay is a minimal transparent relay over an interception: accept,
+// dial the original destination from the client's address, copy both ways
+// with half-close, abort (reset) if the process dies mid-flow.
+type testRelay struct {
+	do    func(func() error) error // runs socket creation in the relay's netns
+	flows atomic.Int64
+	wg    sync.WaitGroup
+}
+
+func (r *testRelay) serve(ctx context.Context, l *net.TCPListener) {
+	for {
+		c, err := l.AcceptTCP()
+		if err != nil {
+			return
+		}
+		r.flows.Add(1)
+		r.wg.Go(func() { r.flow(ctx, c) })
+	}
+}
+
+func (r *testRelay) flow(ctx context.Context, c *net.TCPConn) {
+	defer c.Close()
+	dst, err := OriginalDst(c)
+	if err != nil {
+		return
+	}
+	src := c.RemoteAddr().(*net.TCPAddr).AddrPort()
+	var up *net.TCPConn
+	if err := r.do(func() error {
+		var err error
+		up, err = DialTransparent(ctx, src, dst, net.Dialer{Timeout: 10 * time.Second})
+		return err
+	}); err != nil {
+		return
+	}
+	defer up.Close()
+	AbortOnClose(c, true)
+	AbortOnClose(up, true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := io.Copy(up, c); err == nil {
+			AbortOnClose(up, false)
+			up.CloseWrite()
+		}
+	}()
+	if _, err := io.Copy(c, up); err == nil {
+		AbortOnClose(c, false)
+		c.CloseWrite()
+	}
+	<-done
+}
+
+// queueSeq reads the next sequence number of c's send or receive queue
+// (TCP_REPAIR; the socket leaves repair mode before it returns).
+func queueSeq(c *net.TCPConn, queue int) (uint32, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var seq int
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR, 1); serr != nil {
+			return
+		}
+		defer unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR, 0)
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR_QUEUE, queue); serr != nil {
+			return
+		}
+		seq, serr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_QUEUE_SEQ)
+	})
+	if err == nil {
+		err = serr
+	}
+	return uint32(seq), err
+}
+
+type flowView struct {
+	clientLocal, clientRemote, serverRemote, serverLocal netip.AddrPort
+	sameSeq                                              bool // client's send seq == server's receive seq
+}
+
+// oneFlow connects c -> s:port, sends 100 bytes, and reports what each end
+// sees.
+func oneFlow(t *testing.T, w *emu.World, l net.Listener, port int) flowView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	cc, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(w.Addr("s"), uint16(port)).String())
+	if err != nil {
+		t.Fatalf("dial s:%d: %v", port, err)
+	}
+	defer cc.Close()
+	var sc net.Conn
+	select {
+	case sc = <-accepted:
+	case <-ctx.Done():
+		t.Fatal("server accepted nothing")
+	}
+	if sc == nil {
+		t.Fatal("accept failed")
+	}
+	defer sc.Close()
+	msg := make([]byte, 100)
+	if _, err := cc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(sc, msg); err != nil {
+		t.Fatal(err)
+	}
+	snd, err := queueSeq(cc.(*net.TCPConn), tcpSendQueue)
+	if err != nil {
+		t.Fatalf("client send seq: %v", err)
+	}
+	rcv, err := queueSeq(sc.(*net.TCPConn), tcpRecvQueue)
+	if err != nil {
+		t.Fatalf("server receive seq: %v", err)
+	}
+	ap := func(a net.Addr) netip.AddrPort { return a.(*net.TCPAddr).AddrPort() }
+	return flowView{ap(cc.LocalAddr()), ap(cc.RemoteAddr()), ap(sc.RemoteAddr()), ap(sc.LocalAddr()), snd == rcv}
+}
+
+func listenServer(t *testing.T, w *emu.World, port int) net.Listener {
+	t.Helper()
+	l, err := w.Listen(context.Background(), "s", "tcp4", netip.AddrPortFrom(w.Addr("s"), uint16(port)).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// startRelay installs the interception in r and serves it in this process.
+func startRelay(t *testing.T, w *emu.World, cfg Config) *testRelay {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ic, err := Install(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l *net.TCPListener
+	if err := w.Do("r", func() error {
+		var err error
+		l, err = ListenTransparent(ctx, fmt.Sprintf("0.0.0.0:%d", cfg.Port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := &testRelay{do: func(fn func() error) error { return w.Do("r", fn) }}
+	done := make(chan struct{})
+	go func() { defer close(done); r.serve(ctx, l) }()
+	t.Cleanup(func() {
+		cancel()
+		l.Close()
+		<-done
+		r.wg.Wait()
+		if err := ic.Remove(); err != nil {
+			t.Errorf("remove: %v", err)
+		}
+	})
+	return r
+}
+
+// TestTransparency: an intercepted flow is split (the relay carries it
+// and the two legs have their own sequence numbers) while both ends see
+// each other's real address and port; a flow out of scope is untouched
+// (the same sequence numbers at both ends).
+func TestTransparency(t *testing.T) {
+	w := startWorld(t)
+	lin, lout := listenServer(t, w, inScope), listenServer(t, w, outScope)
+	r := startRelay(t, w, Config{Name: "t", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, NetNS: w.NetNS("r")})
+
+	v := oneFlow(t, w, lin, inScope)
+	if r.flows.Load() != 1 {
+		t.Errorf("relay carried %d flows; want the in-scope flow", r.flows.Load())
+	}
+	if v.serverRemote != v.clientLocal {
+		t.Errorf("server sees the client as %v; want the client's own %v", v.serverRemote, v.clientLocal)
+	}
+	if v.clientRemote != v.serverLocal || v.clientRemote.Addr() != w.Addr("s") {
+		t.Errorf("client sees the server as %v; want %v (the server's own)", v.clientRemote, v.serverLocal)
+	}
+	if v.sameSeq {
+		t.Error("intercepted flow: client's send seq equals the server's receive seq; want two segments with their own ISNs")
+	}
+
+	v = oneFlow(t, w, lout, outScope)
+	if r.flows.Load() != 1 {
+		t.Errorf("relay carried %d flows; want only the in-scope one", r.flows.Load())
+	}
+	if v.serverRemote != v.clientLocal || v.clientRemote != v.serverLocal {
+		t.Errorf("out-of-scope flow: ends see %v / %v; want %v / %v", v.serverRemote, v.clientRemote, v.clientLocal, v.serverLocal)
+	}
+	if !v.sameSeq {
+		t.Error("out-of-scope flow: sequence numbers differ at the two ends; want it untouched (same ISN)")
+	}
+}
+
+// TestThousandFlows echoes 1000 intercepted flows of random sizes and
+// checks every byte (SHA-256) and every flow's addresses.
+func TestThousandFlows(t *testing.T) {
+	w := startWorld(t)
+	l := listenServer(t, w, inScope)
+	r := startRelay(t, w, Config{Name: "t", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, NetNS: w.NetNS("r")})
+
+	var seen sync.Map // client addr:port seen by the server
+	var srv sync.WaitGroup
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			seen.Store(c.RemoteAddr().String(), true)
+			srv.Go(func() {
+				defer c.Close()
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+			})
+		}
+	}()
+	const flows, workers = 1000, 16
+	jobs := make(chan int)
+	errs := make(chan error, flows)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range jobs {
+				errs <- echoFlow(w)
+			}
+		})
+	}
+	for i := range flows {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	bad := 0
+	for err := range errs {
+		if err != nil {
+			if bad < 5 {
+				t.Error(err)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d flows failed", bad, flows)
+	}
+	if got := r.flows.Load(); got != flows {
+		t.Errorf("relay carried %d flows; want %d", got, flows)
+	}
+	l.Close()
+	srv.Wait()
+}
+
+func echoFlow(w *emu.World) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, _ := rand.Int(rand.Reader, big.NewInt(64<<10))
+	payload := make([]byte, n.Int64()+1)
+	rand.Read(payload)
+	c, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(w.Addr("s"), inScope).String())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	werr := make(chan error, 1)
+	go func() {
+		_, err := c.Write(payload)
+		if err == nil {
+			err = c.(*net.TCPConn).CloseWrite()
+		}
+		werr <- err
+	}()
+	h := sha256.New()
+	got, err := io.Copy(h, c)
+	if err != nil {
+		return fmt.Errorf("flow %v: read: %w", c.LocalAddr(), err)
+	}
+	if err := <-werr; err != nil {
+		return fmt.Errorf("flow %v: write: %w", c.LocalAddr(), err)
+	}
+	if want := sha256.Sum256(payload); got != int64(len(payload)) || [32]byte(h.Sum(nil)) != want {
+		return fmt.Errorf("flow %v: echoed %d bytes (sha256 %x); want %d (%x)", c.LocalAddr(), got, h.Sum(nil), len(payload), want)
+	}
+	return nil
+}
+
+// Queues of TCP_REPAIR_QUEUE (linux/tcp.h).
+const (
+	tcpRecvQueue = 1
+	tcpSendQueue = 2
+)
+
+const helperEnv = "MOSTO_INTERCEPT_HELPER"
+
+// TestRelayHelper is the relay process of TestKilled: it runs only when
+// started by it, inside the world's relay namespace.
+func TestRelayHelper(t *testing.T) {
+	arg := os.Getenv(helperEnv)
+	if arg == "" {
+		t.Skip("helper process of TestKilled")
+	}
+	ctx := context.Background()
+	cfg := Config{Name: "k", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, FailClosed: arg == "closed"}
+	ic, err := Install(ctx, cfg, nil)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	l, err := ListenTransparent(ctx, fmt.Sprintf("0.0.0.0:%d", tpPort))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	r := &testRelay{do: func(fn func() error) error { return fn() }}
+	go r.serve(ctx, l)
+	fmt.Println("READY")
+	io.Copy(io.Discard, os.Stdin) // until the parent closes stdin (or kills us)
+	l.Close()
+	if err := ic.Remove(); err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+type helper struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+func startHelper(t *testing.T, w *emu.World, mode string) *helper {
+	t.Helper()
+	cmd := w.Command(context.Background(), "r", os.Args[0], "-test.run=^TestRelayHelper$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{cmd: cmd, stdin: stdin}
+	t.Cleanup(func() { h.kill() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "READY" {
+		t.Fatalf("relay helper: %q, %v", line, err)
+	}
+	go io.Copy(io.Discard, out)
+	return h
+}
+
+func (h *helper) kill() {
+	if h.cmd.Process != nil && h.cmd.ProcessState == nil {
+		syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+		h.cmd.Wait()
+	}
+}
+
+func tables(t *testing.T, w *emu.World) []string {
+	t.Helper()
+	ts, err := Tables(context.Background(), w.NetNS("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// TestKilled kills the relay process mid-flow (SIGKILL), in both modes:
+// the intercepted flow ends with a reset on both legs, the rules stay;
+// fail-open lets new flows pass untouched, fail-closed refuses them. A
+// restart replaces the leftovers and an orderly exit removes everything.
+func TestKilled(t *testing.T) {
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			w := startWorld(t)
+			l := listenServer(t, w, inScope)
+			h := startHelper(t, w, mode)
+			if ts := tables(t, w); len(ts) != 1 || ts[0] != "mosto_tp_k" {
+				t.Fatalf("tables in r = %v; want [mosto_tp_k]", ts)
+			}
+			// A streaming flow through the relay.
+			srvErr := make(chan error, 1)
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					srvErr <- err
+					return
+				}
+				defer c.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					if _, err := c.Write(buf); err != nil {
+						srvErr <- err
+						return
+					}
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cc, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(w.Addr("s"), inScope).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			cc.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.CopyN(io.Discard, cc, 1<<20); err != nil {
+				t.Fatalf("stream before the kill: %v", err)
+			}
+			h.kill()
+			_, err = io.Copy(io.Discard, cc)
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("client after the relay was killed: %v; want a reset (not a clean end)", err)
+			}
+			select {
+			case err := <-srvErr:
+				if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+					t.Errorf("server after the relay was killed: %v; want a reset", err)
+				}
+			case <-ctx.Done():
+				t.Error("server kept writing after the relay was killed")
+			}
+			if ts := tables(t, w); len(ts) != 1 {
+				t.Errorf("tables after the crash = %v; want the leftover", ts)
+			}
+			// New flows.
+			switch mode {
+			case "open":
+				v := oneFlow(t, w, l, inScope)
+				if !v.sameSeq || v.serverRemote != v.clientLocal {
+					t.Errorf("fail-open, relay dead: flow not untouched (same seq %v, server sees %v, client is %v)", v.sameSeq, v.serverRemote, v.clientLocal)
+				}
+			case "closed":
+				c, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(w.Addr("s"), inScope).String())
+				if err == nil {
+					c.Close()
+					if sc, err := l.Accept(); err == nil {
+						sc.Close()
+					}
+				}
+				if !errors.Is(err, syscall.ECONNREFUSED) {
+					t.Errorf("fail-closed, relay dead: dial = %v; want connection refused", err)
+				}
+			}
+			// Restart: the leftovers are replaced and the relay works.
+			h = startHelper(t, w, mode)
+			if ts := tables(t, w); len(ts) != 1 || ts[0] != "mosto_tp_k" {
+				t.Errorf("tables after the restart = %v; want [mosto_tp_k]", ts)
+			}
+			if rules := ipRules(t, w); strings.Count(rules, "fwmark 0x4d53") != 1 {
+				t.Errorf("policy rules after the restart:\n%s\nwant one fwmark 0x4d53 rule", rules)
+			}
+			if v := oneFlow(t, w, l, inScope); v.sameSeq {
+				t.Error("after the restart: flow not intercepted (same seq at both ends)")
+			}
+			// Orderly exit removes everything.
+			h.stdin.Close()
+			if err := h.cmd.Wait(); err != nil {
+				t.Fatalf("relay helper exit: %v", err)
+			}
+			if ts := tables(t, w); len(ts) != 0 {
+				t.Errorf("tables after exit = %v; want none", ts)
+			}
+			if rules := ipRules(t, w); strings.Contains(rules, "fwmark") {
+				t.Errorf("policy rules after exit:\n%s\nwant no fwmark rule", rules)
+			}
+			if out, _ := exec.Command("ip", "-n", w.NetNS("r"), "route", "show", "table", strconv.Itoa(DefaultRouteTable)).Output(); len(strings.TrimSpace(string(out))) > 0 {
+				t.Errorf("route table %d after exit: %s; want empty", DefaultRouteTable, out)
+			}
+		})
+	}
+}
+
+func ipRules(t *testing.T, w *emu.World) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", w.NetNS("r"), "rule", "show").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip rule: %v: %s", err, out)
+	}
+	return string(out)
+}

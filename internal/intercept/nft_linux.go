@@ -1,0 +1,145 @@
+package intercept
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Interception is an installed set of rules. Remove takes them away.
+type Interception struct {
+	cfg  Config
+	log  *slog.Logger
+	once sync.Once
+	err  error
+}
+
+// Install validates cfg, removes whatever an earlier run with the same name
+// left (its table, policy rule and route), and installs the rules: the
+// nftables table in one transaction, then the policy route that delivers
+// marked packets locally.
+func Install(ctx context.Context, cfg Config, log *slog.Logger) (*Interception, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := removeRoute(ctx, &cfg); err != nil {
+		return nil, err
+	}
+	if err := runNft(ctx, cfg.NetNS, cfg.Ruleset(os.Getpid())); err != nil {
+		return nil, fmt.Errorf("intercept: install table %s: %w", cfg.Table(), err)
+	}
+	mark, table := strconv.FormatUint(uint64(cfg.Mark), 10), strconv.Itoa(cfg.RouteTable)
+	if err := runIP(ctx, cfg.NetNS, "rule", "add", "fwmark", mark, "lookup", table); err != nil {
+		deleteTable(ctx, &cfg)
+		return nil, fmt.Errorf("intercept: policy rule: %w", err)
+	}
+	if err := runIP(ctx, cfg.NetNS, "route", "replace", "local", "0.0.0.0/0", "dev", "lo", "table", table); err != nil {
+		removeRoute(ctx, &cfg)
+		deleteTable(ctx, &cfg)
+		return nil, fmt.Errorf("intercept: local route: %w", err)
+	}
+	log.Info("interception installed", "table", cfg.Table(), "port", cfg.Port, "fail_closed", cfg.FailClosed, "netns", cfg.NetNS)
+	return &Interception{cfg: cfg, log: log}, nil
+}
+
+// Config returns the installed (validated) config.
+func (i *Interception) Config() Config { return i.cfg }
+
+// Remove deletes the table, the policy rule and the route. It is
+// idempotent and uses its own context so that it also runs after the
+// caller's was cancelled.
+func (i *Interception) Remove() error {
+	i.once.Do(func() {
+		ctx := context.Background()
+		i.err = errors.Join(deleteTable(ctx, &i.cfg), removeRoute(ctx, &i.cfg))
+		i.log.Info("interception removed", "table", i.cfg.Table(), "err", i.err)
+	})
+	return i.err
+}
+
+// Cleanup removes what an interception named cfg.Name left (after a
+// crash): its table, its policy rules and its route table. Missing pieces
+// are not errors.
+func Cleanup(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return errors.Join(deleteTable(ctx, &cfg), removeRoute(ctx, &cfg))
+}
+
+// Tables lists this package's nftables tables in netns ("" = the calling
+// process's).
+func Tables(ctx context.Context, netns string) ([]string, error) {
+	out, err := command(ctx, netns, "nft", "list", "tables", "ip").Output()
+	if err != nil {
+		return nil, fmt.Errorf("intercept: nft list tables: %w", err)
+	}
+	var names []string
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "table" && strings.HasPrefix(f[2], TablePrefix) {
+			names = append(names, f[2])
+		}
+	}
+	return names, nil
+}
+
+func deleteTable(ctx context.Context, cfg *Config) error {
+	t := cfg.Table()
+	// "add" then "delete" in one transaction: no error when it is missing.
+	if err := runNft(ctx, cfg.NetNS, fmt.Sprintf("add table ip %s\ndelete table ip %s\n", t, t)); err != nil {
+		return fmt.Errorf("intercept: delete table %s: %w", t, err)
+	}
+	return nil
+}
+
+// removeRoute deletes every policy rule for the mark and flushes the route
+// table.
+func removeRoute(ctx context.Context, cfg *Config) error {
+	mark, table := strconv.FormatUint(uint64(cfg.Mark), 10), strconv.Itoa(cfg.RouteTable)
+	for range 64 {
+		if runIP(ctx, cfg.NetNS, "rule", "del", "fwmark", mark, "lookup", table) != nil {
+			break
+		}
+	}
+	out, err := command(ctx, cfg.NetNS, "ip", "route", "flush", "table", table).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "does not exist") {
+		return fmt.Errorf("intercept: flush route table %s: %v: %s", table, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func command(ctx context.Context, netns, name string, args ...string) *exec.Cmd {
+	if netns != "" {
+		return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", netns, name}, args...)...)
+	}
+	return exec.CommandContext(ctx, name, args...)
+}
+
+func runNft(ctx context.Context, netns, script string) error {
+	cmd := command(ctx, netns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func runIP(ctx context.Context, netns string, args ...string) error {
+	if netns != "" {
+		args = append([]string{"-n", netns}, args...)
+	}
+	if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package intercept
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// TablePrefix starts the name of every nftables table this package makes.
+const TablePrefix = "mosto_tp_"
+
+// Defaults of Config.
+const (
+	DefaultMark       = 0x4d53 // "MS"
+	DefaultRouteTable = 19779
+)
+
+// Config says which flows to intercept and where to deliver them.
+type Config struct {
+	// Name tells interceptions apart (table mosto_tp_<Name>): letters,
+	// digits and '_', at most 32. A restart with the same name replaces
+	// the rules a crashed run left.
+	Name string
+	// Port is the local port of the transparent listener.
+	Port uint16
+	// Scope of the interception; an empty list matches everything.
+	Sources []netip.Prefix
+	Dests   []netip.Prefix
+	Ports   []PortRange // destination ports
+	// InIface restricts interception to packets that arrive on this
+	// interface; empty: any.
+	InIface string
+	// FailClosed refuses (TCP reset) in-scope SYNs while no listener is
+	// there, instead of forwarding them untouched.
+	FailClosed bool
+	// Mark and RouteTable select the policy route that delivers marked
+	// packets locally; 0 means DefaultMark / DefaultRouteTable.
+	Mark       uint32
+	RouteTable int
+	// NetNS, when set, is the named network namespace (ip netns) to
+	// install into; empty: the calling process's.
+	NetNS string
+}
+
+// PortRange is an inclusive range of TCP ports.
+type PortRange struct{ Lo, Hi uint16 }
+
+func (r PortRange) String() string {
+	if r.Lo == r.Hi {
+		return strconv.Itoa(int(r.Lo))
+	}
+	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
+}
+
+// ParsePorts parses "80,443,8000-8100".
+func ParsePorts(s string) ([]PortRange, error) {
+	var out []PortRange
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			return nil, fmt.Errorf("intercept: ports %q: empty item", s)
+		}
+		lo, hi, isRange := strings.Cut(f, "-")
+		a, err := parsePort(lo)
+		if err != nil {
+			return nil, fmt.Errorf("intercept: ports %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = parsePort(hi); err != nil {
+				return nil, fmt.Errorf("intercept: ports %q: %w", s, err)
+			}
+			if b < a {
+				return nil, fmt.Errorf("intercept: ports %q: range %s is reversed", s, f)
+			}
+		}
+		out = append(out, PortRange{a, b})
+	}
+	return out, nil
+}
+
+func parsePort(s string) (uint16, error) {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("bad port %q (1-65535)", s)
+	}
+	return uint16(n), nil
+}
+
+// ParsePrefixes parses addresses or prefixes ("10.77.0.1", "10.0.0.0/8").
+// Only IPv4 is supported.
+func ParsePrefixes(items []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(items))
+	for _, it := range items {
+		it = strings.TrimSpace(it)
+		var p netip.Prefix
+		var err error
+		if strings.Contains(it, "/") {
+			p, err = netip.ParsePrefix(it)
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(it)
+			if err == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("intercept: bad prefix %q: %w", it, err)
+		}
+		if !p.Addr().Is4() {
+			return nil, fmt.Errorf("intercept: prefix %q: only IPv4 is supported", it)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func validIface(s string) bool {
+	if len(s) > 15 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks the config and fills defaults.
+func (c *Config) Validate() error {
+	if !validName(c.Name) {
+		return fmt.Errorf("intercept: bad name %q (letters, digits, '_'; 1-32)", c.Name)
+	}
+	if c.Port == 0 {
+		return errors.New("intercept: port is 0")
+	}
+	if !validIface(c.InIface) {
+		return fmt.Errorf("intercept: bad interface name %q", c.InIface)
+	}
+	if c.NetNS != "" && !validIface(c.NetNS) && !validName(strings.ReplaceAll(c.NetNS, "-", "_")) {
+		return fmt.Errorf("intercept: bad netns name %q", c.NetNS)
+	}
+	for _, p := range append(append([]netip.Prefix(nil), c.Sources...), c.Dests...) {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return fmt.Errorf("intercept: prefix %v: want IPv4", p)
+		}
+	}
+	for _, r := range c.Ports {
+		if r.Lo == 0 || r.Hi < r.Lo {
+			return fmt.Errorf("intercept: bad port range %d-%d", r.Lo, r.Hi)
+		}
+	}
+	if c.Mark == 0 {
+		c.Mark = DefaultMark
+	}
+	if c.RouteTable == 0 {
+		c.RouteTable = DefaultRouteTable
+	}
+	if c.RouteTable < 1 || c.RouteTable > 0x7fffffff || c.RouteTable == 253 || c.RouteTable == 254 || c.RouteTable == 255 {
+		return fmt.Errorf("intercept: route table %d is reserved or out of range", c.RouteTable)
+	}
+	return nil
+}
+
+// Table returns the nftables table name (family ip).
+func (c *Config) Table() string { return TablePrefix + c.Name }
+
+// Ruleset returns the nft script that replaces the interception's table
+// atomically (one transaction: create if missing, delete, define).
+// Validate must have succeeded.
+func (c *Config) Ruleset(pid int) string {
+	var match strings.Builder
+	match.WriteString("meta l4proto tcp")
+	if c.InIface != "" {
+		fmt.Fprintf(&match, " iifname %q", c.InIface)
+	}
+	if len(c.Sources) > 0 {
+		fmt.Fprintf(&match, " ip saddr { %s }", joinPrefixes(c.Sources))
+	}
+	if len(c.Dests) > 0 {
+		fmt.Fprintf(&match, " ip daddr { %s }", joinPrefixes(c.Dests))
+	}
+	if len(c.Ports) > 0 {
+		parts := make([]string, len(c.Ports))
+		for i, r := range c.Ports {
+			parts[i] = r.String()
+		}
+		fmt.Fprintf(&match, " tcp dport { %s }", strings.Join(parts, ", "))
+	}
+	// Only a new flow's SYN is steered: packets of flows that exist
+	// without a transparent socket here pass untouched.
+	match.WriteString(" tcp flags & (syn | ack) == syn")
+	t := c.Table()
+	var b strings.Builder
+	fmt.Fprintf(&b, "add table ip %s\ndelete table ip %s\n", t, t)
+	fmt.Fprintf(&b, "table ip %s {\n\tcomment \"mosto intercept pid=%d port=%d\"\n", t, pid, c.Port)
+	b.WriteString("\tchain pre {\n\t\ttype filter hook prerouting priority mangle; policy accept;\n")
+	// Packets of intercepted flows (both legs) go to their transparent
+	// socket.
+	fmt.Fprintf(&b, "\t\tmeta l4proto tcp socket transparent 1 meta mark set 0x%x accept\n", c.Mark)
+	fmt.Fprintf(&b, "\t\t%s tproxy to :%d meta mark set 0x%x accept\n", match.String(), c.Port, c.Mark)
+	if c.FailClosed {
+		// Reached only when tproxy found no listener.
+		fmt.Fprintf(&b, "\t\t%s reject with tcp reset\n", match.String())
+	}
+	b.WriteString("\t}\n}\n")
+	return b.String()
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		if p.IsSingleIP() {
+			parts[i] = p.Addr().String()
+		} else {
+			parts[i] = p.String()
+		}
+	}
+	return strings.Join(parts, ", ")
+}

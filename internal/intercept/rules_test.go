@@ -1,0 +1,113 @@
+package intercept
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParsePorts(t *testing.T) {
+	got, err := ParsePorts("80, 443,8000-8100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []PortRange{{80, 80}, {443, 443}, {8000, 8100}}; !slices.Equal(got, want) {
+		t.Errorf("ParsePorts = %v; want %v", got, want)
+	}
+	for _, bad := range []string{"", "0", "65536", "a", "80,", "90-80", "1-2-3", "-5"} {
+		if _, err := ParsePorts(bad); err == nil {
+			t.Errorf("ParsePorts(%q) = nil error; want one", bad)
+		}
+	}
+}
+
+func TestParsePrefixes(t *testing.T) {
+	got, err := ParsePrefixes([]string{"10.77.0.1", "10.1.2.3/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.77.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")}
+	if !slices.Equal(got, want) {
+		t.Errorf("ParsePrefixes = %v; want %v", got, want)
+	}
+	for _, bad := range []string{"::1", "10.0.0.0/33", "x", ""} {
+		if _, err := ParsePrefixes([]string{bad}); err == nil {
+			t.Errorf("ParsePrefixes(%q) = nil error; want one", bad)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no name", Config{Port: 1}, "bad name"},
+		{"bad name", Config{Name: "a;b", Port: 1}, "bad name"},
+		{"no port", Config{Name: "a"}, "port is 0"},
+		{"bad iface", Config{Name: "a", Port: 1, InIface: `x" accept`}, "interface"},
+		{"reserved table", Config{Name: "a", Port: 1, RouteTable: 254}, "reserved"},
+		{"v6 prefix", Config{Name: "a", Port: 1, Dests: []netip.Prefix{netip.MustParsePrefix("::/0")}}, "IPv4"},
+		{"bad range", Config{Name: "a", Port: 1, Ports: []PortRange{{9, 8}}}, "port range"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRuleset(t *testing.T) {
+	cfg := Config{
+		Name: "t1", Port: 9999, InIface: "eth0",
+		Sources: []netip.Prefix{netip.MustParsePrefix("10.77.0.1/32")},
+		Dests:   []netip.Prefix{netip.MustParsePrefix("10.77.0.0/24")},
+		Ports:   []PortRange{{80, 80}, {8000, 8100}},
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rs := cfg.Ruleset(42)
+	for _, want := range []string{
+		"add table ip mosto_tp_t1\ndelete table ip mosto_tp_t1\n", // replaces leftovers atomically
+		"pid=42",
+		"socket transparent 1 meta mark set 0x4d53 accept",
+		`iifname "eth0" ip saddr { 10.77.0.1 } ip daddr { 10.77.0.0/24 } tcp dport { 80, 8000-8100 } tcp flags & (syn | ack) == syn tproxy to :9999 meta mark set 0x4d53 accept`,
+	} {
+		if !strings.Contains(rs, want) {
+			t.Errorf("ruleset lacks %q:\n%s", want, rs)
+		}
+	}
+	if strings.Contains(rs, "reject") {
+		t.Errorf("fail-open ruleset rejects:\n%s", rs)
+	}
+	cfg.FailClosed = true
+	if rs := cfg.Ruleset(42); !strings.Contains(rs, "tcp dport { 80, 8000-8100 } tcp flags & (syn | ack) == syn reject with tcp reset") {
+		t.Errorf("fail-closed ruleset lacks the reject rule:\n%s", rs)
+	}
+}
+
+func FuzzParsePorts(f *testing.F) {
+	for _, s := range []string{"80", "1-65535", "80,443", " 9 - 10 ", "0", "a-b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rs, err := ParsePorts(s)
+		if err != nil {
+			return
+		}
+		for _, r := range rs {
+			if r.Lo == 0 || r.Hi < r.Lo {
+				t.Fatalf("ParsePorts(%q) gave bad range %v", s, r)
+			}
+			again, err := ParsePorts(r.String())
+			if err != nil || len(again) != 1 || again[0] != r {
+				t.Fatalf("range %v does not round-trip: %v, %v", r, again, err)
+			}
+		}
+	})
+}
