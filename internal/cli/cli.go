@@ -39,6 +39,7 @@ func commands() []command {
 		{"proxy", "run the split-TCP proxy daemon of one FEP", runProxy},
 		{"controller", "run the chain controller (controller, controller init)", runController},
 		{"token", "issue join tokens for proxies (token create)", runToken},
+		{"router", "HTTP request router: 302, proxy, handoff and DNS redirection to surrogates", runRouter},
 		{"demo", "bring up an emulated world and compare direct vs mosto transfers", runDemo},
 		{"bench", "benchmarks (bench proxy, bench transfer)", runBench},
 	}

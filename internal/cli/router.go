@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/router"
+	"github.com/mosto-net/mosto/internal/topo"
+)
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+// runRouter runs the HTTP request router (seed 004) until ctx is cancelled.
+func runRouter(ctx context.Context, env *Env, args []string) error {
+	fs := newFlagSet(env, "router")
+	listen := fs.String("listen", "", "HTTP listen address (host:port); empty runs only the DNS responder")
+	mode := fs.String("mode", "302", "redirection: 302, proxy or handoff")
+	var surrogates, near listFlag
+	fs.Var(&surrogates, "surrogate", "a surrogate: NAME=HOST:PORT[@SITE] (repeat; SITE is a location of --rtt-matrix)")
+	fs.Var(&near, "near", "a client location: PREFIX=NAME:MS,NAME:MS... (static RTTs) or PREFIX@SITE (RTTs from --rtt-matrix) (repeat)")
+	matrix := fs.String("rtt-matrix", "", "RTT matrix for @SITE locations: a CSV file or \"wonderproxy\" (embedded)")
+	dnsAddr := fs.String("dns", "", "also answer DNS queries on this UDP address (DNS-based redirection baseline)")
+	dnsName := fs.String("dns-name", "cdn.mosto.test", "the name the DNS responder is authoritative for")
+	dnsTTL := fs.Uint("dns-ttl", 5, "TTL of DNS answers in seconds")
+	pool := fs.Int("pool", 8, "pre-established connections per surrogate (proxy, handoff); 0 for none")
+	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "time allowed for a complete request head (slowloris)")
+	fs.Usage = func() {
+		fmt.Fprintln(env.Stderr, "usage: mosto router --listen ADDR --mode 302|proxy|handoff --surrogate NAME=HOST:PORT... [--near ...] [--dns ADDR]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected arguments %q", pos)
+	}
+	if *listen == "" && *dnsAddr == "" {
+		return usageErrorf("--listen or --dns is required")
+	}
+	m, err := router.ParseMode(*mode)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	pcfg, err := pickConfig(surrogates, near, *matrix)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	picker, err := router.NewPicker(pcfg)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	if *pool == 0 {
+		*pool = -1
+	}
+	var joiner router.Joiner
+	if m == router.ModeHandoff {
+		if joiner, err = newJoiner(env); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	if *dnsAddr != "" {
+		d, err := router.NewDNSServer(*dnsName, uint32(*dnsTTL), picker, env.Log)
+		if err != nil {
+			return err
+		}
+		pc, err := net.ListenPacket("udp", *dnsAddr)
+		if err != nil {
+			return fmt.Errorf("router: dns: %w", err)
+		}
+		env.Log.Info("dns responder", "addr", pc.LocalAddr().String(), "name", *dnsName)
+		wg.Go(func() { errc <- d.Serve(ctx, pc) })
+	}
+	if *listen != "" {
+		r, err := router.New(router.Config{Mode: m, Picker: picker, PoolSize: *pool, HeaderTimeout: *headerTimeout, Joiner: joiner}, env.Log)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("router: %w", err)
+		}
+		env.Log.Info("request router", "addr", ln.Addr().String(), "mode", m, "surrogates", len(pcfg.Surrogates))
+		wg.Go(func() {
+			errc <- r.Serve(ctx, ln)
+			env.Log.Info("request router stopped", "stats", fmt.Sprintf("%+v", r.Stats()))
+		})
+	}
+	err = <-errc
+	cancel()
+	wg.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// pickConfig builds the picker's configuration from the command line.
+func pickConfig(surrogates, near []string, matrix string) (router.PickConfig, error) {
+	var cfg router.PickConfig
+	sites := map[string]string{}
+	for _, s := range surrogates {
+		name, addr, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
+			return cfg, fmt.Errorf("--surrogate %q: want NAME=HOST:PORT[@SITE]", s)
+		}
+		addr, site, hasSite := strings.Cut(addr, "@")
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return cfg, fmt.Errorf("--surrogate %q: %v", s, err)
+		}
+		if hasSite {
+			sites[name] = site
+		}
+		cfg.Surrogates = append(cfg.Surrogates, router.Surrogate{Name: name, Addr: addr})
+	}
+	clientSites := map[netip.Prefix]string{}
+	for _, n := range near {
+		if p, site, ok := strings.Cut(n, "@"); ok {
+			prefix, err := netip.ParsePrefix(p)
+			if err != nil {
+				return cfg, fmt.Errorf("--near %q: %v", n, err)
+			}
+			clientSites[prefix] = site
+			continue
+		}
+		p, list, ok := strings.Cut(n, "=")
+		prefix, err := netip.ParsePrefix(p)
+		if !ok || err != nil {
+			return cfg, fmt.Errorf("--near %q: want PREFIX=NAME:MS,... or PREFIX@SITE", n)
+		}
+		loc := router.Location{Prefix: prefix, RTT: map[string]time.Duration{}}
+		for _, e := range strings.Split(list, ",") {
+			name, ms, ok := strings.Cut(e, ":")
+			v, err := strconv.ParseFloat(ms, 64)
+			if !ok || err != nil || v < 0 {
+				return cfg, fmt.Errorf("--near %q: entry %q: want NAME:MILLISECONDS", n, e)
+			}
+			loc.RTT[name] = time.Duration(v * float64(time.Millisecond))
+		}
+		cfg.Locations = append(cfg.Locations, loc)
+	}
+	if len(clientSites) > 0 {
+		if matrix == "" {
+			return cfg, errors.New("--near PREFIX@SITE needs --rtt-matrix")
+		}
+		if len(sites) != len(cfg.Surrogates) {
+			return cfg, errors.New("--near PREFIX@SITE needs every --surrogate placed at a site (NAME=HOST:PORT@SITE)")
+		}
+		var m *topo.Matrix
+		if matrix == "wonderproxy" {
+			m = topo.WonderProxy()
+		} else {
+			var err error
+			if m, _, err = topo.Load(matrix, ""); err != nil {
+				return cfg, err
+			}
+		}
+		locs, err := router.LocationsFromMatrix(m, clientSites, sites)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Locations = append(cfg.Locations, locs...)
+	}
+	return cfg, nil
+}
