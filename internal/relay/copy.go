@@ -35,7 +35,7 @@ type pipe struct {
 // either direction resets both connections so each peer learns promptly.
 // With an idle timeout one timer per flow (not per-read deadlines) ends the
 // flow when neither direction moved for the timeout.
-func (p *pipe) run() string {
+func (p *pipe) run() outcome {
 	if p.idle > 0 {
 		p.last.Store(time.Now().UnixNano())
 		p.timer.Store(time.AfterFunc(p.idle, p.checkIdle))

@@ -72,7 +72,7 @@ func (s *Server) entryFailed(c *net.TCPConn, in Intent, err error) {
 
 func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPConn {
 	cfg := socks5.Config{
-		Timeout: s.header,
+		Timeout: s.accept.header,
 		Allow: func(target string) bool {
 			t, err := ParseTarget(target)
 			return err == nil && listAllows(l.allow, t)
@@ -84,7 +84,7 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPCon
 			return socks5.CheckPassword(password, want) && ok
 		}
 	}
-	req, err := socks5.Handshake(s.flowCtx, c, cfg)
+	req, err := socks5.Handshake(s.flows.ctx, c, cfg)
 	if err != nil {
 		reason := refuseEntryProto
 		switch {
@@ -111,12 +111,12 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPCon
 		if errors.Is(err, errPolicy) {
 			code = socks5.NotAllowed
 		}
-		c.SetWriteDeadline(time.Now().Add(s.header))
+		c.SetWriteDeadline(time.Now().Add(s.accept.header))
 		socks5.Reply(c, code, netip.AddrPort{})
 		s.entryFailed(c, in, err)
 		return nil
 	}
-	c.SetWriteDeadline(time.Now().Add(s.header))
+	c.SetWriteDeadline(time.Now().Add(s.accept.header))
 	if err := socks5.Reply(c, socks5.Succeeded, in.Local); err != nil {
 		s.untrack(up)
 		resetClose(up)
@@ -129,7 +129,7 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPCon
 }
 
 func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPConn {
-	c.SetDeadline(time.Now().Add(s.header))
+	c.SetDeadline(time.Now().Add(s.accept.header))
 	br := bufio.NewReaderSize(c, 4096)
 	target, hdr, err := httpconnect.ReadRequest(br, httpconnect.Limits{})
 	if err != nil {
@@ -180,7 +180,7 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPCo
 		// Bytes the client sent right after its request head (say a TLS
 		// ClientHello) go first.
 		early, _ := br.Peek(br.Buffered())
-		up.SetWriteDeadline(time.Now().Add(s.header))
+		up.SetWriteDeadline(time.Now().Add(s.accept.header))
 		_, err = up.Write(early)
 		up.SetWriteDeadline(time.Time{})
 		if err != nil {
@@ -201,7 +201,7 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPCo
 // early holds client bytes already read from the client's connection:
 // they are sent first on the returned connection.
 func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
-	egp := s.egress.lookup(in.Target)
+	egp := s.origin.egress.lookup(in.Target)
 	if egp == s.self {
 		s.m.directFor("self_egress").Inc()
 		return s.dialOriginEarly(in, early)
@@ -246,7 +246,7 @@ func (s *Server) dialOriginEarly(in Intent, early []byte) (*net.TCPConn, error) 
 	if err != nil || len(early) == 0 {
 		return up, err
 	}
-	up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+	up.SetWriteDeadline(time.Now().Add(s.out.dialer.Timeout))
 	if _, err := up.Write(early); err != nil {
 		s.untrack(up)
 		resetClose(up)
@@ -305,8 +305,8 @@ func queuedInto(c *net.TCPConn, b []byte) []byte {
 // earlyBytes is queued(c, earlyMax) through a pooled buffer: only the
 // bytes read are allocated.
 func (s *Server) earlyBytes(c *net.TCPConn) []byte {
-	bp := s.bufs.Get().(*[]byte)
-	defer s.bufs.Put(bp)
+	bp := s.flows.bufs.Get().(*[]byte)
+	defer s.flows.bufs.Put(bp)
 	b := queuedInto(c, (*bp)[:min(earlyMax, len(*bp))])
 	if b == nil {
 		return nil
@@ -317,7 +317,7 @@ func (s *Server) earlyBytes(c *net.TCPConn) []byte {
 // route returns the chain from this FEP to egp for a transfer of size
 // bytes, or nil and why there is none usable.
 func (s *Server) route(egp string, size int64) ([]string, string) {
-	cb := s.chains.Load()
+	cb := s.overlay.chains.Load()
 	if cb == nil || s.keyring() == nil {
 		return nil, "no_chain"
 	}

@@ -26,7 +26,7 @@ func (s *Server) awaitFastOpen(c *net.TCPConn) error {
 	if !s.cfg.Socket.FastOpen {
 		return nil
 	}
-	return awaitEstablished(c, s.dialer.Timeout)
+	return awaitEstablished(c, s.out.dialer.Timeout)
 }
 
 // awaitEstablished waits up to d until c leaves SYN_SENT and returns its

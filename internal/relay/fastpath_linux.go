@@ -30,7 +30,7 @@ type loopFlow struct {
 	fd     int // the client's socket
 	src    netip.AddrPort
 	in     Intent
-	role   string // roleInP; a hop flow's roleTrP/roleEgP once its header is read
+	role   role   // roleInP; a hop flow's roleTrP/roleEgP once its header is read
 	active bool   // counted in the role's active flows
 	peer   string // metrics label of the upstream: a member or "origin"
 	hop    bool   // the upstream is the first hop of a chain
@@ -70,7 +70,7 @@ func (s *Server) startLoops() error {
 		return nil
 	}
 	var svc []*listener
-	for _, l := range s.listeners {
+	for _, l := range s.accept.listeners {
 		if l.kind == kindService || l.kind == kindHop {
 			svc = append(svc, l)
 		}
@@ -80,8 +80,8 @@ func (s *Server) startLoops() error {
 	}
 	ls, err := evloop.Start(evloop.Config{
 		Loops:          n,
-		Idle:           s.idle,
-		ConnectTimeout: s.dialer.Timeout,
+		Idle:           s.flows.idle,
+		ConnectTimeout: s.out.dialer.Timeout,
 		BufSize:        smallCopy,
 		Bulk:           true,
 	}, s, s.log)
@@ -137,12 +137,12 @@ func (s *Server) noDelay() bool {
 func (s *Server) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any, error) {
 	l := tag.(*listener)
 	isHop := l.kind == kindHop
-	if reason := s.limits.acquire(src.Addr(), isHop); reason != "" {
+	if reason := s.accept.limits.acquire(src.Addr(), isHop); reason != "" {
 		s.m.refusals.WithLabelValues(reason).Inc()
 		s.refLog.refused(reason, src, nil)
 		return evloop.Upstream{}, nil, errLoopRefused
 	}
-	s.wg.Add(1)
+	s.flows.wg.Add(1)
 	if ka := s.cfg.Socket.KeepAlive; ka > 0 {
 		setKeepAlive(fd, time.Duration(ka))
 	}
@@ -182,7 +182,7 @@ func (s *Server) loopUpstream(fl *loopFlow) (evloop.Upstream, error) {
 	if !fl.in.Target.ip().IsValid() {
 		return evloop.Upstream{}, errLoopTake // a name to resolve (EgP or direct)
 	}
-	egp := s.egress.lookup(fl.in.Target)
+	egp := s.origin.egress.lookup(fl.in.Target)
 	if egp == s.self {
 		s.m.directFor("self_egress").Inc()
 		return s.loopOriginDial(fl, false)
@@ -215,10 +215,10 @@ func (s *Server) loopUpstream(fl *loopFlow) (evloop.Upstream, error) {
 		return evloop.Upstream{}, fmt.Errorf("marshal hop header: %w", err)
 	}
 	fl.peer, fl.hop, fl.header = next, true, b
-	if s.hopPool != nil {
-		s.hopPool.learn(addr)
+	if s.out.hopPool != nil {
+		s.out.hopPool.learn(addr)
 	}
-	if u, ok := s.loopPooled(s.hopPool, addr, b); ok {
+	if u, ok := s.loopPooled(s.out.hopPool, addr, b); ok {
 		fl.pooled = true
 		s.m.upstream.WithLabelValues(next, "pool").Inc()
 		return u, nil
@@ -250,19 +250,19 @@ func (s *Server) loopOriginDial(fl *loopFlow, plain bool) (evloop.Upstream, erro
 	if !t.ip().IsValid() {
 		return evloop.Upstream{}, errLoopTake // a name to resolve
 	}
-	dst, err := s.policy.resolve(context.Background(), s.res, t)
+	dst, err := s.origin.policy.resolve(context.Background(), s.origin.res, t)
 	if err != nil {
 		return evloop.Upstream{}, err
 	}
 	var prefix []byte
-	if listAllowsAny(s.ppDest, t, dst.Addr()) {
+	if listAllowsAny(s.origin.ppDest, t, dst.Addr()) {
 		if err := s.localAddr(fl); err != nil {
 			return evloop.Upstream{}, err
 		}
 		prefix = hop.AppendPlainV2(nil, fl.in.Client, fl.in.Local)
 	}
 	fl.peer = "origin"
-	if u, ok := s.loopPooled(s.originPool, dst.String(), prefix); ok {
+	if u, ok := s.loopPooled(s.out.originPool, dst.String(), prefix); ok {
 		fl.pooled = true
 		s.m.upstream.WithLabelValues("origin", "pool").Inc()
 		return u, nil
@@ -275,8 +275,8 @@ func (s *Server) loopOriginDial(fl *loopFlow, plain bool) (evloop.Upstream, erro
 	if err != nil {
 		return evloop.Upstream{}, err
 	}
-	if s.originPool != nil {
-		s.originPool.learn(dst.String())
+	if s.out.originPool != nil {
+		s.out.originPool.learn(dst.String())
 	}
 	s.m.peer("origin").dial.Inc()
 	return evloop.Upstream{FD: ufd, Prefix: prefix}, nil
@@ -354,8 +354,8 @@ func (s *Server) Dial(state any, first []byte) (evloop.Upstream, error) {
 		return evloop.Upstream{}, err
 	}
 	s.m.peer(fl.peer).dial.Inc()
-	if !fl.hop && s.originPool != nil {
-		s.originPool.learn(fl.dialTo.String())
+	if !fl.hop && s.out.originPool != nil {
+		s.out.originPool.learn(fl.dialTo.String())
 	}
 	return evloop.Upstream{FD: ufd, Prefix: fl.prefix, FastOpen: tfo, Retry: fl.hop}, nil
 }
@@ -464,8 +464,8 @@ func (s *Server) Done(state any, o evloop.Outcome, st evloop.Stats, err error) {
 // loopRelease releases what Open took for a flow (hop: from the hop
 // listener).
 func (s *Server) loopRelease(src netip.AddrPort, hop bool) {
-	s.limits.release(src.Addr(), hop)
-	s.wg.Done()
+	s.accept.limits.release(src.Addr(), hop)
+	s.flows.wg.Done()
 }
 
 // loopOpenError counts a flow whose upstream could not be opened (the
@@ -548,7 +548,7 @@ func (s *Server) bulkFlow(fl *loopFlow, down, up *net.TCPConn, toUp, toDown []by
 		if len(w.b) == 0 {
 			continue
 		}
-		w.c.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+		w.c.SetWriteDeadline(time.Now().Add(s.out.dialer.Timeout))
 		if _, err := w.c.Write(w.b); err != nil {
 			s.untrack(up)
 			resetClose(up)

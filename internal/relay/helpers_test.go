@@ -202,8 +202,8 @@ func refusals(s *Server, reason string) float64 {
 	return counterValue(s.m.refusals.WithLabelValues(reason))
 }
 
-func flows(s *Server, role, outcome string) float64 {
-	return counterValue(s.m.flows.WithLabelValues(role, outcome))
+func flows(s *Server, r role, o outcome) float64 {
+	return counterValue(s.m.flows.WithLabelValues(string(r), string(o)))
 }
 
 func counterValue(c prometheus.Counter) float64 {

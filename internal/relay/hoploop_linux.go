@@ -54,7 +54,7 @@ func (s *Server) openHop(l *listener, fd int, src netip.AddrPort) (evloop.Upstre
 		s.loopRelease(src, true)
 		return evloop.Upstream{}, nil, errLoopRefused
 	}
-	wait := s.header
+	wait := s.accept.header
 	if s.isMemberIP(src.Addr()) {
 		fl.phase = phasePreamble
 		if mi := time.Duration(s.cfg.Hop.MemberIdle); mi > 0 {
@@ -72,11 +72,11 @@ func (s *Server) hopDial(fl *loopFlow, first []byte) (evloop.Upstream, error) {
 		// The first byte came within member_idle: the preamble (or header)
 		// within the header timeout from now.
 		fl.phase = phasePreamble
-		return evloop.Upstream{Wait: s.header, Head: true}, nil
+		return evloop.Upstream{Wait: s.accept.header, Head: true}, nil
 	case phasePooled:
 		// The flow's first byte: its header within the header timeout.
 		fl.phase = phaseHeader
-		return evloop.Upstream{Wait: s.header, Head: true}, nil
+		return evloop.Upstream{Wait: s.accept.header, Head: true}, nil
 	case phasePreamble:
 		n := min(len(first), len(poolHello))
 		if !bytes.Equal(first[:n], poolHello[:n]) {
@@ -111,7 +111,7 @@ func (s *Server) hopHeader(fl *loopFlow, first []byte) (evloop.Upstream, error) 
 		return evloop.Upstream{}, evloop.ErrMore // hop.Read only says so of a partial header
 	}
 	if err == nil {
-		err = s.replay.Check(h)
+		err = s.overlay.replay.Check(h)
 	}
 	if err != nil {
 		return evloop.Upstream{}, s.loopRefuse(fl, refusalReason(err), fl.src, err)
@@ -159,10 +159,10 @@ func (s *Server) loopForward(fl *loopFlow, h *hop.Header, next, addr string) (ev
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("hop", "flow", flowString(h.FlowID), "role", roleTrP, "next", next, "route", h.Route)
 	}
-	if s.hopPool != nil {
-		s.hopPool.learn(addr) // keeps addr pooled in an overlay too large to pool up front
+	if s.out.hopPool != nil {
+		s.out.hopPool.learn(addr) // keeps addr pooled in an overlay too large to pool up front
 	}
-	if u, ok := s.loopPooled(s.hopPool, addr, b); ok {
+	if u, ok := s.loopPooled(s.out.hopPool, addr, b); ok {
 		fl.pooled = true
 		s.m.upstream.WithLabelValues(next, "pool").Inc()
 		u.Consume = fl.headLen
@@ -192,7 +192,7 @@ func (s *Server) hopActive(fl *loopFlow) {
 // destination policy allows it, with a PROXY v2 header to origins that
 // want one.
 func (s *Server) loopExit(fl *loopFlow, h *hop.Header, t Target, early bool) (evloop.Upstream, error) {
-	dst, err := s.policy.resolve(context.Background(), s.res, t)
+	dst, err := s.origin.policy.resolve(context.Background(), s.origin.res, t)
 	if errors.Is(err, errPolicy) {
 		return evloop.Upstream{}, s.loopRefuse(fl, refusePolicy, h.Source, fmt.Errorf("target %s", t))
 	}
@@ -200,13 +200,13 @@ func (s *Server) loopExit(fl *loopFlow, h *hop.Header, t Target, early bool) (ev
 	if err != nil {
 		return evloop.Upstream{}, err
 	}
-	if listAllowsAny(s.ppDest, t, dst.Addr()) {
+	if listAllowsAny(s.origin.ppDest, t, dst.Addr()) {
 		fl.prefix = hop.AppendPlainV2(nil, h.Source, h.Dest)
 	}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("exit", "flow", flowString(h.FlowID), "role", roleEgP, "target", t.String())
 	}
-	if u, ok := s.loopPooled(s.originPool, dst.String(), fl.prefix); ok {
+	if u, ok := s.loopPooled(s.out.originPool, dst.String(), fl.prefix); ok {
 		fl.pooled = true
 		fl.dialTo = dst
 		s.m.upstream.WithLabelValues("origin", "pool").Inc()
@@ -215,8 +215,8 @@ func (s *Server) loopExit(fl *loopFlow, h *hop.Header, t Target, early bool) (ev
 		return u, nil
 	}
 	fl.dialTo = dst
-	if s.originPool != nil {
-		s.originPool.learn(dst.String())
+	if s.out.originPool != nil {
+		s.out.originPool.learn(dst.String())
 	}
 	u, err := s.hopUpstream(fl, early || len(fl.prefix) > 0)
 	if err == nil {

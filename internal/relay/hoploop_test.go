@@ -45,7 +45,7 @@ func TestLoopsServeHopFlows(t *testing.T) {
 			lb, lc := loopsOf(w.b), loopsOf(w.c)
 			if tc.pool > 0 {
 				waitFor(t, 5*time.Second, "pools filled", func() bool {
-					return w.a.hopPool.idleCount(w.b.HopAddr().String()) == tc.pool
+					return w.a.out.hopPool.idleCount(w.b.HopAddr().String()) == tc.pool
 				})
 			}
 			c := dialPing(t, w.a.ServiceAddr(0).String())
@@ -53,7 +53,7 @@ func TestLoopsServeHopFlows(t *testing.T) {
 				name string
 				ls   *evloop.Loops
 				r    *running
-				role string
+				role role
 			}{{"b", lb, w.b, roleTrP}, {"c", lc, w.c, roleEgP}} {
 				if (x.ls != nil) != (tc.loops >= 0) {
 					t.Fatalf("%s: loops running = %v with loops: %d", x.name, x.ls != nil, tc.loops)
@@ -83,7 +83,7 @@ func TestLoopsServeHopFlows(t *testing.T) {
 			want := float64(2 * (4 + 4<<20))
 			for _, x := range []struct {
 				r    *running
-				role string
+				role role
 			}{{w.a, roleInP}, {w.b, roleTrP}, {w.c, roleEgP}} {
 				waitFor(t, 5*time.Second, x.r.cfg.ID+" flow accounting", func() bool {
 					return flows(x.r.Server, x.role, outcomeOK) == 1 && testutilSum(x.r, "mosto_relay_bytes_total") == want &&
@@ -108,7 +108,7 @@ func TestHopFlowTakenByGoroutines(t *testing.T) {
 	o := newOrigin(t, echo)
 	_, port, _ := net.SplitHostPort(o.addr())
 	w := newWorld(t, "origin.test:"+port, nil, func(s *Server) {
-		s.res = fakeResolver{"origin.test": {netip.MustParseAddr("127.0.0.1")}}
+		s.origin.res = fakeResolver{"origin.test": {netip.MustParseAddr("127.0.0.1")}}
 	})
 	waitFor(t, 5*time.Second, "loops", func() bool { return w.c.loops.Load() != nil })
 	msg := make([]byte, 100<<10)
@@ -164,7 +164,7 @@ func BenchmarkIdleChainFlowMemory(b *testing.B) {
 					cs = append(cs, c)
 				}
 				origin := <-held
-				waitFor(b, 10*time.Second, "flows active", func() bool { return w.c.limits.total() == n })
+				waitFor(b, 10*time.Second, "flows active", func() bool { return w.c.accept.limits.total() == n })
 				runtime.GC()
 				runtime.ReadMemStats(&m1)
 				b.ReportMetric(float64(m1.StackInuse-m0.StackInuse)/n, "stack-B/flow")
@@ -173,7 +173,7 @@ func BenchmarkIdleChainFlowMemory(b *testing.B) {
 				for _, c := range append(cs, origin...) {
 					c.Close()
 				}
-				waitFor(b, 10*time.Second, "flows closed", func() bool { return w.a.limits.total()+w.b.limits.total()+w.c.limits.total() == 0 })
+				waitFor(b, 10*time.Second, "flows closed", func() bool { return w.a.accept.limits.total()+w.b.accept.limits.total()+w.c.accept.limits.total() == 0 })
 			}
 		})
 	}

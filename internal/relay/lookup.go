@@ -101,7 +101,7 @@ func (s *Server) openViaLoP(in Intent, egp string, early []byte) (*net.TCPConn, 
 // header with the whole route and forwards the flow as its first TrP. The
 // completed header carries no lookup, so no later hop asks again: a flow
 // meets at most one LoP.
-func (s *Server) completeRoute(c *net.TCPConn, src netip.AddrPort, h *hop.Header, log *slog.Logger, early []byte) (string, *net.TCPConn) {
+func (s *Server) completeRoute(c *net.TCPConn, src netip.AddrPort, h *hop.Header, log *slog.Logger, early []byte) (role, *net.TCPConn) {
 	if len(h.Route) != 2 || h.Hop != 1 {
 		s.refuse(refuseLookupInvalid, c, src, fmt.Errorf("lookup with route %v hop %d: only an InP asks its first hop", h.Route, h.Hop))
 		return "", nil
@@ -141,7 +141,7 @@ func (s *Server) completeRoute(c *net.TCPConn, src netip.AddrPort, h *hop.Header
 // only if the completed route has no repeated id, at most hop.MaxRoute ids
 // and a member as the hop after this FEP.
 func (s *Server) completion(inp, egp string, size int64) ([]string, string) {
-	if cb := s.chains.Load(); cb != nil {
+	if cb := s.overlay.chains.Load(); cb != nil {
 		if e, ok := cb.src.Lookup(inp, egp, size); ok && len(e.Path) >= 2 && e.Path[0] == inp && e.Path[len(e.Path)-1] == egp {
 			var r []string
 			if k := slices.Index(e.Path, s.self); k > 0 {

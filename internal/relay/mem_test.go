@@ -47,7 +47,7 @@ func BenchmarkIdleFlowMemory(b *testing.B) {
 			cs = append(cs, c)
 		}
 		origin := <-held
-		waitFor(b, 10*time.Second, "flows active", func() bool { return a.limits.total() == n })
+		waitFor(b, 10*time.Second, "flows active", func() bool { return a.accept.limits.total() == n })
 		runtime.GC()
 		runtime.ReadMemStats(&m1)
 		b.ReportMetric(float64(m1.StackInuse-m0.StackInuse)/n, "stack-B/flow")
@@ -55,6 +55,6 @@ func BenchmarkIdleFlowMemory(b *testing.B) {
 		for _, c := range append(cs, origin...) {
 			c.Close()
 		}
-		waitFor(b, 10*time.Second, "flows closed", func() bool { return a.limits.total() == 0 })
+		waitFor(b, 10*time.Second, "flows closed", func() bool { return a.accept.limits.total() == 0 })
 	}
 }

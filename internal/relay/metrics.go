@@ -9,21 +9,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// role is the part a daemon plays for a flow; its value is the metrics
+// label.
+type role string
+
 // Roles a daemon plays for a flow.
 const (
-	roleInP = "inp"
-	roleTrP = "trp"
-	roleEgP = "egp"
+	roleInP role = "inp"
+	roleTrP role = "trp"
+	roleEgP role = "egp"
 )
+
+// outcome is how a flow ended; its value is the metrics label.
+type outcome string
 
 // Flow outcomes.
 const (
-	outcomeOK        = "ok"         // both directions ended with EOF
-	outcomeReset     = "reset"      // an error or reset on either side
-	outcomeIdle      = "idle"       // idle timeout
-	outcomeAborted   = "aborted"    // closed by shutdown after the drain timeout
-	outcomeDialError = "dial_error" // next hop or origin unreachable
-	outcomeEntry     = "entry_error"
+	outcomeOK        outcome = "ok"         // both directions ended with EOF
+	outcomeReset     outcome = "reset"      // an error or reset on either side
+	outcomeIdle      outcome = "idle"       // idle timeout
+	outcomeAborted   outcome = "aborted"    // closed by shutdown after the drain timeout
+	outcomeDialError outcome = "dial_error" // next hop or origin unreachable
+	outcomeEntry     outcome = "entry_error"
 )
 
 // Refusal reasons.
@@ -59,7 +66,7 @@ type metrics struct {
 
 	// Children of the per-role vectors, resolved once so the flow path
 	// neither hashes labels nor grows its goroutine stacks doing so.
-	roles map[string]*roleMetrics
+	roles map[role]*roleMetrics
 	// Children resolved on first use, by peer and by direct reason.
 	peers   sync.Map // string -> *peerMetrics
 	directs sync.Map // string -> prometheus.Counter
@@ -69,16 +76,16 @@ type roleMetrics struct {
 	active   prometheus.Gauge
 	up, down prometheus.Counter
 	flows    *prometheus.CounterVec
-	role     string
-	outcomes sync.Map // string -> prometheus.Counter
+	role     role
+	outcomes sync.Map // outcome -> prometheus.Counter
 }
 
 // flow returns the flows counter of this role for outcome.
-func (r *roleMetrics) flow(outcome string) prometheus.Counter {
-	if c, ok := r.outcomes.Load(outcome); ok {
+func (r *roleMetrics) flow(o outcome) prometheus.Counter {
+	if c, ok := r.outcomes.Load(o); ok {
 		return c.(prometheus.Counter)
 	}
-	c, _ := r.outcomes.LoadOrStore(outcome, r.flows.WithLabelValues(r.role, outcome))
+	c, _ := r.outcomes.LoadOrStore(o, r.flows.WithLabelValues(string(r.role), string(o)))
 	return c.(prometheus.Counter)
 }
 
@@ -148,12 +155,12 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.flows, m.bytes, m.active, m.refusals, m.direct, m.connect, m.pool, m.upstream,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.roles = make(map[string]*roleMetrics, 3)
-	for _, r := range []string{roleInP, roleTrP, roleEgP} {
+	m.roles = make(map[role]*roleMetrics, 3)
+	for _, r := range []role{roleInP, roleTrP, roleEgP} {
 		m.roles[r] = &roleMetrics{
-			active: m.active.WithLabelValues(r),
-			up:     m.bytes.WithLabelValues(r, "up"),
-			down:   m.bytes.WithLabelValues(r, "down"),
+			active: m.active.WithLabelValues(string(r)),
+			up:     m.bytes.WithLabelValues(string(r), "up"),
+			down:   m.bytes.WithLabelValues(string(r), "down"),
 			flows:  m.flows,
 			role:   r,
 		}

@@ -343,7 +343,7 @@ func writePoolHello(c *net.TCPConn, timeout time.Duration) (time.Duration, error
 func (s *Server) poolHelloDial(ctx context.Context, c *net.TCPConn) (time.Duration, error) {
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
-	return writePoolHello(c, s.dialer.Timeout)
+	return writePoolHello(c, s.out.dialer.Timeout)
 }
 
 // memberPreamble runs before the hop header of a connection from a
@@ -358,7 +358,7 @@ func (s *Server) memberPreamble(c *net.TCPConn, src netip.AddrPort) (r io.Reader
 		return nil, false
 	}
 	var b [len(poolHello)]byte
-	c.SetReadDeadline(time.Now().Add(s.header))
+	c.SetReadDeadline(time.Now().Add(s.accept.header))
 	n, err := io.ReadFull(c, b[:])
 	if err != nil || b != poolHello {
 		// Not a pooled connection (or a broken one: hop.Read meets the
@@ -372,7 +372,7 @@ func (s *Server) memberPreamble(c *net.TCPConn, src netip.AddrPort) (r io.Reader
 	var ans [poolGrantLen]byte
 	copy(ans[:], poolGrantMagic[:])
 	binary.BigEndian.PutUint32(ans[4:], uint32(grant.Milliseconds()))
-	c.SetWriteDeadline(time.Now().Add(s.header))
+	c.SetWriteDeadline(time.Now().Add(s.accept.header))
 	if _, err := c.Write(ans[:]); err != nil {
 		c.Close()
 		return nil, false

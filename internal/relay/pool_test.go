@@ -48,7 +48,7 @@ func TestHopPoolChain(t *testing.T) {
 	})
 	bAddr, cAddr := w.b.HopAddr().String(), w.c.HopAddr().String()
 	waitFor(t, 5*time.Second, "pools filled", func() bool {
-		return w.a.hopPool.idleCount(bAddr) == 2 && w.b.hopPool.idleCount(cAddr) == 2
+		return w.a.out.hopPool.idleCount(bAddr) == 2 && w.b.out.hopPool.idleCount(cAddr) == 2
 	})
 	// Idle for more than twice the header timeout: the pooled connections
 	// must survive on the receiving side.
@@ -71,7 +71,7 @@ func TestHopPoolChain(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "3 ok flows at the EgP", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 3 })
 	// The EgP learned the origin: later flows use its origin pool.
-	waitFor(t, 5*time.Second, "origin pool filled", func() bool { return w.c.originPool.idleCount(o.addr()) == 1 })
+	waitFor(t, 5*time.Second, "origin pool filled", func() bool { return w.c.out.originPool.idleCount(o.addr()) == 1 })
 	hashTrip(t, w.a.ServiceAddr(0).String(), 1000)
 	if h := poolCount(w.c.Server, "origin", poolHit); h < 1 {
 		t.Errorf("origin pool hits = %v; want >= 1", h)
@@ -232,7 +232,7 @@ func TestOriginPoolDiscardsClosed(t *testing.T) {
 		if got := roundTrip(t, s.ServiceAddr(0).String(), []byte("x")); !bytes.Equal(got, []byte("hello")) {
 			t.Fatalf("flow %d: got %q; want hello", i, got)
 		}
-		waitFor(t, 3*time.Second, "origin pool filled", func() bool { return s.originPool.idleCount(o.addr()) == 1 })
+		waitFor(t, 3*time.Second, "origin pool filled", func() bool { return s.out.originPool.idleCount(o.addr()) == 1 })
 		time.Sleep(400 * time.Millisecond) // the origin closes the pooled one
 	}
 	if n := poolCount(s.Server, "origin", poolStale); n < 2 {
@@ -361,9 +361,9 @@ func TestHopPoolLearnedInLargeOverlay(t *testing.T) {
 	// or expire; what matters is that no new up-front target appears.
 	hashTrip(t, w.a.ServiceAddr(0).String(), 1000)
 	waitFor(t, 5*time.Second, "next hops pooled", func() bool {
-		return w.a.hopPool.idleCount(bAddr) == 2 && w.b.hopPool.idleCount(cAddr) == 2
+		return w.a.out.hopPool.idleCount(bAddr) == 2 && w.b.out.hopPool.idleCount(cAddr) == 2
 	})
-	if n := w.a.hopPool.idleCount(far); n != 0 {
+	if n := w.a.out.hopPool.idleCount(far); n != 0 {
 		t.Errorf("%d pooled connections to a member no flow used", n)
 	}
 	hits := poolCount(w.a.Server, "hop", poolHit)

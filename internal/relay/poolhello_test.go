@@ -22,7 +22,7 @@ func TestPoolWithoutMemberIdle(t *testing.T) {
 	})
 	bAddr, cAddr := w.b.HopAddr().String(), w.c.HopAddr().String()
 	waitFor(t, 5*time.Second, "pools filled", func() bool {
-		return w.a.hopPool.idleCount(bAddr) == 1 && w.b.hopPool.idleCount(cAddr) == 1
+		return w.a.out.hopPool.idleCount(bAddr) == 1 && w.b.out.hopPool.idleCount(cAddr) == 1
 	})
 	time.Sleep(800 * time.Millisecond) // > 2 header timeouts
 	for i := range 2 {

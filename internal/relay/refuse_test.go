@@ -45,7 +45,7 @@ func testRefusals(t *testing.T, loops int) {
 	leakCheck(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Header = Duration(time.Second); c.Loops = loops },
-		func(s *Server) { s.res = fakeResolver{"mail.example.com": {netip.MustParseAddr("10.0.0.25")}} })
+		func(s *Server) { s.origin.res = fakeResolver{"mail.example.com": {netip.MustParseAddr("10.0.0.25")}} })
 	kr := testKeyring(t)
 	other, err := hop.NewKeyring(hop.Key{ID: 1, Secret: []byte("another secret of 32 bytes......")}, nil)
 	if err != nil {
@@ -172,7 +172,7 @@ func TestLimits(t *testing.T) {
 				}
 				held = append(held, c)
 			}
-			waitFor(t, 5*time.Second, "4 admitted", func() bool { return a.limits.total() == 4 })
+			waitFor(t, 5*time.Second, "4 admitted", func() bool { return a.accept.limits.total() == 4 })
 			for i := range 20 {
 				c, err := net.Dial("tcp", addr)
 				if isReset(err) {
@@ -191,7 +191,7 @@ func TestLimits(t *testing.T) {
 			waitFor(t, 5*time.Second, "20 refusals", func() bool { return refusals(a.Server, tc.reason) == 20 })
 			held[0].Close()
 			held = held[1:]
-			waitFor(t, 5*time.Second, "slot freed", func() bool { return a.limits.total() == 3 })
+			waitFor(t, 5*time.Second, "slot freed", func() bool { return a.accept.limits.total() == 3 })
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)

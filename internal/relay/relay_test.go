@@ -488,18 +488,18 @@ func TestHandshakeWorkers(t *testing.T) {
 		return refusals(s.Server, refuseHeaderTimeout) == burst
 	})
 	waitFor(t, 5*time.Second, "idle workers", func() bool {
-		return s.limits.total() == 0 && s.idleWorkers.Load() == maxIdleWorkers
+		return s.accept.limits.total() == 0 && s.workers.idle.Load() == maxIdleWorkers
 	})
 	if got := roundTrip(t, s.ServiceAddr(0).String(), []byte("after the burst")); string(got) != "after the burst" {
 		t.Errorf("echo after the burst = %q", got)
 	}
-	if n := s.idleWorkers.Load(); n > maxIdleWorkers {
+	if n := s.workers.idle.Load(); n > maxIdleWorkers {
 		t.Errorf("%d idle workers; want at most %d", n, maxIdleWorkers)
 	}
 	if err := s.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := s.idleWorkers.Load(); n != 0 {
+	if n := s.workers.idle.Load(); n != 0 {
 		t.Errorf("%d idle workers after Run returned; want 0", n)
 	}
 }
@@ -636,7 +636,7 @@ func TestDrain(t *testing.T) {
 	quick.(*net.TCPConn).CloseWrite()
 	defer quick.Close()
 	defer slow.Close()
-	waitFor(t, 5*time.Second, "two active flows", func() bool { return a.limits.total() == 2 })
+	waitFor(t, 5*time.Second, "two active flows", func() bool { return a.accept.limits.total() == 2 })
 	stopped := make(chan error, 1)
 	begin := time.Now()
 	go func() { stopped <- a.stop(t) }()

@@ -38,58 +38,92 @@ type KeySource interface {
 }
 
 // Server is one proxy daemon. Create it with New, then call Run once (or
-// Close if Run is never called).
+// Close if Run is never called). Its fields are grouped by the stage that
+// owns them; each stage lives in its own file (see doc.go).
 type Server struct {
-	cfg    *Config
-	log    *slog.Logger
-	self   string
-	kr     *hop.Keyring // nil: no overlay (direct only)
-	replay *hop.ReplayCache
+	cfg  *Config
+	log  *slog.Logger
+	self string // this FEP's id
+
+	// Observability (metrics.go, limit.go, lookup.go).
+	m       *metrics
+	refLog  *rateLog      // rate-limited refusal log
+	lookups lookupMetrics // remote chain lookups
+
+	overlay overlayState                 // members, keys, chains (overlay.go)
+	origin  originPolicy                 // where flows may leave the overlay (dial.go)
+	out     outbound                     // dialers and pools (dial.go)
+	accept  acceptState                  // listeners and admission (accept.go)
+	workers workerState                  // handshake workers (workers.go)
+	flows   flowState                    // every running flow (lifecycle.go, copy.go)
+	admin   adminHTTP                    // metrics and health HTTP (admin.go)
+	loops   atomic.Pointer[evloop.Loops] // nil: no event loops (fastpath_linux.go)
+
+	// Lifecycle (lifecycle.go).
+	draining atomic.Bool // Run is draining: refuse new work
+	ran      atomic.Bool
+	close    sync.Once
+}
+
+// overlayState is what the overlay looks like from here; the controller
+// agent replaces its sources at run time.
+type overlayState struct {
+	kr      *hop.Keyring // configured keys; nil: no overlay (direct only)
+	replay  *hop.ReplayCache
+	members atomic.Pointer[memberBox]
+	chains  atomic.Pointer[chainBox]
+	keys    atomic.Pointer[keyBox]
+}
+
+// originPolicy decides where a flow may leave the overlay.
+type originPolicy struct {
 	egress *egressMap
 	policy policy
 	ppDest []matcher // origins that want a PROXY v2 header
 	res    resolver
-	m      *metrics
-	refLog *rateLog
-	// lookups counts remote chain lookups (lookup.go).
-	lookups lookupMetrics
+}
 
-	members atomic.Pointer[memberBox]
-	chains  atomic.Pointer[chainBox]
-	keys    atomic.Pointer[keyBox]
-
+// outbound is how this daemon connects onward.
+type outbound struct {
 	dialer     net.Dialer
 	poolDialer net.Dialer // no TCP_FASTOPEN_CONNECT: a pooled connection is opened at once
 	hopPool    *connPool  // nil: no pool of member connections
 	originPool *connPool  // nil: no pool of origin connections
-	header     time.Duration
-	idle       time.Duration
-	limits     *connLimiter
-	listeners  []*listener
-	httpSrv    *http.Server
-	metricsLn  net.Listener
+}
 
-	// flowCtx is cancelled when flows must stop (after the drain timeout).
-	flowCtx    context.Context
-	flowCancel context.CancelFunc
-	draining   atomic.Bool
-	forcing    atomic.Bool
+// acceptState is the accepting side: listeners and admission.
+type acceptState struct {
+	listeners []*listener
+	limits    *connLimiter
+	header    time.Duration // time allowed for a hop header or entry handshake
+}
 
-	loops atomic.Pointer[evloop.Loops] // nil: no event loops (fastpath_linux.go)
+// workerState holds the handshake workers (see dispatch): idle ones wait
+// on jobs until stop is closed.
+type workerState struct {
+	jobs chan handshakeJob
+	stop chan struct{}
+	idle atomic.Int32
+	wg   sync.WaitGroup
+}
 
-	bufs  sync.Pool      // small-copy buffers, see copySmall
-	wg    sync.WaitGroup // every per-connection goroutine
-	mu    sync.Mutex
-	conns map[net.Conn]struct{} // open connections, for the forced close
-	ran   atomic.Bool
-	close sync.Once
+// flowState is every flow in progress.
+type flowState struct {
+	// ctx is cancelled when flows must stop (after the drain timeout).
+	ctx     context.Context
+	cancel  context.CancelFunc
+	forcing atomic.Bool // the drain timed out: reset every flow
+	idle    time.Duration
+	bufs    sync.Pool      // small-copy buffers, see copySmall
+	wg      sync.WaitGroup // every per-connection goroutine
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{} // open connections, for the forced close
+}
 
-	// Handshake workers (see dispatch): idle ones wait on jobs until
-	// stopWorkers is closed.
-	jobs        chan handshakeJob
-	stopWorkers chan struct{}
-	idleWorkers atomic.Int32
-	workerWG    sync.WaitGroup
+// adminHTTP serves /metrics, /healthz and pprof.
+type adminHTTP struct {
+	srv *http.Server
+	ln  net.Listener
 }
 
 type chainBox struct{ src ChainSource }
@@ -144,30 +178,30 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:    cfg,
-		log:    log.With("fep", cfg.ID),
-		self:   cfg.ID,
-		res:    net.DefaultResolver,
-		m:      newMetrics(),
-		header: cfg.headerTimeout(),
-		idle:   cfg.idleTimeout(),
-		conns:  make(map[net.Conn]struct{}),
+		cfg:  cfg,
+		log:  log.With("fep", cfg.ID),
+		self: cfg.ID,
+		m:    newMetrics(),
 	}
+	s.origin.res = net.DefaultResolver
+	s.accept.header = cfg.headerTimeout()
+	s.flows.idle = cfg.idleTimeout()
+	s.flows.conns = make(map[net.Conn]struct{})
 	s.refLog = newRateLog(s.log, 10*time.Second)
 	s.lookups = newLookupMetrics(s.m.reg)
-	s.bufs.New = newSmallBuf
-	s.jobs = make(chan handshakeJob)
-	s.stopWorkers = make(chan struct{})
-	s.flowCtx, s.flowCancel = context.WithCancel(context.Background())
-	s.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control(sockDial), KeepAlive: cfg.Socket.keepAlive()}
-	s.poolDialer = s.dialer
-	s.poolDialer.Control = cfg.Socket.control(sockPoolDial)
+	s.flows.bufs.New = newSmallBuf
+	s.workers.jobs = make(chan handshakeJob)
+	s.workers.stop = make(chan struct{})
+	s.flows.ctx, s.flows.cancel = context.WithCancel(context.Background())
+	s.out.dialer = net.Dialer{Timeout: cfg.connectTimeout(), Control: cfg.Socket.control(sockDial), KeepAlive: cfg.Socket.keepAlive()}
+	s.out.poolDialer = s.out.dialer
+	s.out.poolDialer.Control = cfg.Socket.control(sockPoolDial)
 	if n := cfg.Pool.Hop; n > 0 {
-		s.hopPool = newConnPool("hop", n, cfg.hopMaxIdle(), s.dialPooled, s.hopPoolTargets, s.m.pool, s.log)
-		s.hopPool.hello = s.poolHelloDial
+		s.out.hopPool = newConnPool("hop", n, cfg.hopMaxIdle(), s.dialPooled, s.hopPoolTargets, s.m.pool, s.log)
+		s.out.hopPool.hello = s.poolHelloDial
 	}
 	if n := cfg.Pool.Origin; n > 0 {
-		s.originPool = newConnPool("origin", n, cfg.originMaxIdle(), s.dialPooled, nil, s.m.pool, s.log)
+		s.out.originPool = newConnPool("origin", n, cfg.originMaxIdle(), s.dialPooled, nil, s.m.pool, s.log)
 	}
 	maxConns := cfg.Limits.MaxConns
 	if maxConns == 0 {
@@ -177,32 +211,32 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	if perSource == 0 {
 		perSource = DefaultMaxConnsPerSource
 	}
-	s.limits = newConnLimiter(maxConns, perSource, cfg.Limits.HopMaxConnsPerSource)
+	s.accept.limits = newConnLimiter(maxConns, perSource, cfg.Limits.HopMaxConnsPerSource)
 
 	if cfg.Keys.Current != nil {
 		kr, err := loadKeyring(cfg)
 		if err != nil {
 			return nil, err
 		}
-		s.kr = kr
+		s.overlay.kr = kr
 	}
-	s.replay = hop.NewReplayCache(cfg.maxSkew(), 1<<18)
+	s.overlay.replay = hop.NewReplayCache(cfg.maxSkew(), 1<<18)
 	s.SetMembers(cfg.Members)
 	if cfg.Table != "" {
 		ix, err := loadTable(cfg.path(cfg.Table))
 		if err != nil {
 			return nil, err
 		}
-		s.chains.Store(&chainBox{ix})
+		s.overlay.chains.Store(&chainBox{ix})
 	}
 	var err error
-	if s.egress, err = newEgressMap(cfg.ID, cfg.Egress); err != nil {
+	if s.origin.egress, err = newEgressMap(cfg.ID, cfg.Egress); err != nil {
 		return nil, err
 	}
-	if s.policy.allow, err = parseMatchers(cfg.Destinations.Allow); err != nil {
+	if s.origin.policy.allow, err = parseMatchers(cfg.Destinations.Allow); err != nil {
 		return nil, fmt.Errorf("destinations.allow: %w", err)
 	}
-	if s.ppDest, err = parseMatchers(cfg.ProxyProtocol); err != nil {
+	if s.origin.ppDest, err = parseMatchers(cfg.ProxyProtocol); err != nil {
 		return nil, fmt.Errorf("proxy_protocol: %w", err)
 	}
 	if !bind {
@@ -261,11 +295,11 @@ func (s *Server) bind() error {
 			return fmt.Errorf("listen %s %s: %w", l.kind, addr, err)
 		}
 		l.ln = ln.(*net.TCPListener)
-		s.listeners = append(s.listeners, l)
+		s.accept.listeners = append(s.accept.listeners, l)
 		return nil
 	}
 	if a := s.cfg.Hop.Listen; a != "" {
-		if s.kr == nil && s.cfg.Controller == nil {
+		if s.overlay.kr == nil && s.cfg.Controller == nil {
 			return errors.New("hop.listen needs keys.current")
 		}
 		if err := listen(a, &listener{kind: kindHop}); err != nil {
@@ -295,13 +329,13 @@ func (s *Server) bind() error {
 		if err != nil {
 			return fmt.Errorf("listen metrics %s: %w", a, err)
 		}
-		s.metricsLn = ln
+		s.admin.ln = ln
 	}
 	return nil
 }
 
 func (s *Server) addr(kind entryKind, i int) net.Addr {
-	for _, l := range s.listeners {
+	for _, l := range s.accept.listeners {
 		if l.kind != kind {
 			continue
 		}
@@ -327,10 +361,10 @@ func (s *Server) HTTPConnectAddr() net.Addr { return s.addr(kindConnect, 0) }
 
 // MetricsAddr returns the metrics listener's address, or nil.
 func (s *Server) MetricsAddr() net.Addr {
-	if s.metricsLn == nil {
+	if s.admin.ln == nil {
 		return nil
 	}
-	return s.metricsLn.Addr()
+	return s.admin.ln.Addr()
 }
 
 // SetMembers replaces the member list (FEP id -> hop address) atomically
@@ -340,9 +374,9 @@ func (s *Server) SetMembers(members map[string]string) {
 	for k, v := range members {
 		m[k] = v
 	}
-	s.members.Store(&memberBox{m})
-	if s.hopPool != nil {
-		s.hopPool.refill()
+	s.overlay.members.Store(&memberBox{m})
+	if s.out.hopPool != nil {
+		s.out.hopPool.refill()
 	}
 }
 
@@ -351,9 +385,9 @@ func (s *Server) SetMemberSource(ms MemberSource) {
 	if ms == nil {
 		ms = staticMembers{}
 	}
-	s.members.Store(&memberBox{ms})
-	if s.hopPool != nil {
-		s.hopPool.refill()
+	s.overlay.members.Store(&memberBox{ms})
+	if s.out.hopPool != nil {
+		s.out.hopPool.refill()
 	}
 }
 
@@ -361,35 +395,35 @@ func (s *Server) SetMemberSource(ms MemberSource) {
 // (or with no source) the configured keys are used.
 func (s *Server) SetKeySource(ks KeySource) {
 	if ks == nil {
-		s.keys.Store(nil)
+		s.overlay.keys.Store(nil)
 		return
 	}
-	s.keys.Store(&keyBox{ks})
+	s.overlay.keys.Store(&keyBox{ks})
 }
 
 // keyring returns the keyring in force, or nil when there is none.
 func (s *Server) keyring() *hop.Keyring {
-	if kb := s.keys.Load(); kb != nil {
+	if kb := s.overlay.keys.Load(); kb != nil {
 		if kr := kb.src.Keys(); kr != nil {
 			return kr
 		}
 	}
-	return s.kr
+	return s.overlay.kr
 }
 
 // SetChains replaces the chain source atomically; nil means no chains.
 func (s *Server) SetChains(cs ChainSource) {
 	if cs == nil {
-		s.chains.Store(nil)
+		s.overlay.chains.Store(nil)
 		return
 	}
-	s.chains.Store(&chainBox{cs})
+	s.overlay.chains.Store(&chainBox{cs})
 }
 
 // memberAddrs returns the hop addresses of the other members (the hop
 // pool's targets).
 func (s *Server) memberAddrs() []string {
-	ms := s.members.Load().src.Members()
+	ms := s.overlay.members.Load().src.Members()
 	out := make([]string, 0, len(ms))
 	for id, a := range ms {
 		if id != s.self {
@@ -408,7 +442,7 @@ const MaxPooledMembers = 16
 // hopPoolTargets returns the members to keep pooled connections to up
 // front: all of them in a small overlay, none (learned on use) in a large one.
 func (s *Server) hopPoolTargets() []string {
-	if len(s.members.Load().src.Members()) > MaxPooledMembers+1 {
+	if len(s.overlay.members.Load().src.Members()) > MaxPooledMembers+1 {
 		return nil
 	}
 	return s.memberAddrs()
@@ -418,7 +452,7 @@ func (s *Server) hopPoolTargets() []string {
 // (given as an IP literal; host names never match).
 func (s *Server) isMemberIP(ip netip.Addr) bool {
 	ip = ip.Unmap()
-	for _, a := range s.members.Load().src.Members() {
+	for _, a := range s.overlay.members.Load().src.Members() {
 		ap, err := netip.ParseAddrPort(a)
 		if err == nil && ap.Addr().Unmap() == ip {
 			return true
@@ -428,7 +462,7 @@ func (s *Server) isMemberIP(ip netip.Addr) bool {
 }
 
 func (s *Server) member(id string) (string, bool) {
-	a, ok := s.members.Load().src.Members()[id]
+	a, ok := s.overlay.members.Load().src.Members()[id]
 	return a, ok
 }
 
@@ -438,8 +472,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.ran.Swap(true) {
 		return errors.New("relay: Run called twice")
 	}
-	s.log.Info("proxy serving", "listeners", len(s.listeners), "members", len(s.members.Load().src.Members()))
-	for _, l := range s.listeners {
+	s.log.Info("proxy serving", "listeners", len(s.accept.listeners), "members", len(s.overlay.members.Load().src.Members()))
+	for _, l := range s.accept.listeners {
 		s.log.Info("listening", "entry", l.kind.String(), "addr", l.ln.Addr().String())
 		if l.kind != kindSOCKS5 && l.kind != kindConnect {
 			continue
@@ -450,11 +484,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	var acceptWG sync.WaitGroup
-	fatal := make(chan error, len(s.listeners)+1)
+	fatal := make(chan error, len(s.accept.listeners)+1)
 	poolCtx, stopPools := context.WithCancel(context.Background())
 	defer stopPools()
 	var poolWG sync.WaitGroup
-	for _, p := range []*connPool{s.hopPool, s.originPool} {
+	for _, p := range []*connPool{s.out.hopPool, s.out.originPool} {
 		if p != nil {
 			poolWG.Add(1)
 			go s.runPool(&poolWG, poolCtx, p)
@@ -463,15 +497,15 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.startLoops(); err != nil {
 		s.log.Warn("event loops unavailable, serving every flow on goroutines", "err", err)
 	}
-	for _, l := range s.listeners {
+	for _, l := range s.accept.listeners {
 		if l.looped {
 			continue
 		}
 		acceptWG.Add(1)
 		go s.acceptLoop(&acceptWG, l, fatal)
 	}
-	if s.metricsLn != nil {
-		s.httpSrv = s.newHTTPServer()
+	if s.admin.ln != nil {
+		s.admin.srv = s.newHTTPServer()
 		acceptWG.Add(1)
 		go s.serveMetrics(&acceptWG, fatal)
 	}
@@ -484,24 +518,24 @@ func (s *Server) Run(ctx context.Context) error {
 	s.closeListeners()
 	stopPools()
 	poolWG.Wait()
-	s.log.Info("proxy draining", "active", s.limits.total(), "timeout", s.cfg.drainTimeout())
+	s.log.Info("proxy draining", "active", s.accept.limits.total(), "timeout", s.cfg.drainTimeout())
 	if !s.waitFlows(s.cfg.drainTimeout()) {
-		s.log.Warn("drain timeout: resetting remaining connections", "active", s.limits.total())
+		s.log.Warn("drain timeout: resetting remaining connections", "active", s.accept.limits.total())
 		s.forceClose()
-		s.wg.Wait()
+		s.flows.wg.Wait()
 	}
-	if s.httpSrv != nil {
+	if s.admin.srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.httpSrv.Shutdown(sctx)
+		s.admin.srv.Shutdown(sctx)
 		cancel()
 	}
 	acceptWG.Wait()
 	if ls := s.loops.Load(); ls != nil {
 		ls.Close()
 	}
-	close(s.stopWorkers)
-	s.workerWG.Wait()
-	s.flowCancel()
+	close(s.workers.stop)
+	s.workers.wg.Wait()
+	s.flows.cancel()
 	s.log.Info("proxy stopped")
 	return runErr
 }
@@ -512,7 +546,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closeListeners()
-	s.flowCancel()
+	s.flows.cancel()
 	return nil
 }
 
@@ -521,20 +555,20 @@ func (s *Server) closeListeners() {
 		if ls := s.loops.Load(); ls != nil {
 			ls.StopAccepting()
 		}
-		for _, l := range s.listeners {
+		for _, l := range s.accept.listeners {
 			if l.ln != nil {
 				l.ln.Close()
 			}
 		}
-		if s.metricsLn != nil && s.httpSrv == nil {
-			s.metricsLn.Close()
+		if s.admin.ln != nil && s.admin.srv == nil {
+			s.admin.ln.Close()
 		}
 	})
 }
 
 func (s *Server) waitFlows(d time.Duration) bool {
 	done := make(chan struct{})
-	go waitGroupDone(&s.wg, done)
+	go waitGroupDone(&s.flows.wg, done)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -557,31 +591,31 @@ func waitGroupDone(wg *sync.WaitGroup, done chan<- struct{}) {
 }
 
 func (s *Server) forceClose() {
-	s.forcing.Store(true)
-	s.flowCancel()
+	s.flows.forcing.Store(true)
+	s.flows.cancel()
 	if ls := s.loops.Load(); ls != nil {
 		ls.ResetAll()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
+	s.flows.mu.Lock()
+	defer s.flows.mu.Unlock()
+	for c := range s.flows.conns {
 		resetClose(c)
 	}
 }
 
 func (s *Server) track(c net.Conn) {
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
-	if s.forcing.Load() {
+	s.flows.mu.Lock()
+	s.flows.conns[c] = struct{}{}
+	s.flows.mu.Unlock()
+	if s.flows.forcing.Load() {
 		resetClose(c)
 	}
 }
 
 func (s *Server) untrack(c net.Conn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
+	s.flows.mu.Lock()
+	delete(s.flows.conns, c)
+	s.flows.mu.Unlock()
 }
 
 // acceptLoop accepts connections on l until it is closed.
@@ -606,11 +640,11 @@ func (s *Server) acceptLoop(wg *sync.WaitGroup, l *listener, fatal chan<- error)
 		}
 		backoff = 0
 		src := addrPort(c.RemoteAddr())
-		if reason := s.limits.acquire(src.Addr(), l.kind == kindHop); reason != "" {
+		if reason := s.accept.limits.acquire(src.Addr(), l.kind == kindHop); reason != "" {
 			s.refuse(reason, c, src, nil)
 			continue
 		}
-		s.wg.Add(1)
+		s.flows.wg.Add(1)
 		s.dispatch(handshakeJob{l: l, c: c, src: src})
 	}
 }
@@ -635,29 +669,29 @@ const maxIdleWorkers = 32
 // each flow's copy phase runs on fresh small-stack goroutines.
 func (s *Server) dispatch(j handshakeJob) {
 	select {
-	case s.jobs <- j:
+	case s.workers.jobs <- j:
 		return
 	default:
 	}
-	s.workerWG.Add(1)
+	s.workers.wg.Add(1)
 	go s.handshakeWorker(j)
 }
 
 // handshakeWorker runs handshakes until it is told to stop, or finds
 // enough workers idle already.
 func (s *Server) handshakeWorker(j handshakeJob) {
-	defer s.workerWG.Done()
+	defer s.workers.wg.Done()
 	for {
 		s.serveConn(j)
-		if s.idleWorkers.Add(1) > maxIdleWorkers {
-			s.idleWorkers.Add(-1)
+		if s.workers.idle.Add(1) > maxIdleWorkers {
+			s.workers.idle.Add(-1)
 			return
 		}
 		select {
-		case j = <-s.jobs:
-			s.idleWorkers.Add(-1)
-		case <-s.stopWorkers:
-			s.idleWorkers.Add(-1)
+		case j = <-s.workers.jobs:
+			s.workers.idle.Add(-1)
+		case <-s.workers.stop:
+			s.workers.idle.Add(-1)
 			return
 		}
 	}
@@ -672,7 +706,7 @@ func (s *Server) serveConn(j handshakeJob) {
 	if nd := s.cfg.Socket.NoDelay; nd != nil {
 		c.SetNoDelay(*nd)
 	}
-	var role string
+	var role role
 	var up *net.TCPConn
 	switch {
 	case j.h != nil:
@@ -690,7 +724,7 @@ func (s *Server) serveConn(j handshakeJob) {
 }
 
 // relayConn owns an accepted connection for its copy phase.
-func (s *Server) relayConn(l *listener, c *net.TCPConn, src netip.AddrPort, role string, up *net.TCPConn) {
+func (s *Server) relayConn(l *listener, c *net.TCPConn, src netip.AddrPort, role role, up *net.TCPConn) {
 	defer s.endConn(l, c, src)
 	s.relay(role, c, up)
 }
@@ -699,8 +733,8 @@ func (s *Server) relayConn(l *listener, c *net.TCPConn, src netip.AddrPort, role
 func (s *Server) endConn(l *listener, c *net.TCPConn, src netip.AddrPort) {
 	s.untrack(c)
 	c.Close() // every path closes c already; this is the safety net
-	s.limits.release(src.Addr(), l.kind == kindHop)
-	s.wg.Done()
+	s.accept.limits.release(src.Addr(), l.kind == kindHop)
+	s.flows.wg.Done()
 }
 
 func isTemporary(err error) bool {
@@ -742,7 +776,7 @@ func refusalReason(err error) string {
 
 // serveHop handles a connection from another member: verify the header,
 // then forward to the next member or, as EgP, to the origin.
-func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPConn) {
+func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (role, *net.TCPConn) {
 	kr := s.keyring()
 	if kr == nil {
 		s.refuse(refuseAuth, c, src, errors.New("no overlay keys"))
@@ -756,10 +790,10 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPC
 			return "", nil
 		}
 	}
-	c.SetReadDeadline(time.Now().Add(s.header))
+	c.SetReadDeadline(time.Now().Add(s.accept.header))
 	h, err := hop.Read(hr, kr, time.Now(), s.cfg.maxSkew())
 	if err == nil {
-		err = s.replay.Check(h)
+		err = s.overlay.replay.Check(h)
 	}
 	if err != nil {
 		s.refuse(refusalReason(err), c, src, err)
@@ -772,7 +806,7 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (string, *net.TCPC
 // hopOnward serves a hop flow whose header h was read and checked: forward
 // it to the next member or, as EgP, to the origin. early holds the flow's
 // bytes read after the header; they go first.
-func (s *Server) hopOnward(c *net.TCPConn, src netip.AddrPort, h *hop.Header, early []byte) (string, *net.TCPConn) {
+func (s *Server) hopOnward(c *net.TCPConn, src netip.AddrPort, h *hop.Header, early []byte) (role, *net.TCPConn) {
 	if h.Hop == 0 || h.Route[h.Hop] != s.self {
 		s.refuse(refuseNotSelf, c, src, fmt.Errorf("route %v hop %d", h.Route, h.Hop))
 		return "", nil
@@ -825,7 +859,7 @@ func (s *Server) awaitFirstByte(c *net.TCPConn, src netip.AddrPort, d time.Durat
 
 // forward connects to the next member, sends it h and relays. pre holds
 // bytes of the flow read already; they go first.
-func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header, log *slog.Logger, pre []byte) *net.TCPConn {
+func (s *Server) forward(c *net.TCPConn, role role, next, addr string, h *hop.Header, log *slog.Logger, pre []byte) *net.TCPConn {
 	// The flow's first bytes that came with the header (in its SYN with
 	// Fast Open) leave with the next header.
 	early := s.earlyBytes(c)
@@ -847,14 +881,14 @@ func (s *Server) forward(c *net.TCPConn, role, next, addr string, h *hop.Header,
 // exit is the EgP's last step: connect to the origin if the destination
 // policy allows it, and relay. early holds bytes of the flow read already;
 // they go first.
-func (s *Server) exit(c *net.TCPConn, role string, t Target, client, local netip.AddrPort, log *slog.Logger, early []byte) *net.TCPConn {
+func (s *Server) exit(c *net.TCPConn, role role, t Target, client, local netip.AddrPort, log *slog.Logger, early []byte) *net.TCPConn {
 	up, err := s.dialOrigin(t, client, local)
 	if errors.Is(err, errPolicy) {
 		s.refuse(refusePolicy, c, client, fmt.Errorf("target %s", t))
 		return nil
 	}
 	if err == nil && len(early) > 0 {
-		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+		up.SetWriteDeadline(time.Now().Add(s.out.dialer.Timeout))
 		if _, err = up.Write(early); err != nil {
 			s.untrack(up)
 			resetClose(up)
@@ -882,11 +916,11 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 		return nil, fmt.Errorf("marshal hop header: %w", err)
 	}
 	b = append(b, early...)
-	if s.hopPool != nil {
-		s.hopPool.learn(addr) // keeps addr pooled in an overlay too large to pool up front
+	if s.out.hopPool != nil {
+		s.out.hopPool.learn(addr) // keeps addr pooled in an overlay too large to pool up front
 	}
-	if up := s.fromPool(s.hopPool, addr); up != nil {
-		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+	if up := s.fromPool(s.out.hopPool, addr); up != nil {
+		up.SetWriteDeadline(time.Now().Add(s.out.dialer.Timeout))
 		if _, err := up.Write(b); err == nil {
 			up.SetWriteDeadline(time.Time{})
 			s.m.upstream.WithLabelValues(next, "pool").Inc()
@@ -900,7 +934,7 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 	if err != nil {
 		return nil, err
 	}
-	up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+	up.SetWriteDeadline(time.Now().Add(s.out.dialer.Timeout))
 	if _, err := up.Write(b); err != nil {
 		s.untrack(up)
 		resetClose(up)
@@ -922,28 +956,28 @@ func (s *Server) dialOrigin(t Target, client, local netip.AddrPort) (*net.TCPCon
 	var dst netip.AddrPort
 	var err error
 	if t.ip().IsValid() { // an address: no lookup, so no timeout context
-		dst, err = s.policy.resolve(context.Background(), s.res, t)
+		dst, err = s.origin.policy.resolve(context.Background(), s.origin.res, t)
 	} else {
-		ctx, cancel := context.WithTimeout(s.flowCtx, s.dialer.Timeout)
-		dst, err = s.policy.resolve(ctx, s.res, t)
+		ctx, cancel := context.WithTimeout(s.flows.ctx, s.out.dialer.Timeout)
+		dst, err = s.origin.policy.resolve(ctx, s.origin.res, t)
 		cancel()
 	}
 	if err != nil {
 		return nil, err
 	}
-	up := s.fromPool(s.originPool, dst.String())
+	up := s.fromPool(s.out.originPool, dst.String())
 	if up != nil {
 		s.m.upstream.WithLabelValues("origin", "pool").Inc()
 	} else {
 		if up, err = s.dial("origin", dst.String()); err != nil {
 			return nil, err
 		}
-		if s.originPool != nil {
-			s.originPool.learn(dst.String())
+		if s.out.originPool != nil {
+			s.out.originPool.learn(dst.String())
 		}
 	}
-	if listAllowsAny(s.ppDest, t, dst.Addr()) {
-		up.SetWriteDeadline(time.Now().Add(s.dialer.Timeout))
+	if listAllowsAny(s.origin.ppDest, t, dst.Addr()) {
+		up.SetWriteDeadline(time.Now().Add(s.out.dialer.Timeout))
 		if _, err := up.Write(hop.AppendPlainV2(nil, client, local)); err != nil {
 			s.untrack(up)
 			resetClose(up)
@@ -984,7 +1018,7 @@ func (s *Server) fromPool(p *connPool, addr string) *net.TCPConn {
 
 // dialPooled opens a connection for a pool (untracked: the pool owns it).
 func (s *Server) dialPooled(ctx context.Context, addr string) (*net.TCPConn, error) {
-	nc, err := s.poolDialer.DialContext(ctx, "tcp", addr)
+	nc, err := s.out.poolDialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -995,7 +1029,7 @@ func (s *Server) dialPooled(ctx context.Context, addr string) (*net.TCPConn, err
 // tracks the connection.
 func (s *Server) dial(peer, addr string) (*net.TCPConn, error) {
 	start := time.Now()
-	nc, err := s.dialer.DialContext(s.flowCtx, "tcp", addr)
+	nc, err := s.out.dialer.DialContext(s.flows.ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s %s: %w", peer, addr, err)
 	}
@@ -1012,26 +1046,26 @@ func (s *Server) dial(peer, addr string) (*net.TCPConn, error) {
 
 // relay moves the flow's bytes until both directions end; down is the
 // accepted connection, up the dialed one (closed and untracked here).
-func (s *Server) relay(role string, down, up *net.TCPConn) {
+func (s *Server) relay(role role, down, up *net.TCPConn) {
 	defer s.untrack(up)
 	rm := s.m.roles[role]
 	rm.active.Inc()
 	defer rm.active.Dec()
 	p := &pipe{
-		down: down, up: up, idle: s.idle,
+		down: down, up: up, idle: s.flows.idle,
 		upBytes: rm.up,
 		dnBytes: rm.down,
-		bufs:    &s.bufs,
+		bufs:    &s.flows.bufs,
 	}
 	outcome := p.run()
-	if s.forcing.Load() && outcome != outcomeOK {
+	if s.flows.forcing.Load() && outcome != outcomeOK {
 		outcome = outcomeAborted
 	}
 	s.endFlow(role, outcome)
 }
 
-func (s *Server) endFlow(role, outcome string) {
-	s.m.roles[role].flow(outcome).Inc()
+func (s *Server) endFlow(r role, o outcome) {
+	s.m.roles[r].flow(o).Inc()
 }
 
 func flowString(id [16]byte) string {
@@ -1051,7 +1085,7 @@ func (s *Server) newHTTPServer() *http.Server {
 // serveMetrics serves /metrics and /healthz until shutdown.
 func (s *Server) serveMetrics(wg *sync.WaitGroup, fatal chan<- error) {
 	defer wg.Done()
-	if err := s.httpSrv.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := s.admin.srv.Serve(s.admin.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		fatal <- fmt.Errorf("metrics: %w", err)
 	}
 }

@@ -357,7 +357,7 @@ metrics: {listen: '127.0.0.1:0'}
 
 	// Every flow ended ok on each FEP, and both workers of each carried some.
 	for k, id := range ids {
-		role := []string{roleInP, roleTrP, roleEgP}[k]
+		role := []role{roleInP, roleTrP, roleEgP}[k]
 		metric := fmt.Sprintf(`mosto_relay_flows_total{outcome="ok",role="%s"}`, role)
 		var sum float64
 		var per []float64
