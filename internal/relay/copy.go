@@ -1,5 +1,8 @@
 package relay
 
+// Stage: copy. A flow's bytes move between its two connections until both
+// directions end (splice for bulk, a small buffer for the first bytes).
+
 import (
 	"errors"
 	"io"
@@ -338,4 +341,28 @@ func resetClose(c net.Conn) {
 		tc.SetLinger(0)
 	}
 	c.Close()
+}
+
+// relay moves the flow's bytes until both directions end; down is the
+// accepted connection, up the dialed one (closed and untracked here).
+func (s *Server) relay(role role, down, up *net.TCPConn) {
+	defer s.untrack(up)
+	rm := s.m.roles[role]
+	rm.active.Inc()
+	defer rm.active.Dec()
+	p := &pipe{
+		down: down, up: up, idle: s.flows.idle,
+		upBytes: rm.up,
+		dnBytes: rm.down,
+		bufs:    &s.flows.bufs,
+	}
+	outcome := p.run()
+	if s.flows.forcing.Load() && outcome != outcomeOK {
+		outcome = outcomeAborted
+	}
+	s.endFlow(role, outcome)
+}
+
+func (s *Server) endFlow(r role, o outcome) {
+	s.m.roles[r].flow(o).Inc()
 }

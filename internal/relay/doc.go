@@ -13,4 +13,13 @@
 // metrics and drain. It does not parse hop headers or entry protocols itself
 // (internal/hop, internal/socks5, internal/httpconnect) and does not compute
 // chains (internal/pathcomp).
+//
+// The code is laid out by stage, each file opening with a comment naming its
+// stage: server.go (lifecycle: New, Run, drain), accept.go (listeners,
+// accept loop, admission, refusal), handshake.go (handshake workers),
+// entry.go (InP entries), hopside.go (hop header verify, forward, exit),
+// lookup.go (remote chain lookups), dial.go (dial and pools, with pool.go),
+// copy.go (the copy phase), fastpath_linux.go and hoploop_linux.go (the
+// event loops, through the unexported loopHandler), admin.go (metrics and
+// health HTTP), overlay.go (members, keys and chains set at run time).
 package relay

@@ -47,6 +47,13 @@ type loopFlow struct {
 	taken   *hop.Header // the header of a flow given to the goroutine path
 }
 
+// loopHandler is the evloop.Handler of a Server: the loops call it to
+// open, dial, retry, end and hand over flows. It is unexported so these
+// callbacks are not part of Server's API.
+type loopHandler struct{ s *Server }
+
+var _ evloop.Handler = loopHandler{}
+
 // errLoopRefused ends a connection the handler refused (already counted).
 var errLoopRefused = errors.New("refused")
 
@@ -84,7 +91,7 @@ func (s *Server) startLoops() error {
 		ConnectTimeout: s.out.dialer.Timeout,
 		BufSize:        smallCopy,
 		Bulk:           true,
-	}, s, s.log)
+	}, loopHandler{s}, s.log)
 	if err != nil {
 		return err
 	}
@@ -134,7 +141,8 @@ func (s *Server) noDelay() bool {
 
 // Open implements evloop.Handler: admission, then the chain or origin of a
 // service flow, or the wait for a hop flow's header.
-func (s *Server) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any, error) {
+func (lh loopHandler) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream, any, error) {
+	s := lh.s
 	l := tag.(*listener)
 	isHop := l.kind == kindHop
 	if reason := s.accept.limits.acquire(src.Addr(), isHop); reason != "" {
@@ -331,12 +339,13 @@ func (s *Server) fastOpenWait(fl *loopFlow) (evloop.Upstream, error) {
 	if d := s.cfg.earlyWait(); d > 0 {
 		return evloop.Upstream{Wait: d}, nil
 	}
-	return s.Dial(fl, nil)
+	return loopHandler{s}.Dial(fl, nil)
 }
 
 // Dial implements evloop.Handler: the Fast Open dial of a flow that waited
 // for its first bytes. A first hop that fails goes direct (Retry).
-func (s *Server) Dial(state any, first []byte) (evloop.Upstream, error) {
+func (lh loopHandler) Dial(state any, first []byte) (evloop.Upstream, error) {
+	s := lh.s
 	fl := state.(*loopFlow)
 	if fl.l.kind == kindHop {
 		return s.hopDial(fl, first)
@@ -393,7 +402,8 @@ func setKeepAlive(fd int, d time.Duration) {
 // failed before the flow's first byte reached it. A stale pooled hop is
 // dialed afresh, a first hop that is down is skipped (the flow goes
 // direct, as on the goroutine path).
-func (s *Server) Retry(state any, failed error) (evloop.Upstream, error) {
+func (lh loopHandler) Retry(state any, failed error) (evloop.Upstream, error) {
+	s := lh.s
 	fl := state.(*loopFlow)
 	if fl.l.kind == kindHop {
 		return s.hopRetry(fl, failed)
@@ -422,7 +432,8 @@ func (s *Server) Retry(state any, failed error) (evloop.Upstream, error) {
 }
 
 // Done implements evloop.Handler.
-func (s *Server) Done(state any, o evloop.Outcome, st evloop.Stats, err error) {
+func (lh loopHandler) Done(state any, o evloop.Outcome, st evloop.Stats, err error) {
+	s := lh.s
 	fl := state.(*loopFlow)
 	isHop := fl.l.kind == kindHop
 	if fl.role == "" { // a hop flow that ended before its header was served
@@ -495,7 +506,8 @@ func (s *Server) takeFromLoop(l *listener, fd int, src netip.AddrPort) error {
 
 // Handover implements evloop.Handler: a bulk flow continues on the
 // goroutine path, which splices.
-func (s *Server) Handover(state any, h evloop.Handover) {
+func (lh loopHandler) Handover(state any, h evloop.Handover) {
+	s := lh.s
 	fl := state.(*loopFlow)
 	if h.Up < 0 { // a hop flow Dial gave up (ErrTaken)
 		s.takeHop(fl, h)
