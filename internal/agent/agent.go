@@ -57,6 +57,12 @@ type Config struct {
 	TargetsEvery time.Duration
 	// Wait is the long-poll wait of a table request; 0 means 30s.
 	Wait time.Duration
+	// Stats, if set, returns the proxy's relay counters, pushed to the
+	// controller every StatsEvery (StatsFrom reads them from the daemon's
+	// registry); nil: none are pushed.
+	Stats func() *api.ProxyStats
+	// StatsEvery is the period of the counters push; 0 means 5s.
+	StatsEvery time.Duration
 	// OnUpdate, if set, is called with every new snapshot (also the one
 	// loaded from disk, from New), from one goroutine at a time.
 	OnUpdate func(*Snapshot)
@@ -111,6 +117,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	if cfg.Wait <= 0 {
 		cfg.Wait = api.DefaultWaitPoll
+	}
+	if cfg.StatsEvery <= 0 {
+		cfg.StatsEvery = 5 * time.Second
 	}
 	if cfg.Token != "" {
 		if _, err := pki.ParseToken(cfg.Token); err != nil {
@@ -304,6 +313,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.prober.Run(ctx, a.reporter(client, false)) })
 	wg.Go(func() { a.destProber.Run(ctx, a.reporter(client, true)) })
 	wg.Go(func() { a.watchTable(ctx, client) })
+	if a.cfg.Stats != nil {
+		wg.Go(func() { a.pushStats(ctx, client) })
+	}
 	<-ctx.Done()
 	return nil
 }

@@ -33,7 +33,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 		"Matrix": api.Matrix{}, "Health": api.Health{}, "Error": api.Error{},
 		"TableFile": pathcomp.TableFile{}, "ChainEntry": pathcomp.ChainEntry{},
 		"DestTarget": api.DestTarget{}, "Destination": api.Destination{}, "DestSample": api.DestSample{},
-		"DestinationList": api.DestinationList{},
+		"DestinationList": api.DestinationList{}, "ProxyStats": api.ProxyStats{},
 	}
 	for name, v := range types {
 		s, ok := doc.Components.Schemas[name]

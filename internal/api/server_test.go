@@ -165,7 +165,7 @@ func TestValidation(t *testing.T) {
 		{"report dest bad id", "POST", "/v1/reports", `{"fep":"fra","destinations":[{"dest":"a/b","rtt_ms":20}]}`, 400, "dest"},
 		{"report dest zero rtt", "POST", "/v1/reports", `{"fep":"fra","destinations":[{"dest":"shop","rtt_ms":0}]}`, 400, "rtt_ms"},
 		{"report dest future", "POST", "/v1/reports", `{"fep":"fra","destinations":[{"dest":"shop","rtt_ms":1,"at":"` + future + `"}]}`, 400, "future"},
-		{"report neither", "POST", "/v1/reports", `{"fep":"fra"}`, 400, "both empty"},
+		{"report neither", "POST", "/v1/reports", `{"fep":"fra"}`, 400, "all empty"},
 		{"destination ok", "POST", "/v1/destinations", goodDest, 200, ""},
 		{"destination no probe", "POST", "/v1/destinations", strings.Replace(goodDest, `,"probe_addr":"198.51.100.10:443"`, ``, 1), 200, ""},
 		{"destination bad id", "POST", "/v1/destinations", strings.Replace(goodDest, `"shop"`, `".x"`, 1), 400, "destination id"},

@@ -246,6 +246,9 @@ type Report struct {
 	FEP          string       `json:"fep"`
 	Samples      []Sample     `json:"samples"`
 	Destinations []DestSample `json:"destinations,omitempty"`
+	// Stats are the proxy's relay counters (optional): a report may carry
+	// only them.
+	Stats *ProxyStats `json:"stats,omitempty"`
 }
 
 // Validate checks r against now (for sample times in the future).
@@ -253,8 +256,13 @@ func (r Report) Validate(now time.Time) error {
 	if err := ValidateID(r.FEP); err != nil {
 		return fmt.Errorf("fep: %w", err)
 	}
-	if len(r.Samples) == 0 && len(r.Destinations) == 0 {
-		return errors.New("samples and destinations: both empty")
+	if len(r.Samples) == 0 && len(r.Destinations) == 0 && r.Stats == nil {
+		return errors.New("samples, destinations and stats: all empty")
+	}
+	if r.Stats != nil {
+		if err := r.Stats.Validate(now); err != nil {
+			return fmt.Errorf("stats: %w", err)
+		}
 	}
 	if len(r.Destinations) > MaxSamples {
 		return fmt.Errorf("destinations: %d > %d", len(r.Destinations), MaxSamples)

@@ -38,6 +38,7 @@ func commands() []command {
 		{"emu", "emulated multi-host network on one machine (up, exec, down, gc, check)", runEmu},
 		{"proxy", "run the split-TCP proxy daemon of one FEP", runProxy},
 		{"controller", "run the chain controller (controller, controller init)", runController},
+		{"status", "the overlay's state in the terminal (FEPs, counters, chains of a pair, RTT changes)", runStatus},
 		{"token", "issue join tokens for proxies (token create)", runToken},
 		{"router", "HTTP request router: 302, proxy, handoff and DNS redirection to surrogates", runRouter},
 		{"demo", "bring up an emulated world and compare direct vs mosto transfers", runDemo},

@@ -54,6 +54,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	dests := fs.Int("dests", 8, "each destination with a probe address is measured by its N nearest FEPs (>= 1)")
 	maxProxies := fs.Int("max-proxies", 0, "at most N intermediate proxies per chain (0 = default 4, negative = unlimited, at most 14)")
 	insecure := fs.Bool("insecure", false, "serve plain HTTP without client authentication (labs and tests only)")
+	ui := addUIFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto controller --data DIR [--listen :7443] [--etcd URLS [--etcd-ca FILE --etcd-cert FILE --etcd-key FILE]] [--period 5m] [--sizes LIST] [--lop-map FILE]\n       mosto controller init --data DIR [--hosts NAMES]")
 		fs.PrintDefaults()
@@ -218,6 +219,11 @@ func runController(ctx context.Context, env *Env, args []string) error {
 			}
 		}
 	}()
+	uis, err := startUI(runCtx, ui, ctl, env.Log)
+	if err != nil {
+		return err
+	}
+	defer uis.stop()
 	ctlDone := make(chan error, 1)
 	go func() { ctlDone <- ctl.Run(runCtx) }()
 	srvDone := make(chan error, 1)

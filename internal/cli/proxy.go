@@ -76,7 +76,9 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	if acfg == nil {
 		return srv.Run(ctx)
 	}
-	ag, err := agent.New(*acfg, env.Log)
+	var ag *agent.Agent
+	acfg.Stats = agent.StatsFrom(srv.Registry(), time.Now(), func() uint64 { return ag.Version() })
+	ag, err = agent.New(*acfg, env.Log)
 	if err != nil {
 		srv.Close()
 		return err

@@ -38,6 +38,10 @@ type Controller struct {
 	// measures; nil: to be chosen again.
 	destTargets [][]api.DestTarget
 
+	stMu      sync.Mutex              // guards states and stChanged
+	states    map[string]api.FEPState // last report of each FEP to this controller (fepstate.go)
+	stChanged chan struct{}           // closed and replaced on every report
+
 	// Owned by the leader goroutine.
 	hashes     map[string][32]byte
 	lastMatrix *Matrix
@@ -61,15 +65,17 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{
-		cfg:   cfg,
-		st:    cfg.Store,
-		log:   cfg.Log,
-		m:     newMetrics(cfg.Metrics),
-		cache: newTableCache(),
-		seen:  make(map[[2]string]float64),
-		dests: make(map[string]api.Destination),
-		kick:  make(chan struct{}, 1),
-		dirty: make(chan struct{}, 1),
+		cfg:       cfg,
+		st:        cfg.Store,
+		log:       cfg.Log,
+		m:         newMetrics(cfg.Metrics),
+		cache:     newTableCache(),
+		seen:      make(map[[2]string]float64),
+		dests:     make(map[string]api.Destination),
+		states:    make(map[string]api.FEPState),
+		stChanged: make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		dirty:     make(chan struct{}, 1),
 	}, nil
 }
 
@@ -353,6 +359,7 @@ func (c *Controller) ensureKeys(ctx context.Context) error {
 		c.log.Info("hop key rotated", "id", nk.ID)
 	}
 	c.keys = k
+	c.m.keysRotated.Set(float64(k.Rotated.UnixNano()) / 1e9)
 	return nil
 }
 
@@ -519,6 +526,7 @@ func (c *Controller) DeleteFEP(ctx context.Context, id string) error {
 		}
 	}
 	c.mu.Unlock()
+	c.forgetFEP(id)
 	c.log.Info("fep deleted", "fep", id)
 	return nil
 }
@@ -653,6 +661,7 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 		}
 	}
 	res.Accepted = len(rtts)
+	c.noteReport(r.FEP, r.Stats)
 	c.m.reports.Inc()
 	c.m.samples.Add(float64(len(rtts)))
 	return res, nil

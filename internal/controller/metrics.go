@@ -11,6 +11,8 @@ type metrics struct {
 	leader         prometheus.Gauge
 	version        prometheus.Gauge
 	feps           prometheus.Gauge
+	fepReport      *prometheus.GaugeVec
+	keysRotated    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -23,9 +25,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		leader:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "mosto_controller_leader", Help: "1 while this controller is the leader."}),
 		version:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "mosto_controller_table_version", Help: "Highest table version served."}),
 		feps:           prometheus.NewGauge(prometheus.GaugeOpts{Name: "mosto_controller_feps", Help: "Registered FEPs."}),
+		fepReport: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mosto_controller_fep_last_report_timestamp_seconds",
+			Help: "Unix time of the last report (RTTs or counters) a FEP sent to this controller."}, []string{"fep"}),
+		keysRotated: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mosto_controller_keys_rotated_timestamp_seconds",
+			Help: "Unix time the current hop key was made (set by the leader)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.computations, m.computeSeconds, m.tablesWritten, m.reports, m.samples, m.leader, m.version, m.feps)
+		reg.MustRegister(m.computations, m.computeSeconds, m.tablesWritten, m.reports, m.samples, m.leader, m.version, m.feps, m.fepReport, m.keysRotated)
 	}
 	return m
 }

@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mosto-net/mosto/internal/api"
+)
+
+// StatsFrom returns a Config.Stats function that reads the relay counters
+// (mosto_relay_*) of g, the proxy daemon's registry. started is when the
+// process started; version, if not nil, gives the table version in use.
+func StatsFrom(g prometheus.Gatherer, started time.Time, version func() uint64) func() *api.ProxyStats {
+	return func() *api.ProxyStats {
+		mfs, err := g.Gather()
+		if err != nil && len(mfs) == 0 {
+			return nil
+		}
+		s := &api.ProxyStats{Started: started.UTC(), At: time.Now().UTC()}
+		if version != nil {
+			s.TableVersion = version()
+		}
+		add := func(m *map[string]float64, k string, v float64) {
+			if k == "" {
+				return
+			}
+			if *m == nil {
+				*m = make(map[string]float64)
+			}
+			if _, ok := (*m)[k]; ok || len(*m) < api.MaxStatKeys {
+				(*m)[k] += v
+			}
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				switch mf.GetName() {
+				case "mosto_relay_flows_total":
+					add(&s.Flows, l["outcome"], v)
+					add(&s.FlowsByRole, l["role"], v)
+				case "mosto_relay_bytes_total":
+					s.Bytes += v
+				case "mosto_relay_active_flows":
+					add(&s.Active, l["role"], v)
+				case "mosto_relay_refusals_total":
+					add(&s.Refusals, l["reason"], v)
+				case "mosto_relay_direct_total":
+					add(&s.Direct, l["reason"], v)
+				case "mosto_relay_pool_total":
+					add(&s.Pool, l["pool"]+"/"+l["result"], v)
+				}
+			}
+		}
+		return s
+	}
+}
+
+// pushStats sends the proxy's counters to the controller every StatsEvery,
+// as reports that carry only them. A controller that refuses them (400:
+// older than counters in reports) is not asked again.
+func (a *Agent) pushStats(ctx context.Context, c *api.Client) {
+	t := time.NewTicker(a.cfg.StatsEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := a.cfg.Stats()
+		if st == nil {
+			continue
+		}
+		if err := st.Validate(time.Now()); err != nil {
+			a.log.Warn("not pushing invalid counters", "err", err)
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := c.Report(rctx, api.Report{FEP: a.cfg.FEP.ID, Stats: st})
+		cancel()
+		var se *api.StatusError
+		switch {
+		case err == nil, ctx.Err() != nil:
+		case errors.As(err, &se) && se.Code == http.StatusBadRequest:
+			a.log.Warn("controller refuses counters in reports (older version?); not pushing them", "err", err)
+			return
+		case errors.As(err, &se) && se.Code == http.StatusForbidden:
+			a.wantRegister()
+		default:
+			a.log.Debug("counters push failed", "err", err)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/pki"
+)
+
+// TestStatsPushed: the agent pushes the relay counters of its registry to
+// the controller in reports that carry only them.
+func TestStatsPushed(t *testing.T) {
+	c := newController(t)
+	reg := prometheus.NewRegistry()
+	flows := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_relay_flows_total"}, []string{"role", "outcome"})
+	direct := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_relay_direct_total"}, []string{"reason"})
+	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_relay_bytes_total"}, []string{"role", "direction"})
+	pool := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_relay_pool_total"}, []string{"pool", "result"})
+	reg.MustRegister(flows, direct, bytes, pool)
+	flows.WithLabelValues("inp", "ok").Add(5)
+	flows.WithLabelValues("trp", "ok").Add(2)
+	flows.WithLabelValues("inp", "reset").Add(1)
+	direct.WithLabelValues("no_chain").Add(3)
+	bytes.WithLabelValues("inp", "up").Add(100)
+	bytes.WithLabelValues("trp", "down").Add(900)
+	pool.WithLabelValues("hop", "hit").Add(4)
+	started := time.Now().Add(-time.Minute)
+	cfg := fepConfig(c, t.TempDir(), c.token(t, pki.TokenOptions{}))
+	cfg.Stats = StatsFrom(reg, started, func() uint64 { return 9 })
+	cfg.StatsEvery = 20 * time.Millisecond
+	startAgent(t, cfg)
+	var got *api.ProxyStats
+	eventually(t, "a report with counters", func() bool {
+		c.fb.mu.Lock()
+		defer c.fb.mu.Unlock()
+		for _, r := range c.fb.reports {
+			if r.Stats != nil && len(r.Samples) == 0 {
+				got = r.Stats
+				return true
+			}
+		}
+		return false
+	})
+	if got.Flows["ok"] != 7 || got.Flows["reset"] != 1 || got.FlowsByRole["inp"] != 6 || got.FlowsByRole["trp"] != 2 {
+		t.Errorf("flows %v by role %v; want ok 7 reset 1, inp 6 trp 2", got.Flows, got.FlowsByRole)
+	}
+	if got.Bytes != 1000 || got.Direct["no_chain"] != 3 || got.Pool["hop/hit"] != 4 || got.TableVersion != 9 {
+		t.Errorf("bytes %v direct %v pool %v version %d; want 1000, no_chain 3, hop/hit 4, 9", got.Bytes, got.Direct, got.Pool, got.TableVersion)
+	}
+	if !got.Started.Equal(started.UTC()) {
+		t.Errorf("started %v; want %v", got.Started, started)
+	}
+}
