@@ -3,6 +3,7 @@ package xlate
 import (
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // Tuple is one TCP connection as the packets arriving at this host see it:
@@ -44,8 +45,12 @@ type Entry struct {
 // negotiated and the queues.
 type SockState struct {
 	Local, Remote netip.AddrPort
-	SndNxt        uint32 // next seq this host sends (write_seq)
-	RcvNxt        uint32 // next seq expected from the peer
+	// State is the TCP state: established, or half-closed after the relay
+	// forwarded a FIN (close-wait on the leg that received it, fin-wait-2 on
+	// the leg it was forwarded to).
+	State  TCPState
+	SndNxt uint32 // next seq this host sends (write_seq)
+	RcvNxt uint32 // next seq expected from the peer
 	// Options negotiated on the SYN.
 	Timestamps, SACK, WScale, USecTS bool
 	SndWScale                        uint8 // shift the peer applies to the windows it sends
@@ -56,8 +61,24 @@ type SockState struct {
 	SndMSS   uint32 // current send MSS (options excluded)
 	Unacked  uint32 // segments sent and not acknowledged
 	InQ      int    // bytes received and not read
-	OutQ     int    // bytes written and not acknowledged (unsent included)
+	// RcvWnd is the window this host offers (bytes; -1 when the kernel
+	// does not say), LastDataRecv the time since data last arrived, RTT the
+	// smoothed round-trip time.
+	RcvWnd       int64
+	LastDataRecv time.Duration
+	RTT          time.Duration
+	OutQ         int // bytes written and not acknowledged (unsent included)
 }
+
+// TCPState is a Linux TCP state (include/net/tcp_states.h).
+type TCPState uint8
+
+// The states a join accepts.
+const (
+	StateEstablished TCPState = 1
+	StateFinWait2    TCPState = 5
+	StateCloseWait   TCPState = 8
+)
 
 // Reason says why a join was refused; it is the label of the refusal
 // counters.
@@ -110,6 +131,11 @@ func Pair(a, b SockState) (ab, ba Entry, err error) {
 		}
 		if s.USecTS {
 			return ab, ba, refuse(ReasonTimestamps, "%s uses microsecond timestamps", s.Local)
+		}
+	}
+	for _, p := range [][2]SockState{{a, b}, {b, a}} {
+		if p[0].State == StateCloseWait && p[1].State != StateFinWait2 || p[0].State == StateFinWait2 && p[1].State != StateCloseWait {
+			return ab, ba, refuse(ReasonState, "%s in state %d, %s in state %d: a FIN not forwarded", p[0].Local, p[0].State, p[1].Local, p[1].State)
 		}
 	}
 	if a.Local.Addr().Is4() != b.Local.Addr().Is4() || a.Remote.Addr().Is4() != a.Local.Addr().Is4() {

@@ -4,6 +4,7 @@ package xlate
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -137,7 +138,7 @@ func joinWhenQuiet(t *testing.T, s *Splicer, ns string, a, b *net.TCPConn) *Spli
 }
 
 // stream sends n random bytes from w to r and returns both hashes.
-func stream(w, r *net.TCPConn, n int) (sent, got [32]byte, err error) {
+func stream(w *net.TCPConn, r io.Reader, n int) (sent, got [32]byte, err error) {
 	errc := make(chan error, 1)
 	go func() {
 		h := sha256.New()
@@ -233,4 +234,97 @@ func TestJoinLive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// copyHalf copies src to dst until src fails (the read deadline that stops
+// it, or EOF).
+func copyHalf(dst, src *net.TCPConn, done chan<- error) {
+	_, err := io.Copy(dst, src)
+	done <- err
+}
+
+// TestHandoverBulk offloads a relay in the middle of bulk transfers both
+// ways: the copies stop, Handover drains to the quiescent point and joins,
+// and every byte arrives once, in order.
+func TestHandoverBulk(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l := newLine(t, false)
+	var s *Splicer
+	mustIn(t, l.r, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+	defer s.Close()
+	r := relayPair(t, l)
+
+	copies := make(chan error, 2)
+	go copyHalf(r.b, r.a, copies)
+	go copyHalf(r.a, r.b, copies)
+
+	const n = 48 << 20
+	type res struct {
+		sent, got [32]byte
+		err       error
+	}
+	down := make(chan res, 1)
+	// peer1 reads through a counter that signals after 4 MB.
+	half := make(chan struct{})
+	go func() {
+		s, g, err := stream(r.c2, &notifyConn{c: r.c1, after: 4 << 20, ch: half}, n)
+		down <- res{s, g, err}
+	}()
+	up := make(chan res, 1)
+	go func() {
+		s, g, err := stream(r.c1, r.c2, n/4)
+		up <- res{s, g, err}
+	}()
+	select {
+	case <-half:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no data through the relay")
+	}
+	// Stop the copies: every byte they read has been written.
+	r.a.SetReadDeadline(time.Now())
+	r.b.SetReadDeadline(time.Now())
+	for range 2 {
+		if err := <-copies; !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("copy stopped with %v", err)
+		}
+	}
+	var sp *Splice
+	mustIn(t, l.r, func() (err error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		sp, err = s.Handover(ctx, r.a, r.b)
+		return err
+	})
+	for name, ch := range map[string]chan res{"peer2 -> peer1": down, "peer1 -> peer2": up} {
+		res := <-ch
+		if res.err != nil {
+			t.Fatalf("%s: %v", name, res.err)
+		}
+		if res.sent != res.got {
+			t.Errorf("%s: SHA-256 differs", name)
+		}
+	}
+	ab, ba, ok := sp.Stats()
+	// peer1's upload may have ended before the handover (the relay then
+	// forwarded its FIN); peer2's download is still running.
+	if !ok || ba.Bytes == 0 || !ba.FIN {
+		t.Errorf("entry stats %+v %+v %v: want peer2's bytes and FIN translated", ab, ba, ok)
+	}
+	t.Logf("after the handover: %d bytes peer2->peer1, %d bytes peer1->peer2 translated", ba.Bytes, ab.Bytes)
+}
+
+// notifyConn closes ch once more than after bytes were read.
+type notifyConn struct {
+	c        *net.TCPConn
+	after, n int
+	ch       chan struct{}
+}
+
+func (c *notifyConn) Read(p []byte) (int, error) {
+	n, err := c.c.Read(p)
+	if c.n <= c.after && c.n+n > c.after {
+		close(c.ch)
+	}
+	c.n += n
+	return n, err
 }

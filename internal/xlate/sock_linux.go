@@ -49,7 +49,12 @@ func readState(fd int, repair bool) (SockState, error) {
 	if n < 104 {
 		return st, refuse(ReasonSocket, "TCP_INFO too short (%d bytes)", n)
 	}
-	if info[0] != 1 { // TCP_ESTABLISHED
+	st.State = TCPState(info[0])
+	switch st.State {
+	case StateEstablished, StateCloseWait, StateFinWait2:
+	case 4: // fin-wait-1: the forwarded FIN is not acknowledged yet
+		return st, refuse(ReasonBusy, "%s: FIN not acknowledged yet", st.Local)
+	default:
 		return st, refuse(ReasonState, "%s: TCP state %d, not established", st.Local, info[0])
 	}
 	opts := info[5]
@@ -65,6 +70,12 @@ func readState(fd int, repair bool) (SockState, error) {
 	st.SndMSS = ne.Uint32(info[16:])
 	st.Unacked = ne.Uint32(info[24:])
 	st.AdvMSS = ne.Uint32(info[80:])
+	st.LastDataRecv = time.Duration(ne.Uint32(info[52:])) * time.Millisecond
+	st.RTT = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
+	st.RcvWnd = -1
+	if n >= 236 { // tcpi_rcv_wnd, Linux 6.2+
+		st.RcvWnd = int64(ne.Uint32(info[232:]))
+	}
 	if st.InQ, err = unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil {
 		return st, refuse(ReasonSocket, "SIOCINQ: %v", err)
 	}

@@ -443,7 +443,7 @@ func (s *Splicer) count(err error) error {
 func (s *Splicer) Join(a, b *net.TCPConn) (*Splice, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sp, err := s.join(a, b)
+	sp, err := s.join(a, b, 0, 0)
 	if err != nil {
 		return nil, s.count(err)
 	}
@@ -451,7 +451,10 @@ func (s *Splicer) Join(a, b *net.TCPConn) (*Splice, error) {
 	return sp, nil
 }
 
-func (s *Splicer) join(a, b *net.TCPConn) (*Splice, error) {
+// join joins a and b; fwdA and fwdB are bytes still in a's and b's
+// receive queues that the caller already forwarded (peeked and written to
+// the other leg).
+func (s *Splicer) join(a, b *net.TCPConn, fwdA, fwdB int) (*Splice, error) {
 	ra, err := a.SyscallConn()
 	if err != nil {
 		return nil, refuse(ReasonSocket, "%v", err)
@@ -466,7 +469,7 @@ func (s *Splicer) join(a, b *net.TCPConn) (*Splice, error) {
 	// Hold both fds for the whole sequence.
 	cerr := ra.Control(func(fa uintptr) {
 		cerr := rb.Control(func(fb uintptr) {
-			joinErr = s.joinFDs(int(fa), int(fb), &sa, &sb, &ab, &ba)
+			joinErr = s.joinFDs(int(fa), int(fb), fwdA, fwdB, &sa, &sb, &ab, &ba)
 		})
 		if cerr != nil && joinErr == nil {
 			joinErr = refuse(ReasonSocket, "%v", cerr)
@@ -485,12 +488,12 @@ func (s *Splicer) join(a, b *net.TCPConn) (*Splice, error) {
 	return &Splice{AB: ab, BA: ba, s: s}, nil
 }
 
-func (s *Splicer) joinFDs(fa, fb int, sa, sb *SockState, ab, ba *Entry) (err error) {
+func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Entry) (err error) {
 	// A first look without repair mode: cheap refusals leave no trace.
-	if *sa, err = readState(fa, false); err != nil {
+	if *sa, err = readForwarded(fa, false, fwdA); err != nil {
 		return err
 	}
-	if *sb, err = readState(fb, false); err != nil {
+	if *sb, err = readForwarded(fb, false, fwdB); err != nil {
 		return err
 	}
 	if _, _, err := Pair(*sa, *sb); err != nil {
@@ -508,8 +511,8 @@ func (s *Splicer) joinFDs(fa, fb int, sa, sb *SockState, ab, ba *Entry) (err err
 		setRepair(fa, unix.TCP_REPAIR_OFF_NO_WP)
 		setRepair(fb, unix.TCP_REPAIR_OFF_NO_WP)
 	}
-	if *sa, err = readState(fa, true); err == nil {
-		*sb, err = readState(fb, true)
+	if *sa, err = readForwarded(fa, true, fwdA); err == nil {
+		*sb, err = readForwarded(fb, true, fwdB)
 	}
 	if err == nil {
 		*ab, *ba, err = Pair(*sa, *sb)
@@ -523,14 +526,26 @@ func (s *Splicer) joinFDs(fa, fb int, sa, sb *SockState, ab, ba *Entry) (err err
 	}
 	// From here the program takes the connections' packets; anything the
 	// sockets received between the read and the install shows as a change.
-	a2, err1 := readState(fa, true)
-	b2, err2 := readState(fb, true)
+	a2, err1 := readForwarded(fa, true, fwdA)
+	b2, err2 := readForwarded(fb, true, fwdB)
 	if err1 != nil || err2 != nil || a2.RcvNxt != sa.RcvNxt || b2.RcvNxt != sb.RcvNxt ||
 		a2.SndNxt != sa.SndNxt || b2.SndNxt != sb.SndNxt || a2.InQ+b2.InQ+a2.OutQ+b2.OutQ != 0 {
 		s.removePair(ab.In, ba.In)
 		s.removed.Add(^uint64(0))
 		undo()
 		return refuse(ReasonRaced, "state moved during the install (%v %v)", err1, err2)
+	}
+	// Kick both peers: leaving repair mode with TCP_REPAIR_OFF sends a
+	// window probe (an old sequence number), which each peer answers at once
+	// with an ACK; the program turns that ACK into a window update for the
+	// other peer. A sender stalled by the relay's closed window (the
+	// handover drains it that way) resumes after one trip instead of
+	// waiting for its persist timer. Then back into repair mode for a
+	// silent close.
+	for _, fd := range []int{fa, fb} {
+		if setRepair(fd, unix.TCP_REPAIR_OFF) == nil {
+			setRepair(fd, 1)
+		}
 	}
 	// Fill ifindexes as installed.
 	k1 := tupleKey(ab.In)
@@ -543,4 +558,20 @@ func (s *Splicer) joinFDs(fa, fb int, sa, sb *SockState, ab, ba *Entry) (err err
 		ba.Ifindex = int(v.Ifindex)
 	}
 	return nil
+}
+
+// readForwarded reads a socket's state, counting fwd bytes of its receive
+// queue as consumed (they were forwarded already); more unread bytes than
+// that stay visible in InQ.
+func readForwarded(fd int, repair bool, fwd int) (SockState, error) {
+	st, err := readState(fd, repair)
+	if err != nil {
+		return st, err
+	}
+	if st.InQ == fwd {
+		st.InQ = 0
+	} else if st.InQ > fwd {
+		st.InQ -= fwd
+	}
+	return st, nil
 }

@@ -1,0 +1,174 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package xlate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Handover brings a relayed pair to its quiescent point and joins it. The
+// caller has stopped copying between a and b (every byte it read was
+// written to the other leg) and does not touch them again unless an error
+// is returned.
+//
+// How: the relay stops consuming what it receives, so each sender can fill
+// at most the window the relay already offered and then stops (zero
+// window). Meanwhile every received byte is peeked (MSG_PEEK, SO_PEEK_OFF:
+// nothing is consumed, so no window opens) and written to the other leg.
+// When both receive queues are fully forwarded, each sender has stopped
+// (window exhausted, or no data for two RTTs), and both send queues are
+// acknowledged, the pair is joined; the join's window probes then reopen
+// the senders' windows end to end.
+//
+// On error the peeked bytes are still in the receive queues and were also
+// written to the other leg: Handover then consumes exactly those bytes, so
+// the caller can resume copying without duplicating anything.
+func (s *Splicer) Handover(ctx context.Context, a, b *net.TCPConn) (*Splice, error) {
+	sp, err := s.handover(ctx, a, b)
+	if err != nil {
+		return nil, s.count(err)
+	}
+	s.joined.Add(1)
+	return sp, nil
+}
+
+type leg struct {
+	c   *net.TCPConn
+	fd  int
+	fwd int // bytes peeked from c and written to the other leg
+	buf []byte
+	eof bool // the FIN was forwarded
+}
+
+func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, error) {
+	legs := [2]*leg{{c: a, buf: make([]byte, 256<<10)}, {c: b, buf: make([]byte, 256<<10)}}
+	for _, l := range legs {
+		fd, err := connFD(l.c)
+		if err != nil {
+			return nil, refuse(ReasonSocket, "%v", err)
+		}
+		l.fd = fd
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, 0); err != nil {
+			return nil, refuse(ReasonSocket, "SO_PEEK_OFF: %v", err)
+		}
+	}
+	consume := func() {
+		// Give back a consistent pair of sockets: drop the peeked bytes
+		// (already written to the other leg) and stop peeking.
+		for _, l := range legs {
+			unix.SetsockoptInt(l.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, -1)
+			for l.fwd > 0 {
+				n, _, err := unix.Recvfrom(l.fd, l.buf[:min(l.fwd, len(l.buf))], unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+				if err != nil || n <= 0 {
+					break
+				}
+				l.fwd -= n
+			}
+		}
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		quiet := true
+		for i, l := range legs {
+			other := legs[1-i]
+			for {
+				if l.eof {
+					break
+				}
+				n, _, err := unix.Recvfrom(l.fd, l.buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+				if errors.Is(err, unix.EAGAIN) {
+					break
+				}
+				if err == nil && n == 0 { // FIN: forward it
+					if err := other.c.CloseWrite(); err != nil {
+						consume()
+						return nil, fmt.Errorf("xlate: handover forward FIN: %w", err)
+					}
+					l.eof = true
+					quiet = false
+					break
+				}
+				if err != nil {
+					consume()
+					return nil, fmt.Errorf("xlate: handover peek: %w", err)
+				}
+				if _, err := other.c.Write(l.buf[:n]); err != nil {
+					consume()
+					return nil, fmt.Errorf("xlate: handover write: %w", err)
+				}
+				l.fwd += n
+				quiet = false
+			}
+		}
+		if quiet {
+			st := [2]SockState{}
+			ok := true
+			for i, l := range legs {
+				var err error
+				st[i], err = readForwarded(l.fd, false, l.fwd)
+				var re *RefusedError
+				if errors.As(err, &re) && re.Reason == ReasonBusy {
+					ok = false
+				} else if err != nil {
+					consume()
+					return nil, err
+				}
+			}
+			for i := range legs {
+				if !ok {
+					break
+				}
+				in, out := st[i], st[1-i]
+				// The sender into leg i has stopped: its window is used up, or
+				// it sent nothing for two RTTs of this leg.
+				stopped := legs[i].eof || in.RcvWnd == 0 || in.LastDataRecv > max(2*in.RTT, 2*time.Millisecond)
+				if in.InQ != 0 || !stopped || out.OutQ != 0 || out.Unacked != 0 {
+					ok = false
+				}
+			}
+			if ok {
+				sp, err := s.lockedJoin(a, b, legs[0].fwd, legs[1].fwd)
+				if err == nil {
+					return sp, nil
+				}
+				var re *RefusedError
+				if !errors.As(err, &re) || (re.Reason != ReasonBusy && re.Reason != ReasonRaced) {
+					consume()
+					return nil, err
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			consume()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Splicer) lockedJoin(a, b *net.TCPConn, fwdA, fwdB int) (*Splice, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.join(a, b, fwdA, fwdB)
+}
+
+// connFD returns the descriptor of c; it stays valid while c is open.
+func connFD(c *net.TCPConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var fd int
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return 0, err
+	}
+	return fd, nil
+}
