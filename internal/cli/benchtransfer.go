@@ -44,6 +44,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	originPool := fs.Int("fep-origin-pool", 0, "lever: pre-established connections the EgP keeps to the origin (proxy pool.origin); 0: none")
 	fastOpen := fs.Bool("fep-fastopen", false, "lever: TCP Fast Open on the proxies' sockets (socket.fastopen, tcp_fastopen=3 on the FEPs)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
+	tuneCDN := fs.Bool("tune-cdn", true, "equal tuning: the CDN front-end's host (the client host) gets the FEPs' kernel levers (--fep-initcwnd, --fep-rmem, --fep-fastopen)")
+	icw := fs.Int("icw", 0, "planner model: initial window (segments) of the chain's links, for the table and the controller (default: --fep-initcwnd when set, else 10)")
+	coreHour := fs.Float64("core-hour", scenario.DefaultCoreHour, "price of one CPU core-hour in dollars, for the proxies' cost per delivered TB")
 	cdnIdle := fs.Duration("cdn-idle", 0, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this (default: 2s with cdn-cold, else 10m so cdn-warm keeps one long-lived connection, the CDN's best case)")
 	realtime := fs.Bool("emu-realtime", false, "run the emulator's threads at real-time priority (steadier delays next to other load on the machine, 30-50% more emulator CPU; docs/emu.md)")
 	fs.Usage = func() {
@@ -65,6 +68,12 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	}
 	if *probeEvery < 100*time.Millisecond {
 		return usageErrorf("--probe-interval must be at least 100ms")
+	}
+	if *icw < 0 || *icw > maxICW || *coreHour <= 0 {
+		return usageErrorf("--icw must be 0-%d and --core-hour positive", maxICW)
+	}
+	if *icw == 0 && *initcwnd > 0 {
+		*icw = *initcwnd
 	}
 	if *cdnIdle != 0 && *cdnIdle < time.Millisecond {
 		return usageErrorf("--cdn-idle must be at least 1ms")
@@ -161,7 +170,8 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	defer w.Close()
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
-			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen}}
+			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen},
+		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw}}
 	if tf == nil && !*static {
 		scfg.Controller = &scenario.ControllerConfig{ProbeInterval: *probeEvery}
 	}
@@ -188,7 +198,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	var rows [][]string
 	start := time.Now()
 	total := len(sizes) * len(modes) * *runs
-	res, err := sc.Measure(ctx, scenario.Plan{Modes: modes, Sizes: sizes, Runs: *runs, Progress: func(run int, s scenario.Sample) {
+	res, err := sc.Measure(ctx, scenario.Plan{Modes: modes, Sizes: sizes, Runs: *runs, CoreHour: *coreHour, Progress: func(run int, s scenario.Sample) {
 		rows = append(rows, []string{strconv.Itoa(run), transfer.FormatSize(s.Size), strconv.FormatInt(s.Size, 10), string(s.Mode),
 			fmt.Sprintf("%.3f", float64(s.Result.Connect)/1e6), fmt.Sprintf("%.3f", float64(s.Result.FirstByte)/1e6),
 			fmt.Sprintf("%.3f", float64(s.Result.Total)/1e6), strconv.FormatBool(s.NewOriginConn),
@@ -206,7 +216,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "# mosto bench transfer\n\nWorld `%s`; client %s, origin %s; ingress FEP %s, egress FEP %s, single proxy %s; nginx upstream idle timeout %v.\n\nCommand: `mosto bench transfer %s`\n\n",
 		spec.Name, r.Client, r.Origin, r.InP, r.EgP, r.Single, *cdnIdle, strings.Join(args, " "))
-	fmt.Fprintf(&md, "%s\n\n%s\n\n", source, ccNote)
+	fmt.Fprintf(&md, "%s\n\n%s\n\n%s\n\n", source, ccNote, tuningNote(scfg, useCDN))
 	if err := res.WriteMarkdown(&md); err != nil {
 		return err
 	}
@@ -223,6 +233,26 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	env.Stdout.Write(md.Bytes())
 	fmt.Fprintf(env.Stdout, "\nresults in %s (results.md, time-vs-size.svg, samples.csv, world.yaml)\n", dir)
 	return nil
+}
+
+// tuningNote says which hosts got which levers and the planner's model.
+func tuningNote(c scenario.Config, cdn bool) string {
+	t := c.Tune
+	icw := c.Model.ICW
+	if icw == 0 {
+		icw = 10
+	}
+	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d. ",
+		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool)
+	switch {
+	case !cdn:
+		s += "No CDN front-end. "
+	case c.TuneCDN:
+		s += "The CDN front-end's host (the client's namespace: the client's sockets get them in every mode) has the same kernel levers; its upstream keep-alive pool is nginx's. "
+	default:
+		s += "The CDN front-end's host has no levers (--tune-cdn=false). "
+	}
+	return s + fmt.Sprintf("The origin has kernel defaults in every mode. Planner model: ICW %d segments on the chain's links.", icw)
 }
 
 func writeSamples(path string, rows [][]string) error {

@@ -31,6 +31,10 @@ import (
 // ControllerDBFile is the bbolt file of a single controller, under --data.
 const ControllerDBFile = "controller.db"
 
+// maxICW bounds --icw: a million segments is more than any route
+// initcwnd a kernel accepts.
+const maxICW = 1_000_000
+
 // runController implements `mosto controller`: the chain controller's API
 // server, and dispatches `mosto controller init`.
 func runController(ctx context.Context, env *Env, args []string) error {
@@ -52,6 +56,8 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	near := fs.Int("near", 8, "each FEP measures its N nearest peers")
 	far := fs.Int("far", 2, "plus N far peers chosen by a stable hash")
 	dests := fs.Int("dests", 8, "each destination with a probe address is measured by its N nearest FEPs (>= 1)")
+	icw := fs.Int("icw", 10, "planner model: initial congestion window in segments of the links between proxies (the route initcwnd of the FEPs, or the window a pooled hop keeps)")
+	mss := fs.Int("mss", 1460, "planner model: maximum segment size in bytes")
 	maxProxies := fs.Int("max-proxies", 0, "at most N intermediate proxies per chain (0 = default 4, negative = unlimited, at most 14)")
 	insecure := fs.Bool("insecure", false, "serve plain HTTP without client authentication (labs and tests only)")
 	ui := addUIFlags(fs)
@@ -85,6 +91,13 @@ func runController(ctx context.Context, env *Env, args []string) error {
 			return usageErrorf("--sizes: %s: want > 0", s)
 		}
 		sizeList = append(sizeList, v)
+	}
+	if *icw < 1 || *icw > maxICW || *mss < 1 || *mss > 65535 {
+		return usageErrorf("--icw %d, --mss %d: want 1-%d segments and 1-65535 bytes", *icw, *mss, maxICW)
+	}
+	model := pathcomp.Model{ICW: *icw, MSS: *mss}
+	if model == (pathcomp.Model{ICW: 10, MSS: 1460}) {
+		model = pathcomp.Model{} // the default: tables stay as before
 	}
 	var topo controller.Topology
 	if *lopMap != "" {
@@ -165,6 +178,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		Sizes:       sizeList,
 		Topology:    topo,
 		Targets:     controller.TargetPolicy{Near: *near, Far: *far, Dests: *dests},
+		Model:       model,
 		MaxProxies:  *maxProxies,
 		KeyRotation: keyRotation,
 		InitialKeys: initial,

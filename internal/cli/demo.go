@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/scenario"
 	"github.com/mosto-net/mosto/internal/stats"
 	"github.com/mosto-net/mosto/internal/transfer"
@@ -77,7 +78,9 @@ func runDemo(ctx context.Context, env *Env, args []string) error {
 	scfg := scenario.Config{Roles: scenario.Roles{Single: "Washington"}, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: 5 * time.Second}
 	if !*plain {
 		scfg.Tune = demoLevers()
-		fmt.Fprintln(env.Stdout, "levers on (--plain turns them off): 2 pooled connections per proxy pair and to the origin, TCP Fast Open on hops, initcwnd/initrwnd 10000 and 32 MB initial rmem on the FEPs (docs/bench.md, \"Relay levers\")")
+		scfg.TuneCDN = true
+		scfg.Model = pathcomp.Model{ICW: scfg.Tune.InitCwnd}
+		fmt.Fprintln(env.Stdout, "levers on (--plain turns them off): 2 pooled connections per proxy pair and to the origin, TCP Fast Open on hops, initcwnd/initrwnd 10000 and 32 MB initial rmem on the FEPs and the CDN front-end's host; the planner models ICW 10000 on the chain's links (docs/bench.md, \"Relay levers\")")
 	}
 	if !*static {
 		scfg.Controller = &scenario.ControllerConfig{ProbeInterval: *probeEvery}
@@ -127,6 +130,7 @@ func printDemo(env *Env, res *scenario.Results, modes []scenario.Mode) {
 	if res.MS[scenario.CDNWarm] != nil {
 		hdr += "chain vs cdn\t"
 	}
+	hdr += "limit ms\tchain / limit\t"
 	fmt.Fprintln(env.Stdout)
 	fmt.Fprintln(tw, hdr+" chain used")
 	for _, size := range res.Sizes {
@@ -139,6 +143,7 @@ func printDemo(env *Env, res *scenario.Results, modes []scenario.Mode) {
 		if res.MS[scenario.CDNWarm] != nil {
 			line += fmt.Sprintf("%.2fx\t", res.Median(scenario.CDNWarm, size)/ch)
 		}
+		line += fmt.Sprintf("%.0f\t%.2f\t", res.Limit(size), ch/res.Limit(size))
 		used := res.Chains[size]
 		note := ""
 		if len(used) == 0 {
@@ -151,7 +156,7 @@ func printDemo(env *Env, res *scenario.Results, modes []scenario.Mode) {
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
-	fmt.Fprintln(env.Stdout, "\nmedian times; speedup = median(other) / median(mosto-chain), > 1 means mosto is faster")
+	fmt.Fprintln(env.Stdout, "\nmedian times; speedup = median(other) / median(mosto-chain), > 1 means mosto is faster; limit = the physical limit (one client-origin RTT + size / bottleneck rate), chain / limit = 1.00 at the limit")
 	var all []float64
 	for _, size := range res.Sizes {
 		all = append(all, res.Median(scenario.Direct, size)/res.Median(scenario.Chain, size))

@@ -134,9 +134,16 @@ func (s *Scenario) runController() error {
 		sizes[i] = strconv.FormatInt(v, 10)
 	}
 	n := strconv.Itoa(len(s.roles.FEPs))
-	p, err := s.spawn("controller", filepath.Join(s.dir, "controller.log"), c.host, "controller",
+	args := []string{"controller",
 		"--data", c.dir, "--listen", s.addr(c.host, controllerPort), "--sizes", strings.Join(sizes, ","),
-		"--debounce", cc.Debounce.String(), "--period", "1h", "--near", n, "--far", "0")
+		"--debounce", cc.Debounce.String(), "--period", "1h", "--near", n, "--far", "0"}
+	if m := s.cfg.Model; m.ICW > 0 {
+		args = append(args, "--icw", strconv.Itoa(m.ICW))
+	}
+	if m := s.cfg.Model; m.MSS > 0 {
+		args = append(args, "--mss", strconv.Itoa(m.MSS))
+	}
+	p, err := s.spawn("controller", filepath.Join(s.dir, "controller.log"), c.host, args...)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,9 @@ type Plan struct {
 	Modes []Mode
 	Sizes []int64
 	Runs  int
+	// CoreHour is the price of a CPU core-hour in dollars for the proxies'
+	// cost per delivered TB (0: DefaultCoreHour).
+	CoreHour float64
 	// Progress, if set, is called after every fetch.
 	Progress func(run int, smp Sample)
 }
@@ -31,6 +34,11 @@ type Results struct {
 	Chains  map[int64][]string // chain the InP's flow took, per size (from metrics)
 	Planned map[int64][]string // chain the table holds, per size
 	Model   map[int64]float64  // the table's predicted time of that chain (ms), per size
+	// Fetch is the model's prediction of the whole fetch through that
+	// chain (fetchModel), per size.
+	Fetch map[int64]float64
+	// CoreHour is Plan.CoreHour.
+	CoreHour float64
 	// Source says where the table came from (the controller, with its
 	// version, or pathcomp over the configured RTTs).
 	Source string
@@ -55,7 +63,11 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 		return nil, fmt.Errorf("scenario: runs %d < 1", p.Runs)
 	}
 	r := &Results{Modes: p.Modes, Sizes: p.Sizes, Runs: p.Runs, MS: make(map[Mode]map[int64][]float64),
-		Chains: make(map[int64][]string), Planned: make(map[int64][]string), Model: make(map[int64]float64)}
+		Chains: make(map[int64][]string), Planned: make(map[int64][]string), Model: make(map[int64]float64),
+		Fetch: make(map[int64]float64), CoreHour: p.CoreHour}
+	if r.CoreHour <= 0 {
+		r.CoreHour = DefaultCoreHour
+	}
 	r.RTT, r.RateBps = s.OriginRTT()
 	r.Source = fmt.Sprintf("computed by pathcomp from the world's RTTs, table version %d", s.TableVersion())
 	if s.ctl != nil {
@@ -72,6 +84,7 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 		if e, ok := s.ComputedEntry(size); ok {
 			r.Planned[size] = e.Path
 			r.Model[size] = e.CostMS
+			r.Fetch[size] = s.fetchModel(e, size)
 		}
 	}
 	var others, colds []Mode
@@ -256,15 +269,23 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 		if src == "" {
 			src = "computed = the table's chain"
 		}
-		fmt.Fprintf(w, "\nChains (%s; used = what the proxies' metrics show for the first mosto-chain fetch; model = the table's predicted time, 1/2 sum + (rounds-1) max of the hop RTTs, which leaves out connection set-up):\n\n", src)
-		ct := &report.Table{Header: []string{"size", "computed", "used", "model ms", "measured median ms"},
-			Align: []report.Align{report.Left, report.Left, report.Left, report.Right, report.Right}}
+		fmt.Fprintf(w, "\nChains (%s; used = what the proxies' metrics show for the first mosto-chain fetch; model = the table's predicted time, 1/2 sum + (rounds-1) max of the hop RTTs, which leaves out connection set-up; "+
+			"fetch model = the whole fetch as the data path runs it: %s; error = fetch model / measured median - 1):\n\n", src, fetchModelDoc)
+		ct := &report.Table{Header: []string{"size", "computed", "used", "model ms", "fetch model ms", "measured median ms", "error"},
+			Align: []report.Align{report.Left, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right}}
 		for _, size := range r.Sizes {
-			model := "-"
+			model, fetch, errPct := "-", "-", "-"
 			if v, ok := r.Model[size]; ok {
 				model = ms(v)
 			}
-			ct.AddRow(transfer.FormatSize(size), chainString(r.Planned[size]), chainString(r.Chains[size]), model, ms(r.Median(Chain, size)))
+			med := r.Median(Chain, size)
+			if v, ok := r.Fetch[size]; ok {
+				fetch = ms(v)
+				if med > 0 {
+					errPct = strconv.FormatFloat(100*(v/med-1), 'f', 0, 64) + "%"
+				}
+			}
+			ct.AddRow(transfer.FormatSize(size), chainString(r.Planned[size]), chainString(r.Chains[size]), model, fetch, ms(med), errPct)
 		}
 		if err := ct.WriteMarkdown(w); err != nil {
 			return err
@@ -291,9 +312,10 @@ func (r *Results) writeCPU(w io.Writer) error {
 	if len(r.CPU) == 0 {
 		return nil
 	}
-	fmt.Fprint(w, "\nProcessor time per fetch (medians; 10 ms resolution): emu = the bench process (emulator, which also runs the receivers' TCP stacks, client, origin), proxies = all proxies together, busy = share of both CPUs busy during the fetch (all processes, other users' too).\n\n")
-	t := &report.Table{Header: []string{"size", "mode", "emu ms", "proxies ms", "busy"},
-		Align: []report.Align{report.Left, report.Left, report.Right, report.Right, report.Right}}
+	fmt.Fprintf(w, "\nProcessor time per fetch (medians; 10 ms resolution): emu = the bench process (emulator, which also runs the receivers' TCP stacks, client, origin), proxies = all proxies together, busy = share of both CPUs busy during the fetch (all processes, other users' too); "+
+		"proxies $/TB = the proxies' CPU per delivered byte at $%.3f per core-hour (CPU only; seed 001: CloudFront $1.50/TB at 500 KB per request, three relay VMs $0.072/TB).\n\n", r.CoreHour)
+	t := &report.Table{Header: []string{"size", "mode", "emu ms", "proxies ms", "busy", "proxies $/TB"},
+		Align: []report.Align{report.Left, report.Left, report.Right, report.Right, report.Right, report.Right}}
 	for _, size := range r.Sizes {
 		for _, m := range r.Modes {
 			cs := r.CPU[m][size]
@@ -306,8 +328,12 @@ func (r *Results) writeCPU(w io.Writer) error {
 				p = append(p, float64(c.Proxies)/1e6)
 				b = append(b, c.Busy)
 			}
+			cost := "-"
+			if pm := stats.Median(p); pm > 0 && m != Direct && m != CDNWarm && m != CDNCold {
+				cost = strconv.FormatFloat(DollarsPerTB(pm/1e3, size, r.CoreHour), 'f', 3, 64)
+			}
 			t.AddRow(transfer.FormatSize(size), string(m), ms(stats.Median(e)), ms(stats.Median(p)),
-				strconv.FormatFloat(100*stats.Median(b), 'f', 0, 64)+"%")
+				strconv.FormatFloat(100*stats.Median(b), 'f', 0, 64)+"%", cost)
 		}
 	}
 	return t.WriteMarkdown(w)

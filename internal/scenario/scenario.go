@@ -74,8 +74,19 @@ type Config struct {
 	// Table, when set, is the chain table the proxies use instead of the
 	// one computed from the world's RTTs.
 	Table *pathcomp.TableFile
-	// Tune holds the inter-proxy TCP levers, applied to the FEP hosts only.
+	// Tune holds the inter-proxy TCP levers, applied to the FEP hosts (and,
+	// with TuneCDN, to the CDN front-end's host).
 	Tune Tune
+	// TuneCDN gives the CDN front-end's host the FEPs' kernel levers
+	// (route initcwnd/initrwnd, tcp_rmem, Fast Open), so the front-end and
+	// mosto compete with equal tuning; its upstream keep-alive pool is its
+	// own (CDNWarm).
+	TuneCDN bool
+	// Model is the planner's slow-start model, for the static table and
+	// the controller (--icw, --mss); the zero value is ICW 10 x 1460. With
+	// route initcwnd levers on the FEPs it should say so: the chain's links
+	// then start with that window.
+	Model pathcomp.Model
 	// Controller, when set, runs a real `mosto controller` in the world and
 	// gives every proxy a `controller:` section instead of a table file;
 	// Start then waits until discovery converged (see WaitConverged).
@@ -188,6 +199,9 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 	if err := s.tune(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.tuneCDN(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.startProxies(ctx); err != nil {
 		return nil, err
 	}
@@ -273,7 +287,7 @@ func (s *Scenario) buildTable() error {
 				}
 			}
 		}
-		f, err := pathcomp.Precompute(rtt, pathcomp.Options{})
+		f, err := pathcomp.Precompute(rtt, pathcomp.Options{Model: s.cfg.Model})
 		if err != nil {
 			return fmt.Errorf("scenario: chain precomputation: %w", err)
 		}
@@ -615,35 +629,66 @@ func (s *Scenario) applyTune(ctx context.Context, plain bool) error {
 			}
 			continue
 		}
-		if t.FastOpen {
-			if err := sysctl(f, "net.ipv4.tcp_fastopen=3"); err != nil {
-				return err
-			}
-		}
-		if t.InitCwnd > 0 {
-			fields := strings.Fields(s.cold.route[f])
-			var args []string
-			for i := 0; i < len(fields); i++ {
-				if fields[i] == "initcwnd" || fields[i] == "initrwnd" {
-					i++
-					continue
-				}
-				args = append(args, fields[i])
-			}
-			if len(args) == 0 {
-				return fmt.Errorf("scenario: %s has no route to %v", f, emu.Prefix)
-			}
-			n := strconv.Itoa(t.InitCwnd)
-			args = append(append([]string{"route", "change"}, args...), "initcwnd", n, "initrwnd", n)
-			if out, err := s.w.Command(ctx, f, "ip", args...).CombinedOutput(); err != nil {
-				return fmt.Errorf("scenario: set initcwnd on %s: %v: %s", f, err, out)
-			}
-		}
-		if t.RmemInit > 0 {
-			if err := sysctl(f, fmt.Sprintf("net.ipv4.tcp_rmem=4096 %d %d", t.RmemInit, max(t.RmemInit, emu.DefaultBufMax))); err != nil {
-				return err
-			}
+		if err := s.tuneHost(ctx, f, s.cold.route[f]); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// tuneHost applies Config.Tune's kernel levers (Fast Open, route
+// initcwnd/initrwnd, tcp_rmem) in host's namespace; route is the host's
+// route to the world's prefix as `ip route show` printed it.
+func (s *Scenario) tuneHost(ctx context.Context, f, route string) error {
+	t := s.cfg.Tune
+	sysctl := func(f, kv string) error {
+		if out, err := s.w.Command(ctx, f, "sysctl", "-w", kv).CombinedOutput(); err != nil {
+			return fmt.Errorf("scenario: %s on %s: %v: %s", kv, f, err, out)
+		}
+		return nil
+	}
+	if t.FastOpen {
+		if err := sysctl(f, "net.ipv4.tcp_fastopen=3"); err != nil {
+			return err
+		}
+	}
+	if t.InitCwnd > 0 {
+		fields := strings.Fields(route)
+		var args []string
+		for i := 0; i < len(fields); i++ {
+			if fields[i] == "initcwnd" || fields[i] == "initrwnd" {
+				i++
+				continue
+			}
+			args = append(args, fields[i])
+		}
+		if len(args) == 0 {
+			return fmt.Errorf("scenario: %s has no route to %v", f, emu.Prefix)
+		}
+		n := strconv.Itoa(t.InitCwnd)
+		args = append(append([]string{"route", "change"}, args...), "initcwnd", n, "initrwnd", n)
+		if out, err := s.w.Command(ctx, f, "ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("scenario: set initcwnd on %s: %v: %s", f, err, out)
+		}
+	}
+	if t.RmemInit > 0 {
+		if err := sysctl(f, fmt.Sprintf("net.ipv4.tcp_rmem=4096 %d %d", t.RmemInit, max(t.RmemInit, emu.DefaultBufMax))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tuneCDN gives the CDN front-end's host (the client host) the FEPs' kernel
+// levers (Config.TuneCDN). It is not undone for the plain chain: the
+// front-end keeps them in every mode.
+func (s *Scenario) tuneCDN(ctx context.Context) error {
+	if !s.cfg.TuneCDN || !s.cfg.CDN || slices.Contains(s.roles.FEPs, s.roles.Client) {
+		return nil
+	}
+	out, err := s.w.Command(ctx, s.roles.Client, "ip", "route", "show", emu.Prefix.String()).Output()
+	if err != nil {
+		return fmt.Errorf("scenario: routes of %s: %w", s.roles.Client, err)
+	}
+	return s.tuneHost(ctx, s.roles.Client, strings.SplitN(string(out), "\n", 2)[0])
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/mosto-net/mosto/internal/cli"
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
+	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/scenario"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
@@ -54,7 +55,7 @@ func TestDemoWorld(t *testing.T) {
 		Roles: scenario.Roles{Single: "Washington"},
 		Sizes: sizes, Mosto: []string{exe}, Env: []string{childEnv + "=1"},
 		CDN: true, CDNIdle: 300 * time.Millisecond, Nginx: nginx, Dir: t.TempDir(),
-		Tune: scenario.Tune{InitCwnd: 40},
+		Tune: scenario.Tune{InitCwnd: 40}, TuneCDN: true, Model: pathcomp.Model{ICW: 40},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -65,14 +66,20 @@ func TestDemoWorld(t *testing.T) {
 		}
 	})
 	r := sc.Roles()
-	for _, h := range []string{"London", r.Client} {
+	// Equal tuning: the FEPs and the CDN front-end's host (the client's),
+	// not the origin.
+	for _, h := range []string{"London", r.Client, r.Origin} {
 		out, err := w.Command(ctx, h, "ip", "route", "show", emu.Prefix.String()).Output()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := strings.Contains(string(out), "initcwnd 40"), h != r.Client; got != want {
-			t.Errorf("route on %s: %q; want initcwnd 40: %v (FEPs only)", h, out, want)
+		if got, want := strings.Contains(string(out), "initcwnd 40"), h != r.Origin; got != want {
+			t.Errorf("route on %s: %q; want initcwnd 40: %v (FEPs and the CDN host)", h, out, want)
 		}
+	}
+	// The table follows the planner model: 20 KB is one round of 40 segments.
+	if e, ok := sc.ComputedEntry(20_000); !ok || e.Rounds != 1 {
+		t.Errorf("ComputedEntry(20KB) = %+v, %v; want 1 round with ICW 40", e, ok)
 	}
 	if r.InP != "Dublin" || r.EgP != "SanFrancisco" || r.Single != "Washington" {
 		t.Errorf("roles = %+v; want InP Dublin, EgP SanFrancisco, single Washington", r)
@@ -122,7 +129,13 @@ func TestDemoWorld(t *testing.T) {
 	if err := res.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(res.MS[scenario.Chain][sizes[0]]); n != 2 || !strings.Contains(md.String(), "Dublin > ") {
+	if n := len(res.MS[scenario.Chain][sizes[0]]); n != 2 || !strings.Contains(md.String(), "Dublin > ") || !strings.Contains(md.String(), "fetch model ms") {
 		t.Errorf("Measure: %d chain samples, report:\n%s", n, md.String())
+	}
+	// The fetch model: more than the chain's own model (it adds the
+	// client's handshake and the request), at most a few RTTs.
+	rtt, _ := sc.OriginRTT()
+	if f, m := res.Fetch[sizes[0]], res.Model[sizes[0]]; !(f > m && f < 4*float64(rtt)/1e6) {
+		t.Errorf("fetch model %v ms, chain model %v ms, client-origin RTT %v", f, m, rtt)
 	}
 }

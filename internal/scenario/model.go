@@ -1,0 +1,35 @@
+package scenario
+
+import "github.com/mosto-net/mosto/internal/pathcomp"
+
+// DefaultCoreHour is seed 001's price of a CPU core-hour: an EC2 m4.large
+// (2 cores) at $0.108 an hour.
+const DefaultCoreHour = 0.108 / 2
+
+// DollarsPerTB is the CPU cost of delivering a terabyte when cpuSeconds
+// of processor time delivered size bytes, at price dollars per core-hour.
+func DollarsPerTB(cpuSeconds float64, size int64, price float64) float64 {
+	if size <= 0 {
+		return 0
+	}
+	return cpuSeconds / float64(size) * 1e12 / 3600 * price
+}
+
+// fetchModelDoc describes fetchModel for the report.
+const fetchModelDoc = "client-InP RTT (the client's handshake) + the RTT of the whole path (client-InP + the chain's sum + EgP-origin: request out, first byte back; hops and the origin connection pooled) + (rounds-1) x the chain's largest hop RTT + size / bottleneck rate"
+
+// fetchModel predicts the time of a whole fetch of size bytes through the
+// chain of e (its Rounds at the planner's model): the client's handshake
+// with the InP, one RTT of the whole path for the request and the first
+// byte (the hops and the EgP's origin connection come from pools, so no
+// other handshake), the slow-start rounds the table's model counts on the
+// chain's largest hop, and the serialization at the bottleneck rate.
+func (s *Scenario) fetchModel(e pathcomp.ChainEntry, size int64) float64 {
+	in := float64(s.w.RTT(s.roles.Client, s.roles.InP)) / 1e6
+	out := float64(s.w.RTT(s.roles.EgP, s.roles.Origin)) / 1e6
+	ms := in + in + e.SumMS + out + float64(max(e.Rounds-1, 0))*e.MaxMS
+	if _, rate := s.OriginRTT(); rate > 0 {
+		ms += float64(size) / rate * 1e3
+	}
+	return ms
+}
