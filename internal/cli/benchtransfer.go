@@ -44,6 +44,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	originPool := fs.Int("fep-origin-pool", 0, "lever: pre-established connections the EgP keeps to the origin (proxy pool.origin); 0: none")
 	fastOpen := fs.Bool("fep-fastopen", false, "lever: TCP Fast Open on the proxies' sockets (socket.fastopen, tcp_fastopen=3 on the FEPs)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
+	cdnHost := fs.String("cdn-host", "", "host of the CDN front-end (default: the client's host, 0 RTT from the client; \"inp\": the ingress FEP's host, a CDN edge at mosto's InP site)")
 	tuneCDN := fs.Bool("tune-cdn", true, "equal tuning: the CDN front-end's host (the client host) gets the FEPs' kernel levers (--fep-initcwnd, --fep-rmem, --fep-fastopen)")
 	icw := fs.Int("icw", 0, "planner model: initial window (segments) of the chain's links, for the table and the controller (default: --fep-initcwnd when set, else 10)")
 	coreHour := fs.Float64("core-hour", scenario.DefaultCoreHour, "price of one CPU core-hour in dollars, for the proxies' cost per delivered TB")
@@ -171,7 +172,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
 			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen},
-		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw}}
+		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw}, CDNHost: *cdnHost}
 	if tf == nil && !*static {
 		scfg.Controller = &scenario.ControllerConfig{ProbeInterval: *probeEvery}
 	}
@@ -248,7 +249,11 @@ func tuningNote(c scenario.Config, cdn bool) string {
 	case !cdn:
 		s += "No CDN front-end. "
 	case c.TuneCDN:
-		s += "The CDN front-end's host (the client's namespace: the client's sockets get them in every mode) has the same kernel levers; its upstream keep-alive pool is nginx's. "
+		where := "the client's namespace: the client's sockets get them in every mode"
+		if c.CDNHost != "" {
+			where = "host " + c.CDNHost
+		}
+		s += "The CDN front-end's host (" + where + ") has the same kernel levers; its upstream keep-alive pool is nginx's. "
 	default:
 		s += "The CDN front-end's host has no levers (--tune-cdn=false). "
 	}

@@ -43,6 +43,10 @@ const (
 // AllModes returns every mode in report order.
 func AllModes() []Mode { return []Mode{Direct, Single, Chain, CDNWarm, CDNCold, ChainCold, ChainPlain} }
 
+// CDNAtInP as Config.CDNHost runs the CDN front-end on the ingress FEP's
+// host: a CDN edge at the same site as mosto's InP, as far from the client.
+const CDNAtInP = "inp"
+
 // Ports used inside the world.
 const (
 	originPort  = 80
@@ -70,6 +74,10 @@ type Config struct {
 	// (0: 5 s).
 	CDN     bool
 	CDNIdle time.Duration
+	// CDNHost runs the CDN front-end; empty: the client's host (the
+	// front-end then sits at 0 RTT from the client). A CDN edge at the
+	// ingress FEP's site is CDNHost = that FEP's host, or CDNAtInP.
+	CDNHost string
 	Nginx   string // nginx binary; empty: "nginx"
 	// Table, when set, is the chain table the proxies use instead of the
 	// one computed from the world's RTTs.
@@ -159,6 +167,12 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 	if err != nil {
 		return nil, err
 	}
+	if cfg.CDNHost == CDNAtInP {
+		cfg.CDNHost = roles.InP
+	}
+	if cfg.CDNHost != "" && !slices.Contains(w.Hosts(), cfg.CDNHost) {
+		return nil, fmt.Errorf("scenario: CDN host %q is not a host of the world (hosts: %v)", cfg.CDNHost, w.Hosts())
+	}
 	s := &Scenario{w: w, cfg: cfg, roles: roles, log: log, dir: cfg.Dir, clients: make(map[Mode]*transfer.Client)}
 	if s.dir == "" {
 		if s.dir, err = os.MkdirTemp("", "mosto-scenario-"); err != nil {
@@ -209,11 +223,11 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 	// CDN front-end in the client's namespace (co-located with the client).
 	if cfg.CDN {
 		fcfg := cdnfront.Config{
-			Listen: s.addr(roles.Client, cdnPort), Origin: oaddr, IdleTimeout: cfg.CDNIdle,
+			Listen: s.addr(s.cdnHost(), cdnPort), Origin: oaddr, IdleTimeout: cfg.CDNIdle,
 			Nginx: cfg.Nginx, Dir: filepath.Join(s.dir, "nginx"), User: "root root",
 		}
 		run := func(ctx context.Context, name string, args ...string) *exec.Cmd {
-			return w.Command(ctx, roles.Client, name, args...)
+			return w.Command(ctx, s.cdnHost(), name, args...)
 		}
 		if s.cdn, err = cdnfront.Start(ctx, fcfg, run, log); err != nil {
 			return nil, err
@@ -679,16 +693,25 @@ func (s *Scenario) tuneHost(ctx context.Context, f, route string) error {
 	return nil
 }
 
-// tuneCDN gives the CDN front-end's host (the client host) the FEPs' kernel
-// levers (Config.TuneCDN). It is not undone for the plain chain: the
-// front-end keeps them in every mode.
+// cdnHost is the host of the CDN front-end.
+func (s *Scenario) cdnHost() string {
+	if s.cfg.CDNHost != "" {
+		return s.cfg.CDNHost
+	}
+	return s.roles.Client
+}
+
+// tuneCDN gives the CDN front-end's host the FEPs' kernel levers
+// (Config.TuneCDN). It is not undone for the plain chain: the front-end
+// keeps them in every mode. A FEP host has them already.
 func (s *Scenario) tuneCDN(ctx context.Context) error {
-	if !s.cfg.TuneCDN || !s.cfg.CDN || slices.Contains(s.roles.FEPs, s.roles.Client) {
+	h := s.cdnHost()
+	if !s.cfg.TuneCDN || !s.cfg.CDN || slices.Contains(s.roles.FEPs, h) {
 		return nil
 	}
-	out, err := s.w.Command(ctx, s.roles.Client, "ip", "route", "show", emu.Prefix.String()).Output()
+	out, err := s.w.Command(ctx, h, "ip", "route", "show", emu.Prefix.String()).Output()
 	if err != nil {
-		return fmt.Errorf("scenario: routes of %s: %w", s.roles.Client, err)
+		return fmt.Errorf("scenario: routes of %s: %w", h, err)
 	}
-	return s.tuneHost(ctx, s.roles.Client, strings.SplitN(string(out), "\n", 2)[0])
+	return s.tuneHost(ctx, h, strings.SplitN(string(out), "\n", 2)[0])
 }

@@ -51,6 +51,9 @@ func TestDemoWorld(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	sizes := []int64{20_000, 300_000}
+	if _, err := scenario.Start(ctx, w, scenario.Config{Sizes: sizes, Mosto: []string{exe}, CDN: true, CDNHost: "nowhere"}, nil); err == nil || !strings.Contains(err.Error(), `"nowhere"`) {
+		t.Errorf("Start with CDN host nowhere = %v; want an error naming it", err)
+	}
 	sc, err := scenario.Start(ctx, w, scenario.Config{
 		Roles: scenario.Roles{Single: "Washington"},
 		Sizes: sizes, Mosto: []string{exe}, Env: []string{childEnv + "=1"},
