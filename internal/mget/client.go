@@ -1,0 +1,685 @@
+package mget
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Source is one sub-flow: a mirror's URL reached over one path. Several
+// sources may name the same URL over different paths (multipath).
+type Source struct {
+	URL  string
+	Path string // the path's name in stats ("direct" when empty)
+	// Dial opens the path's connection to the URL's host:port; nil dials
+	// directly.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Config configures Get.
+type Config struct {
+	Sources  []Source
+	Out      string // file written in place
+	Continue bool   // resume from Out and its state file Out+".mget"
+	SHA256   []byte // when set, the file must hash to it; mirrors then need only agree on length
+	Block    int64  // range size; 0: 256 KiB
+	// Stall is how long a sub-flow with requests in flight may receive
+	// nothing before its ranges go back to the pool; 0: 2 s.
+	Stall time.Duration
+	// MaxWindow caps the bytes a sub-flow has requested and not received;
+	// 0: 16 MiB.
+	MaxWindow int64
+	// Progress, when set, is called about every 200 ms with a snapshot.
+	Progress func(Snapshot)
+	Log      *slog.Logger // nil discards
+}
+
+// Snapshot is the state of a download for a progress display.
+type Snapshot struct {
+	Size, Received int64
+	Elapsed        time.Duration
+	Names          []string  // per sub-flow: host and path
+	MBps           []float64 // per sub-flow rate (EWMA)
+}
+
+// Stats describes a finished (or failed) download; it is what --json prints.
+type Stats struct {
+	File     string     `json:"file"`
+	Identity Identity   `json:"identity"`
+	Bytes    int64      `json:"bytes"`   // received in this run
+	Resumed  int64      `json:"resumed"` // held from an earlier run
+	Seconds  float64    `json:"seconds"`
+	MBps     float64    `json:"mbps"`
+	SHA256   string     `json:"sha256,omitempty"`
+	Subflows []SubStats `json:"subflows"`
+	Samples  []Sample   `json:"samples,omitempty"`
+}
+
+// SubStats is one sub-flow's part of a download.
+type SubStats struct {
+	URL      string  `json:"url"`
+	Path     string  `json:"path"`
+	Bytes    int64   `json:"bytes"`
+	DupBytes int64   `json:"dup_bytes"` // received in end-game duplicates
+	Requests int     `json:"requests"`
+	Stalls   int     `json:"stalls"`
+	Errors   int     `json:"errors"`
+	LastErr  string  `json:"last_error,omitempty"`
+	Disabled string  `json:"disabled,omitempty"` // why the source was dropped
+	RTTms    float64 `json:"rtt_ms"`
+	MBps     float64 `json:"mbps"` // bytes over the whole download time
+}
+
+// Sample is the per-sub-flow receive rate over one sampling interval.
+type Sample struct {
+	T    float64   `json:"t"` // seconds since the start
+	MBps []float64 `json:"mbps"`
+}
+
+const sampleEvery = 100 * time.Millisecond
+
+// dl is one download's shared state; mu guards everything below it.
+type dl struct {
+	cfg   Config
+	log   *slog.Logger
+	start time.Time
+
+	probes []chan probeResult // per sub-flow, its first identity probe
+	ready  chan struct{}      // closed once id, sched and file are set
+
+	mu      sync.Mutex
+	id      Identity
+	sched   *Sched
+	file    *os.File
+	changed chan struct{} // closed and replaced when ranges free up
+	subs    []*sub
+	werr    error // first write error
+	resumed int64
+	samples []Sample
+}
+
+type probeResult struct {
+	id  Identity
+	err error
+}
+
+// sub is one sub-flow's state (guarded by dl.mu).
+type sub struct {
+	src       Source
+	u         *url.URL
+	st        SubStats
+	rate      float64 // bytes/s, EWMA
+	lastBytes int64
+	srtt      time.Duration
+	exited    bool
+}
+
+// Get downloads one object from its sources into cfg.Out and returns the
+// stats. Every source's answers are checked against the reference identity
+// (the first source that answers, in the given order); a source that breaks
+// the range protocol or disagrees is dropped. The download fails when no
+// source is left, on a write error, or when --sha256 does not match.
+func Get(ctx context.Context, cfg Config) (*Stats, error) {
+	if len(cfg.Sources) == 0 {
+		return nil, errors.New("mget: no source")
+	}
+	if cfg.Out == "" {
+		return nil, errors.New("mget: no output file")
+	}
+	if cfg.Block <= 0 {
+		cfg.Block = 256 << 10
+	}
+	if cfg.Stall <= 0 {
+		cfg.Stall = 2 * time.Second
+	}
+	if cfg.MaxWindow <= 0 {
+		cfg.MaxWindow = 16 << 20
+	}
+	d := &dl{cfg: cfg, log: cfg.Log, start: time.Now(), ready: make(chan struct{}), changed: make(chan struct{})}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	for _, src := range cfg.Sources {
+		u, err := url.Parse(src.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("mget: source %q: want an http:// or https:// URL", src.URL)
+		}
+		if src.Path == "" {
+			src.Path = "direct"
+		}
+		d.subs = append(d.subs, &sub{src: src, u: u, st: SubStats{URL: src.URL, Path: src.Path}})
+		d.probes = append(d.probes, make(chan probeResult, 1))
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	exited := make(chan int, len(d.subs))
+	for i := range d.subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.runSub(ctx, i)
+			exited <- i
+		}()
+	}
+	defer wg.Wait()
+
+	if err := d.setup(ctx); err != nil {
+		cancel()
+		wg.Wait()
+		return d.stats(), err
+	}
+	defer d.file.Close()
+	err := d.wait(ctx, exited)
+	cancel()
+	wg.Wait()
+	d.mu.Lock()
+	done := d.sched.Done()
+	d.mu.Unlock()
+	st := d.stats()
+	if err == nil && !done {
+		err = errors.New("mget: download incomplete")
+	}
+	if err != nil {
+		if serr := d.saveState(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return st, err
+	}
+	if err := d.file.Sync(); err != nil {
+		return st, fmt.Errorf("mget: %w", err)
+	}
+	sum, err := hashFile(d.file)
+	if err != nil {
+		return st, fmt.Errorf("mget: %w", err)
+	}
+	st.SHA256 = hex.EncodeToString(sum)
+	if cfg.SHA256 != nil && !bytes.Equal(sum, cfg.SHA256) {
+		os.Remove(statePath(cfg.Out))
+		return st, fmt.Errorf("mget: %s: SHA-256 %s, want %x", cfg.Out, st.SHA256, cfg.SHA256)
+	}
+	if err := os.Remove(statePath(cfg.Out)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return st, fmt.Errorf("mget: %w", err)
+	}
+	return st, nil
+}
+
+// setup picks the reference identity from the probes, in source order,
+// then opens the file (resuming when asked) and makes the scheduler.
+func (d *dl) setup(ctx context.Context) error {
+	var errs []error
+	var ref *Identity
+	for i, ch := range d.probes {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case r := <-ch:
+			if r.err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", d.subs[i].src.URL, r.err))
+				continue
+			}
+			ref = &r.id
+		}
+		if ref != nil {
+			break
+		}
+	}
+	if ref == nil {
+		return fmt.Errorf("mget: no source answered a range request: %w", errors.Join(errs...))
+	}
+	var got []int64
+	flags := os.O_RDWR | os.O_CREATE
+	if d.cfg.Continue {
+		st, err := loadState(statePath(d.cfg.Out))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			flags |= os.O_TRUNC
+		case err != nil:
+			return err
+		case st.Identity != *ref:
+			return fmt.Errorf("mget: %s holds part of another version (%+v; the sources have %+v): remove it and %s", d.cfg.Out, st.Identity, *ref, statePath(d.cfg.Out))
+		case st.Block != d.cfg.Block:
+			d.cfg.Block = st.Block
+			got = st.Got
+		default:
+			got = st.Got
+		}
+	} else {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(d.cfg.Out, flags, 0o644)
+	if err != nil {
+		return fmt.Errorf("mget: %w", err)
+	}
+	if err := f.Truncate(ref.Size); err != nil {
+		f.Close()
+		return fmt.Errorf("mget: %w", err)
+	}
+	d.mu.Lock()
+	d.id = *ref
+	d.file = f
+	d.sched = NewSched(ref.Size, d.cfg.Block, got)
+	d.resumed = d.sched.Received()
+	d.mu.Unlock()
+	close(d.ready)
+	return nil
+}
+
+// wait samples rates, reports progress and saves the resume state until
+// the download is done or every sub-flow has given up.
+func (d *dl) wait(ctx context.Context, exited <-chan int) error {
+	tick := time.NewTicker(sampleEvery)
+	defer tick.Stop()
+	lastSave := time.Now()
+	alive := len(d.subs)
+	for {
+		d.mu.Lock()
+		done, werr := d.sched.Done(), d.werr
+		d.mu.Unlock()
+		if werr != nil {
+			return werr
+		}
+		if done {
+			d.sample()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			if alive--; alive == 0 {
+				d.mu.Lock()
+				done := d.sched.Done()
+				var errs []error
+				for _, s := range d.subs {
+					errs = append(errs, fmt.Errorf("%s via %s: %s", s.src.URL, s.src.Path, s.st.Disabled))
+				}
+				d.mu.Unlock()
+				if done {
+					return nil
+				}
+				return fmt.Errorf("mget: every source dropped: %w", errors.Join(errs...))
+			}
+		case <-tick.C:
+			d.sample()
+			if time.Since(lastSave) >= time.Second {
+				lastSave = time.Now()
+				if err := d.saveState(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// samples holds the rate time series (owned by the wait goroutine through
+// dl.mu).
+func (d *dl) sample() {
+	d.mu.Lock()
+	snap := Snapshot{Size: d.id.Size, Received: d.sched.Received(), Elapsed: time.Since(d.start)}
+	sm := Sample{T: time.Since(d.start).Seconds()}
+	for _, s := range d.subs {
+		delta := s.st.Bytes + s.st.DupBytes - s.lastBytes
+		s.lastBytes += delta
+		r := float64(delta) / sampleEvery.Seconds()
+		s.rate = 0.7*s.rate + 0.3*r
+		sm.MBps = append(sm.MBps, r/1e6)
+		snap.Names = append(snap.Names, s.u.Host+" "+s.src.Path)
+		snap.MBps = append(snap.MBps, s.rate/1e6)
+	}
+	d.samples = append(d.samples, sm)
+	d.mu.Unlock()
+	if d.cfg.Progress != nil {
+		d.cfg.Progress(snap)
+	}
+}
+
+func (d *dl) stats() *Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	el := time.Since(d.start).Seconds()
+	st := &Stats{File: d.cfg.Out, Identity: d.id, Resumed: d.resumed, Seconds: el, Samples: d.samples}
+	for _, s := range d.subs {
+		ss := s.st
+		ss.RTTms = float64(s.srtt) / 1e6
+		ss.MBps = float64(ss.Bytes+ss.DupBytes) / el / 1e6
+		st.Bytes += ss.Bytes + ss.DupBytes
+		st.Subflows = append(st.Subflows, ss)
+	}
+	if el > 0 {
+		st.MBps = float64(st.Bytes) / el / 1e6
+	}
+	return st
+}
+
+// notifyLocked wakes sub-flows waiting for ranges. d.mu must be held.
+func (d *dl) notifyLocked() {
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// runSub is sub-flow i's loop: sessions with backoff until the download is
+// done, the context ends or the source is dropped.
+func (d *dl) runSub(ctx context.Context, i int) {
+	s := d.subs[i]
+	probed := false
+	var backoff time.Duration
+	defer func() {
+		d.mu.Lock()
+		s.exited = true
+		d.notifyLocked()
+		d.mu.Unlock()
+	}()
+	for ctx.Err() == nil {
+		if backoff > 0 {
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		err := d.session(ctx, i, &probed)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = 0
+			continue
+		}
+		d.mu.Lock()
+		s.st.Errors++
+		s.st.LastErr = err.Error()
+		if isTimeout(err) {
+			s.st.Stalls++
+		}
+		if errors.Is(err, ErrBadSource) || errors.Is(err, ErrMismatch) {
+			s.st.Disabled = err.Error()
+			d.mu.Unlock()
+			d.log.Warn("mget: source dropped", "url", s.src.URL, "path", s.src.Path, "err", err)
+			return
+		}
+		d.mu.Unlock()
+		d.log.Debug("mget: sub-flow retry", "url", s.src.URL, "path", s.src.Path, "err", err, "backoff", backoff)
+		backoff = min(max(2*backoff, 250*time.Millisecond), 4*time.Second)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// inflight is one pipelined request.
+type inflight struct {
+	sp   Span
+	sent time.Time
+	lone bool // sent on an empty pipeline: its header time is an RTT sample
+}
+
+// session runs one connection of sub-flow i: the identity probe, then
+// pipelined range requests under the window until an error or the end.
+// Every range it holds is released before it returns.
+func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
+	s := d.subs[i]
+	dctx, cancel := context.WithTimeout(ctx, 2*d.cfg.Stall+5*time.Second)
+	conn, err := d.dial(dctx, s)
+	cancel()
+	if err != nil {
+		if !*probed {
+			*probed = true
+			d.probes[i] <- probeResult{err: err}
+		}
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	defer conn.Close()
+	br := bufio.NewReaderSize(conn, 64<<10)
+
+	// Probe: one byte tells the identity and the RTT.
+	t0 := time.Now()
+	conn.SetDeadline(t0.Add(d.cfg.Stall))
+	if _, err := conn.Write(d.request(s, 0, 1, Identity{})); err != nil {
+		return d.probeFailed(i, probed, err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return d.probeFailed(i, probed, err)
+	}
+	_, id, err := checkPart(resp.StatusCode, resp.Header, 0, 1, Identity{Size: -1})
+	if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && resp.Header.Get("Content-Range") == "bytes */0" {
+		id, err = identityOf(resp.Header, 0), nil // an empty object has no byte 0
+	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
+	resp.Body.Close()
+	if err != nil {
+		return d.probeFailed(i, probed, err)
+	}
+	rtt := time.Since(t0)
+	if !*probed {
+		*probed = true
+		d.probes[i] <- probeResult{id: id}
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-d.ready:
+	}
+	d.mu.Lock()
+	ref := d.id
+	if s.srtt == 0 || rtt < s.srtt {
+		s.srtt = rtt
+	}
+	d.mu.Unlock()
+	if err := sameObject(ref, id, d.cfg.SHA256 != nil); err != nil {
+		return err
+	}
+	if resp.Close {
+		return nil
+	}
+
+	var q []inflight
+	defer func() {
+		d.mu.Lock()
+		for _, r := range q {
+			d.sched.Release(i, r.sp.Block)
+		}
+		if len(q) > 0 {
+			d.notifyLocked()
+		}
+		d.mu.Unlock()
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		// Fill the window.
+		d.mu.Lock()
+		var reqs []byte
+		var queued int64
+		for _, r := range q {
+			queued += r.sp.Len()
+		}
+		win := d.windowLocked(s)
+		empty := len(q) == 0
+		for queued < win {
+			sp, ok := d.sched.Next(i, func(o int) bool { return s.rate > d.subs[o].rate })
+			if !ok {
+				break
+			}
+			q = append(q, inflight{sp: sp, sent: time.Now(), lone: empty && len(q) == 0})
+			queued += sp.Len()
+			s.st.Requests++
+			reqs = append(reqs, d.request(s, sp.Off, sp.End, d.id)...)
+		}
+		done := d.sched.Done()
+		changed := d.changed
+		d.mu.Unlock()
+		if len(q) == 0 {
+			if done {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+				continue
+			}
+		}
+		if len(reqs) > 0 {
+			conn.SetWriteDeadline(time.Now().Add(d.cfg.Stall))
+			if _, err := conn.Write(reqs); err != nil {
+				return err
+			}
+		}
+		// Read the oldest response.
+		r := q[0]
+		conn.SetReadDeadline(time.Now().Add(d.cfg.Stall))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return err
+		}
+		upto, _, err := checkPart(resp.StatusCode, resp.Header, r.sp.Off, r.sp.End, ref)
+		if err != nil {
+			resp.Body.Close()
+			return err
+		}
+		if r.lone {
+			rtt := time.Since(r.sent)
+			d.mu.Lock()
+			s.srtt = (7*s.srtt + rtt) / 8
+			d.mu.Unlock()
+		}
+		pos := r.sp.Off
+		for pos < upto {
+			conn.SetReadDeadline(time.Now().Add(d.cfg.Stall))
+			n, rerr := resp.Body.Read(buf[:min(int64(len(buf)), upto-pos)])
+			if n > 0 {
+				if _, werr := d.file.WriteAt(buf[:n], pos); werr != nil {
+					d.mu.Lock()
+					d.werr = fmt.Errorf("mget: write %s: %w", d.cfg.Out, werr)
+					d.mu.Unlock()
+					return werr
+				}
+				pos += int64(n)
+				d.mu.Lock()
+				if r.sp.Dup {
+					s.st.DupBytes += int64(n)
+				} else {
+					s.st.Bytes += int64(n)
+				}
+				d.sched.Progress(r.sp, pos)
+				d.mu.Unlock()
+			}
+			if rerr == io.EOF && pos < upto {
+				rerr = io.ErrUnexpectedEOF
+			}
+			if rerr != nil && rerr != io.EOF {
+				resp.Body.Close()
+				return fmt.Errorf("range %d-%d: %w", r.sp.Off, r.sp.End-1, rerr)
+			}
+			if rerr == io.EOF {
+				break
+			}
+		}
+		resp.Body.Close()
+		d.mu.Lock()
+		d.sched.Release(i, r.sp.Block)
+		q = q[1:]
+		d.notifyLocked()
+		d.mu.Unlock()
+		if resp.Close {
+			return nil
+		}
+	}
+}
+
+// probeFailed reports a failed first probe and returns err.
+func (d *dl) probeFailed(i int, probed *bool, err error) error {
+	if !*probed {
+		*probed = true
+		d.probes[i] <- probeResult{err: err}
+	}
+	return err
+}
+
+// windowLocked returns sub-flow s's window: what it may have requested and
+// not received, grown with its measured rate x RTT (twice, so the pipe
+// stays full while the next request crosses), at least one range.
+func (d *dl) windowLocked(s *sub) int64 {
+	w := int64(2*s.rate*s.srtt.Seconds()) + d.cfg.Block
+	if s.rate == 0 {
+		w = 2 * d.cfg.Block
+	}
+	return min(max(w, d.cfg.Block), d.cfg.MaxWindow)
+}
+
+// request returns an HTTP/1.1 GET of bytes [off, end) of s's URL, with an
+// If-Range on the reference identity when it has a validator.
+func (d *dl) request(s *sub, off, end int64, id Identity) []byte {
+	var b bytes.Buffer
+	b.WriteString("GET " + s.u.RequestURI() + " HTTP/1.1\r\nHost: " + s.u.Host + "\r\nUser-Agent: mosto-get\r\n")
+	b.WriteString("Range: bytes=" + strconv.FormatInt(off, 10) + "-" + strconv.FormatInt(end-1, 10) + "\r\n")
+	switch {
+	case strong(id.ETag):
+		b.WriteString("If-Range: " + id.ETag + "\r\n")
+	case id.Modified != "":
+		b.WriteString("If-Range: " + id.Modified + "\r\n")
+	}
+	b.WriteString("\r\n")
+	return b.Bytes()
+}
+
+func (d *dl) dial(ctx context.Context, s *sub) (net.Conn, error) {
+	host := s.u.Host
+	if s.u.Port() == "" {
+		port := "80"
+		if s.u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(s.u.Hostname(), port)
+	}
+	dial := s.src.Dial
+	if dial == nil {
+		var dl net.Dialer
+		dial = dl.DialContext
+	}
+	conn, err := dial(ctx, "tcp", host)
+	if err != nil {
+		return nil, err
+	}
+	if s.u.Scheme == "https" {
+		tc := tls.Client(conn, &tls.Config{ServerName: s.u.Hostname(), NextProtos: []string{"http/1.1"}})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+	return conn, nil
+}
+
+func hashFile(f *os.File) ([]byte, error) {
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62)); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
+}
