@@ -43,6 +43,7 @@ func commands() []command {
 		{"router", "HTTP request router: 302, proxy, handoff and DNS redirection to surrogates", runRouter},
 		{"demo", "bring up an emulated world and compare direct vs mosto transfers", runDemo},
 		{"bench", "benchmarks (bench proxy, bench transfer)", runBench},
+		{"get", "download one object from several mirrors over several paths (mmFTP)", runGet},
 	}
 }
 

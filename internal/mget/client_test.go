@@ -9,6 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/socks5"
 )
 
 // serve runs h on a loopback listener until the test ends.
@@ -303,4 +307,61 @@ func TestHelperGet(t *testing.T) {
 		t.Skip("helper process of TestGetResumeAfterKill")
 	}
 	Get(context.Background(), Config{Sources: sources(url), Out: os.Getenv("MGET_HELPER_OUT"), Block: 64 << 10})
+}
+
+// TestGetViaSOCKS5 downloads through a SOCKS5 entry (the server side of
+// internal/socks5, as the relay's entry runs it) and directly at once: two
+// paths to one source.
+func TestGetViaSOCKS5(t *testing.T) {
+	const size = 2 << 20
+	_, a := startOrigin(t, 0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flows atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				req, err := socks5.Handshake(ctx, c, socks5.Config{})
+				if err != nil {
+					return
+				}
+				up, err := net.Dial("tcp", req.Target)
+				if err != nil {
+					socks5.Reply(c, socks5.ReplyCode(err), netip.AddrPort{})
+					return
+				}
+				defer up.Close()
+				flows.Add(1)
+				socks5.Reply(c, socks5.Succeeded, netip.AddrPort{})
+				stop := context.AfterFunc(ctx, func() { c.Close(); up.Close() })
+				defer stop()
+				go func() { io.Copy(up, c); up.Close() }()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	url := a + fmt.Sprintf("/obj?size=%d", size)
+	out := filepath.Join(t.TempDir(), "f")
+	st, err := Get(context.Background(), Config{Sources: []Source{{URL: url}, {URL: url, Path: "via", Dial: ViaSOCKS5(ln.Addr().String())}}, Out: out, Block: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, out, size)
+	if flows.Load() == 0 || st.Subflows[1].Bytes+st.Subflows[1].DupBytes == 0 {
+		t.Errorf("no bytes through the SOCKS5 entry: %d flows, %+v", flows.Load(), st.Subflows[1])
+	}
 }

@@ -1,0 +1,95 @@
+package mget
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+)
+
+// ViaSOCKS5 returns a Dial that reaches addr through the SOCKS5 entry at
+// entry (no authentication): the local mosto proxy, which carries the flow
+// over the overlay's chain to the source.
+func ViaSOCKS5(entry string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", entry)
+		if err != nil {
+			return nil, fmt.Errorf("socks5 entry %s: %w", entry, err)
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			conn.SetDeadline(dl)
+		} else {
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+		}
+		if err := socksConnect(conn, addr); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("socks5 entry %s to %s: %w", entry, addr, err)
+		}
+		conn.SetDeadline(time.Time{})
+		return conn, nil
+	}
+}
+
+// socksConnect runs the client side of an RFC 1928 CONNECT to host:port
+// with no authentication.
+func socksConnect(rw io.ReadWriter, addr string) error {
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		return fmt.Errorf("port %q: %w", ps, err)
+	}
+	if _, err := rw.Write([]byte{5, 1, 0}); err != nil {
+		return err
+	}
+	var b [262]byte
+	if _, err := io.ReadFull(rw, b[:2]); err != nil {
+		return err
+	}
+	if b[0] != 5 || b[1] != 0 {
+		return fmt.Errorf("entry refused the no-authentication method (%d %d)", b[0], b[1])
+	}
+	req := []byte{5, 1, 0}
+	if ip := net.ParseIP(host); ip != nil && ip.To4() != nil {
+		req = append(append(req, 1), ip.To4()...)
+	} else if ip != nil {
+		req = append(append(req, 4), ip.To16()...)
+	} else {
+		if len(host) > 255 {
+			return fmt.Errorf("host name too long")
+		}
+		req = append(append(req, 3, byte(len(host))), host...)
+	}
+	req = binary.BigEndian.AppendUint16(req, uint16(port))
+	if _, err := rw.Write(req); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(rw, b[:4]); err != nil {
+		return err
+	}
+	if b[0] != 5 || b[1] != 0 {
+		return fmt.Errorf("entry replied %d", b[1])
+	}
+	var n int
+	switch b[3] {
+	case 1:
+		n = 4 + 2
+	case 4:
+		n = 16 + 2
+	case 3:
+		if _, err := io.ReadFull(rw, b[:1]); err != nil {
+			return err
+		}
+		n = int(b[0]) + 2
+	default:
+		return fmt.Errorf("reply address type %d", b[3])
+	}
+	_, err = io.ReadFull(rw, b[:n])
+	return err
+}
