@@ -17,12 +17,6 @@ import (
 	"github.com/mosto-net/mosto/internal/mget"
 )
 
-// listFlag collects a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
-
 // runGet is `mosto get URL [URL...]`: one object from its mirrors, over
 // several paths each (internal/mget).
 func runGet(ctx context.Context, env *Env, args []string) error {
