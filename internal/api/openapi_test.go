@@ -34,6 +34,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 		"TableFile": pathcomp.TableFile{}, "ChainEntry": pathcomp.ChainEntry{},
 		"DestTarget": api.DestTarget{}, "Destination": api.Destination{}, "DestSample": api.DestSample{},
 		"DestinationList": api.DestinationList{}, "ProxyStats": api.ProxyStats{},
+		"Paths": api.Paths{}, "PathChain": api.PathChain{},
 	}
 	for name, v := range types {
 		s, ok := doc.Components.Schemas[name]
@@ -60,7 +61,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 	}
 	for _, p := range []string{api.PathJoin, api.PathFEPs, api.PathFEPs + "/{id}", api.PathFEPs + "/{id}/targets",
 		api.PathReports, api.PathTables + "{lop}", api.PathMatrix, api.PathHealth, api.PathMetrics, api.PathOpenAPI,
-		api.PathDestinations, api.PathDestinations + "/{id}"} {
+		api.PathDestinations, api.PathDestinations + "/{id}", api.PathPaths} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("openapi.yaml has no path %s", p)
 		}

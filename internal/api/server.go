@@ -112,6 +112,7 @@ func NewHandler(cfg ServerConfig) http.Handler {
 	route("POST", PathReports, s.report, false)
 	route("GET", PathTables+"{lop}", s.table, false)
 	route("GET", PathMatrix, s.matrix, false)
+	route("GET", PathPaths, s.paths, false)
 	route("GET", PathDestinations, s.listDestinations, false)
 	route("POST", PathDestinations, s.registerDestination, false)
 	route("DELETE", PathDestinations+"/{id}", s.deleteDestination, false)
@@ -121,7 +122,7 @@ func NewHandler(cfg ServerConfig) http.Handler {
 		mux.Handle("GET "+PathMetrics, s.guard(cfg.Metrics.ServeHTTP, false))
 	}
 	for _, p := range []string{PathJoin, PathFEPs, PathFEPs + "/{id}", PathFEPs + "/{id}/targets", PathReports,
-		PathTables + "{lop}", PathMatrix, PathHealth, PathOpenAPI, PathDestinations, PathDestinations + "/{id}"} {
+		PathTables + "{lop}", PathMatrix, PathPaths, PathHealth, PathOpenAPI, PathDestinations, PathDestinations + "/{id}"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s", r.Method, r.URL.Path))
 		})
