@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 )
 
 // Section is the `controller:` section of a proxy configuration file
-// (YAML). The FEP id and hop address come from the rest of the proxy
+// (YAML), and its only definition: `mosto proxy` decodes the file into
+// relay.Config beside a *Section (internal/cli) and checks what spans both
+// there. The FEP id and hop address come from the rest of the proxy
 // configuration; Config combines them.
 //
 //	controller:
@@ -29,6 +32,7 @@ import (
 //	  lon: 8.68
 //	  probe_interval: 10s
 //	  probe_method: udp                 # udp (echo endpoint) or tcp (handshake to probe_addr)
+//	  probe_unreachable_after: 3        # failed rounds before a peer is reported unreachable
 type Section struct {
 	URL           string        `yaml:"url"`
 	Token         string        `yaml:"token"`
@@ -43,24 +47,56 @@ type Section struct {
 	Lon           float64       `yaml:"lon"`
 	ProbeInterval time.Duration `yaml:"probe_interval"`
 	ProbeMethod   string        `yaml:"probe_method"`
+	// ProbeUnreachableAfter is how many failed probe rounds in a row make a
+	// peer reported unreachable (it then leaves the chains); 0: 3.
+	ProbeUnreachableAfter int `yaml:"probe_unreachable_after"`
+}
+
+// MaxUnreachableAfter bounds probe_unreachable_after.
+const MaxUnreachableAfter = 100
+
+// Validate checks the section on its own (what needs the rest of the proxy
+// configuration is checked by Config and by its reader).
+func (s Section) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if s.URL == "" {
+		bad("controller.url: required")
+	}
+	if s.DataDir == "" {
+		bad("controller.data_dir: required")
+	}
+	if s.Token != "" && s.TokenFile != "" {
+		bad("controller: token and token_file are exclusive")
+	}
+	if s.ProbeListen == "off" && s.ProbeAddr == "" {
+		bad("controller.probe_addr: required when probe_listen is off (peers must reach some endpoint)")
+	}
+	switch s.ProbeMethod {
+	case "", "udp", "tcp":
+	default:
+		bad("controller.probe_method %q: want udp or tcp", s.ProbeMethod)
+	}
+	if s.ProbeInterval < 0 {
+		bad("controller.probe_interval %v: must be positive", s.ProbeInterval)
+	}
+	if s.ProbeUnreachableAfter < 0 || s.ProbeUnreachableAfter > MaxUnreachableAfter {
+		bad("controller.probe_unreachable_after: %d is not 0-%d (0: the default, 3)", s.ProbeUnreachableAfter, MaxUnreachableAfter)
+	}
+	return errors.Join(errs...)
 }
 
 // Config turns the section into an agent Config for FEP id whose hop
 // listener is hopListen (used as the advertised hop address unless
-// hop_addr is set).
-func (s Section) Config(id, hopListen string) (Config, error) {
-	if s.URL == "" {
-		return Config{}, errors.New("controller.url: required")
-	}
-	if s.DataDir == "" {
-		return Config{}, errors.New("controller.data_dir: required")
-	}
-	if s.Token != "" && s.TokenFile != "" {
-		return Config{}, errors.New("controller: token and token_file are exclusive")
+// hop_addr is set). dir resolves relative data_dir and token_file names
+// (the proxy configuration file's directory).
+func (s Section) Config(id, hopListen, dir string) (Config, error) {
+	if err := s.Validate(); err != nil {
+		return Config{}, err
 	}
 	tok := s.Token
 	if s.TokenFile != "" {
-		b, err := os.ReadFile(s.TokenFile)
+		b, err := os.ReadFile(inDir(dir, s.TokenFile))
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			// Fine once joined: the token file may be deleted after the join.
@@ -85,31 +121,29 @@ func (s Section) Config(id, hopListen string) (Config, error) {
 	if adv == "" {
 		adv = listen
 	}
-	if listen == "off" && s.ProbeAddr == "" {
-		return Config{}, errors.New("controller.probe_addr: required when probe_listen is off (peers must reach some endpoint)")
-	}
 	var m probe.Measurer
-	switch s.ProbeMethod {
-	case "", "udp":
-	case "tcp":
+	if s.ProbeMethod == "tcp" {
 		m = probe.TCPHandshake{}
-	default:
-		return Config{}, fmt.Errorf("controller.probe_method %q: want udp or tcp", s.ProbeMethod)
-	}
-	if s.ProbeInterval < 0 {
-		return Config{}, fmt.Errorf("controller.probe_interval %v: must be positive", s.ProbeInterval)
 	}
 	cfg := Config{
 		Controller:  s.URL,
 		Token:       tok,
-		DataDir:     s.DataDir,
+		DataDir:     inDir(dir, s.DataDir),
 		LoP:         s.LoP,
 		ProbeListen: listen,
 		FEP:         api.FEP{ID: id, HopAddr: hop, ProbeAddr: adv, Location: s.Location, Lat: s.Lat, Lon: s.Lon},
-		Probe:       probe.Config{Measurer: m, Interval: s.ProbeInterval},
+		Probe:       probe.Config{Measurer: m, Interval: s.ProbeInterval, UnreachableAfter: s.ProbeUnreachableAfter},
 	}
 	if err := cfg.FEP.Validate(); err != nil {
 		return Config{}, fmt.Errorf("controller: %w", err)
 	}
 	return cfg, nil
+}
+
+// inDir resolves a relative file name p against dir.
+func inDir(dir, p string) string {
+	if p == "" || dir == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
 }

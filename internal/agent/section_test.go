@@ -64,7 +64,7 @@ probe_method: tcp
 			err := dec.Decode(&s)
 			var c Config
 			if err == nil {
-				c, err = s.Config("fra", tt.hop)
+				c, err = s.Config("fra", tt.hop, "")
 			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/agent"
-	"github.com/mosto-net/mosto/internal/api"
-	"github.com/mosto-net/mosto/internal/probe"
 	"github.com/mosto-net/mosto/internal/relay"
 )
 
@@ -38,15 +35,14 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	if *config == "" {
 		return usageErrorf("--config is required")
 	}
-	cfg, err := relay.LoadConfig(*config)
+	pf, err := loadProxyFile(*config)
 	if err != nil {
 		return err
 	}
-	var acfg *agent.Config
-	if cfg.Controller != nil {
-		if acfg, err = agentConfig(cfg); err != nil {
-			return err
-		}
+	cfg := &pf.Config
+	acfg, err := pf.agentConfig()
+	if err != nil {
+		return err
 	}
 	if *check {
 		if err := relay.Check(cfg); err != nil {
@@ -134,36 +130,4 @@ func runAgent(ctx context.Context, wg *sync.WaitGroup, env *Env, ag *agent.Agent
 	if err := ag.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		env.Log.Error("controller agent stopped; serving with the last table", "err", err)
 	}
-}
-
-// agentConfig maps the proxy config's controller section to the agent's.
-func agentConfig(cfg *relay.Config) (*agent.Config, error) {
-	cc := cfg.Controller
-	token, err := cfg.ControllerToken()
-	if err != nil {
-		return nil, err
-	}
-	hopAddr := cc.HopAddr
-	if hopAddr == "" {
-		hopAddr = cfg.Hop.Listen
-		if h, _, err := net.SplitHostPort(hopAddr); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
-			return nil, fmt.Errorf("controller.hop_addr: required when hop.listen (%s) has no specific host", hopAddr)
-		}
-	}
-	ac := &agent.Config{
-		Controller:  cc.URL,
-		Token:       token,
-		DataDir:     cfg.Path(cc.DataDir),
-		LoP:         cc.LoP,
-		ProbeListen: cc.ProbeListen,
-		FEP: api.FEP{
-			ID: cfg.ID, HopAddr: hopAddr, ProbeAddr: cc.ProbeAddr,
-			Location: cc.Location, Lat: cc.Lat, Lon: cc.Lon,
-		},
-		Probe: probe.Config{Interval: time.Duration(cc.ProbeInterval), UnreachableAfter: cc.ProbeUnreachableAfter},
-	}
-	if err := ac.FEP.Validate(); err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
-	return ac, nil
 }

@@ -54,7 +54,7 @@ func (s *Server) bind() error {
 		return nil
 	}
 	if a := s.cfg.Hop.Listen; a != "" {
-		if s.overlay.kr == nil && s.cfg.Controller == nil {
+		if s.overlay.kr == nil && !s.cfg.Managed {
 			return errors.New("hop.listen needs keys.current")
 		}
 		if err := listen(a, &listener{kind: kindHop}); err != nil {

@@ -53,9 +53,12 @@ type Config struct {
 	SOCKS5      *SOCKS5Config   `yaml:"socks5"`
 	HTTPConnect *ConnectConfig  `yaml:"http_connect"`
 
-	// Controller, if set, joins this proxy to a mosto controller: `mosto
-	// proxy` runs the agent, which supplies chains, members and keys.
-	Controller *ControllerConfig `yaml:"controller"`
+	// Managed means a controller agent supplies chains, members and keys
+	// at run time (SetChains, SetMemberSource, SetKeySource), so members,
+	// keys and table may be missing. It is not part of this package's YAML:
+	// `mosto proxy` sets it for a file with a `controller:` section, which
+	// internal/agent owns (agent.Section).
+	Managed bool `yaml:"-"`
 
 	Timeouts TimeoutConfig `yaml:"timeouts"`
 	Limits   LimitConfig   `yaml:"limits"`
@@ -159,30 +162,6 @@ type ConnectConfig struct {
 	Users  map[string]string `yaml:"users"` // basic auth; empty: none
 	Allow  []string          `yaml:"allow"`
 	Size   Size              `yaml:"size"`
-}
-
-// ControllerConfig is the controller section: how the agent (internal/agent)
-// joins, registers this FEP and follows its lookup proxy's chain table.
-type ControllerConfig struct {
-	URL       string `yaml:"url"`        // https://host:port (http:// for labs: no join, no TLS)
-	Token     string `yaml:"token"`      // join token from `mosto token create`, until joined
-	TokenFile string `yaml:"token_file"` // or the token in a file
-	DataDir   string `yaml:"data_dir"`   // key, certificates, last table
-	LoP       string `yaml:"lop"`        // lookup proxy whose table to use; empty: this FEP
-	// HopAddr is the hop address announced to the other FEPs; empty: hop.listen.
-	HopAddr string `yaml:"hop_addr"`
-	// ProbeAddr is the announced UDP measurement endpoint (host:port).
-	ProbeAddr string `yaml:"probe_addr"`
-	// ProbeListen is where the measurement endpoint listens; empty:
-	// probe_addr; "off": none.
-	ProbeListen   string   `yaml:"probe_listen"`
-	ProbeInterval Duration `yaml:"probe_interval"` // between probe rounds; 0: the agent's default
-	// ProbeUnreachableAfter is how many failed probe rounds in a row make a
-	// peer reported unreachable (it then leaves the chains); 0: 3.
-	ProbeUnreachableAfter int     `yaml:"probe_unreachable_after"`
-	Location              string  `yaml:"location"` // free text
-	Lat                   float64 `yaml:"lat"`
-	Lon                   float64 `yaml:"lon"`
 }
 
 // TimeoutConfig groups the daemon's timeouts.
@@ -333,34 +312,53 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // ParseConfig decodes a YAML config strictly (unknown keys are errors with
-// their line) and validates it. dir resolves relative file names.
+// their line) and validates it. dir resolves relative file names. A file
+// with other sections beside the daemon's (`controller:`) is composed by
+// its reader: start from FileDefaults, DecodeYAML, SetDir, Validate.
 func ParseConfig(r io.Reader, dir string) (*Config, error) {
-	data, err := io.ReadAll(io.LimitReader(r, 16<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+	cfg := FileDefaults()
+	if err := DecodeYAML(r, &cfg); err != nil {
+		return nil, err
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	// A config file gets the levers that are safe with any peer (docs/proxy.md,
-	// "Defaults"): hop pools and TCP Fast Open. Set pool.hop: 0 or
-	// socket.fastopen: false to turn them off.
-	cfg := Config{Pool: PoolConfig{Hop: DefaultPoolHop}, Socket: SocketConfig{FastOpen: true}}
-	if err := dec.Decode(&cfg); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("config is empty")
-		}
-		return nil, fmt.Errorf("decode config: %w", err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("config holds more than one YAML document")
-	}
-	cfg.dir = dir
+	cfg.SetDir(dir)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
 }
+
+// FileDefaults is the Config a configuration file starts from. A config
+// file gets the levers that are safe with any peer (docs/proxy.md,
+// "Defaults"): hop pools and TCP Fast Open. Set pool.hop: 0 or
+// socket.fastopen: false to turn them off.
+func FileDefaults() Config {
+	return Config{Pool: PoolConfig{Hop: DefaultPoolHop}, Socket: SocketConfig{FastOpen: true}}
+}
+
+// DecodeYAML decodes r (at most 16 MiB) as exactly one YAML document into
+// v, strictly: an unknown key is an error naming its line.
+func DecodeYAML(r io.Reader, v any) error {
+	data, err := io.ReadAll(io.LimitReader(r, 16<<20))
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errors.New("config is empty")
+		}
+		return fmt.Errorf("decode config: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return errors.New("config holds more than one YAML document")
+	}
+	return nil
+}
+
+// SetDir sets the directory relative file names are resolved against.
+func (c *Config) SetDir(dir string) { c.dir = dir }
 
 // Validate checks the config for errors an operator must fix. It does not
 // read key or table files (New does).
@@ -383,24 +381,7 @@ func (c *Config) Validate() error {
 			bad("members.%s: %v", id, err)
 		}
 	}
-	managed := c.Controller != nil // members and keys may come from the controller
-	if cc := c.Controller; cc != nil {
-		if cc.URL == "" {
-			bad("controller.url: missing")
-		}
-		if cc.DataDir == "" {
-			bad("controller.data_dir: missing")
-		}
-		if cc.Token != "" && cc.TokenFile != "" {
-			bad("controller: set at most one of token and token_file")
-		}
-		if cc.HopAddr == "" && c.Hop.Listen == "" {
-			bad("controller.hop_addr: missing (no hop.listen to default to)")
-		}
-		if cc.ProbeUnreachableAfter < 0 || cc.ProbeUnreachableAfter > 100 {
-			bad("controller.probe_unreachable_after: %d is not 0-100 (0: the default, 3)", cc.ProbeUnreachableAfter)
-		}
-	}
+	managed := c.Managed // members and keys may come from the controller
 	if c.Keys.Current == nil {
 		if !managed && (len(c.Members) > 0 || c.Hop.Listen != "") {
 			bad("keys.current: missing (needed to sign and verify hop headers)")
@@ -495,8 +476,6 @@ func (c *Config) Validate() error {
 	case lop == "":
 	case lop == c.ID:
 		bad("lop: %q is this FEP's id; omit lop to look chains up locally", lop)
-	case c.Controller != nil && c.Controller.LoP != "":
-		bad("lop: set at most one of lop (a remote LoP completes each flow's route) and controller.lop (this FEP looks chains up in that LoP's table)")
 	case !managed && c.Members[lop] == "":
 		bad("lop: %q is not a member", lop)
 	}
@@ -505,9 +484,6 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers < 0 || c.Workers > MaxWorkers {
 		bad("workers: %d, want 0-%d", c.Workers, MaxWorkers)
-	}
-	if c.Workers > 1 && c.Controller != nil {
-		bad("workers: %d with a controller section: each worker would run its own agent; run one process", c.Workers)
 	}
 	return errors.Join(errs...)
 }
@@ -547,22 +523,8 @@ func (k *KeyConfig) secret(dir string) ([]byte, error) {
 // Path resolves a file name of the config against the config's directory.
 func (c *Config) Path(p string) string { return c.path(p) }
 
-// ControllerToken returns the join token of the controller section (from
-// token or token_file; "" when neither is set).
-func (c *Config) ControllerToken() (string, error) {
-	cc := c.Controller
-	if cc == nil || cc.TokenFile == "" {
-		if cc == nil {
-			return "", nil
-		}
-		return cc.Token, nil
-	}
-	b, err := os.ReadFile(c.path(cc.TokenFile))
-	if err != nil {
-		return "", fmt.Errorf("controller.token_file: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
+// Dir is the directory relative file names are resolved against.
+func (c *Config) Dir() string { return c.dir }
 
 func (c *Config) path(p string) string {
 	if p == "" || filepath.IsAbs(p) {

@@ -59,18 +59,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"connect user colon", "id: a\nhttp_connect: {listen: ':1', users: {'a:b': x}}\n", "http_connect.users"},
 		{"negative limit", "id: a\nlimits: {max_conns: -1}\n", "limits"},
 		{"wrong type", "id: [a]\n", "cannot unmarshal"},
-		{"controller url", "id: a\ncontroller: {data_dir: d, hop_addr: 'h:1'}\n", "controller.url: missing"},
-		{"controller data", "id: a\ncontroller: {url: 'http://c:1', hop_addr: 'h:1'}\n", "controller.data_dir: missing"},
-		{"controller hop", "id: a\ncontroller: {url: 'http://c:1', data_dir: d}\n", "controller.hop_addr"},
-		{"controller token", "id: a\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', token: x, token_file: y}\n", "at most one"},
-		{"controller unreachable after", "id: a\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', probe_unreachable_after: -1}\n", "probe_unreachable_after"},
 		{"lop not member", "id: a\nmembers: {b: 'h:1'}\nlop: z\n" + keys, "lop: \"z\" is not a member"},
 		{"lop is self", "id: a\nmembers: {b: 'h:1'}\nlop: a\n" + keys, "lop: \"a\" is this FEP's id"},
-		{"lop and controller.lop", "id: a\nlop: b\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1', lop: c}\n", "set at most one of lop"},
 		{"lop without keys", "id: a\nmembers: {b: 'h:1'}\nlop: b\n", "keys.current: missing"},
 		{"negative workers", "id: a\nworkers: -1\n", "workers: -1"},
 		{"too many workers", "id: a\nworkers: 65\n", "workers: 65, want 0-64"},
-		{"workers with controller", "id: a\nworkers: 2\ncontroller: {url: 'http://c:1', data_dir: d, hop_addr: 'h:1'}\n", "workers: 2 with a controller"},
 		{"loops too low", "id: a\nloops: -2\n", "loops: -2"},
 		{"too many loops", "id: a\nloops: 257\n", "loops: 257"},
 		{"reuseport not bool", "id: a\nsocket: {reuseport: maybe}\n", "cannot unmarshal"},
@@ -84,21 +77,27 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
-// TestManagedConfig checks that with a controller section members and keys
-// may come later: a hop listener without keys and an EgP outside members
-// are accepted.
+// TestManagedConfig checks that a managed config (a controller agent
+// supplies members and keys later) accepts a hop listener without keys and
+// an EgP outside members, which an unmanaged one refuses; and that this
+// package's YAML has no controller section (internal/agent owns it).
 func TestManagedConfig(t *testing.T) {
-	y := "id: a\nhop: {listen: '127.0.0.1:0'}\negress: {default: z}\ncontroller: {url: 'http://c:1', data_dir: d, token_file: tok}\n"
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "tok"), []byte(" secret-token\n"), 0o600)
-	cfg, err := ParseConfig(strings.NewReader(y), dir)
-	if err != nil {
+	y := "id: a\nhop: {listen: '127.0.0.1:0'}\negress: {default: z}\n"
+	if _, err := ParseConfig(strings.NewReader(y), "."); err == nil {
+		t.Fatal("unmanaged config without keys accepted")
+	}
+	if _, err := ParseConfig(strings.NewReader(y+"controller: {url: 'http://c:1'}\n"), "."); err == nil || !strings.Contains(err.Error(), "field controller not found") {
+		t.Fatalf("ParseConfig with a controller section = %v; want it unknown here", err)
+	}
+	cfg := FileDefaults()
+	if err := DecodeYAML(strings.NewReader(y), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	if tok, err := cfg.ControllerToken(); err != nil || tok != "secret-token" {
-		t.Errorf("ControllerToken = %q, %v", tok, err)
+	cfg.Managed = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
 	}
-	s, err := New(cfg, nil)
+	s, err := New(&cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
