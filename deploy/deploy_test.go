@@ -22,7 +22,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/mosto-net/mosto/internal/cli"
-	"github.com/mosto-net/mosto/internal/relay"
 )
 
 // exportedMetrics returns every metric name mosto exports: the mosto_*
@@ -543,7 +542,7 @@ func TestKubernetesManifests(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := relay.LoadConfig(path)
+	cfg, err := cli.LoadProxyFile(path)
 	if err != nil {
 		t.Fatalf("the DaemonSet's proxy.yaml does not load: %v", err)
 	}

@@ -35,7 +35,7 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	if *config == "" {
 		return usageErrorf("--config is required")
 	}
-	pf, err := loadProxyFile(*config)
+	pf, err := LoadProxyFile(*config)
 	if err != nil {
 		return err
 	}

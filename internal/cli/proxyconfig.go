@@ -11,34 +11,34 @@ import (
 	"github.com/mosto-net/mosto/internal/relay"
 )
 
-// proxyFile is a `mosto proxy` configuration file: the daemon's settings,
+// ProxyFile is a `mosto proxy` configuration file: the daemon's settings,
 // which internal/relay defines and checks, and the optional `controller:`
 // section, which internal/agent defines and checks (agent.Section). This
 // file only composes them and checks what spans both (Validate).
-type proxyFile struct {
+type ProxyFile struct {
 	relay.Config `yaml:",inline"`
 	Controller   *agent.Section `yaml:"controller"`
 }
 
-// loadProxyFile reads and validates a proxy configuration file. Relative
+// LoadProxyFile reads and validates a proxy configuration file. Relative
 // file names in it are resolved against the file's directory.
-func loadProxyFile(path string) (*proxyFile, error) {
+func LoadProxyFile(path string) (*ProxyFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	defer f.Close()
-	pf, err := parseProxyFile(f, filepath.Dir(path))
+	pf, err := ParseProxyFile(f, filepath.Dir(path))
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return pf, nil
 }
 
-// parseProxyFile decodes a proxy configuration strictly (an unknown key in
+// ParseProxyFile decodes a proxy configuration strictly (an unknown key in
 // any section is an error with its line) and validates it.
-func parseProxyFile(r io.Reader, dir string) (*proxyFile, error) {
-	pf := &proxyFile{Config: relay.FileDefaults()}
+func ParseProxyFile(r io.Reader, dir string) (*ProxyFile, error) {
+	pf := &ProxyFile{Config: relay.FileDefaults()}
 	if err := relay.DecodeYAML(r, pf); err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func parseProxyFile(r io.Reader, dir string) (*proxyFile, error) {
 
 // Validate checks each section with its owner's Validate, then what spans
 // the daemon's settings and the controller section.
-func (pf *proxyFile) Validate() error {
+func (pf *ProxyFile) Validate() error {
 	errs := []error{pf.Config.Validate()}
 	if cc := pf.Controller; cc != nil {
 		errs = append(errs, cc.Validate())
@@ -71,7 +71,7 @@ func (pf *proxyFile) Validate() error {
 
 // agentConfig is the controller agent's configuration, or nil without a
 // controller section.
-func (pf *proxyFile) agentConfig() (*agent.Config, error) {
+func (pf *ProxyFile) agentConfig() (*agent.Config, error) {
 	if pf.Controller == nil {
 		return nil, nil
 	}

@@ -33,9 +33,9 @@ func TestProxyFileErrors(t *testing.T) {
 		{"daemon unknown key", "id: a\nhop:\n  listen: :1\n  bogus: 1\n" + keys, "line 4: field bogus not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseProxyFile(strings.NewReader(tc.yaml), ".")
+			_, err := ParseProxyFile(strings.NewReader(tc.yaml), ".")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("parseProxyFile = %v; want error containing %q", err, tc.want)
+				t.Errorf("ParseProxyFile = %v; want error containing %q", err, tc.want)
 			}
 		})
 	}
@@ -75,7 +75,7 @@ controller:
 	if !strings.Contains(stdout.String(), ": ok") {
 		t.Errorf("stdout = %q", stdout.String())
 	}
-	pf, err := loadProxyFile(path)
+	pf, err := LoadProxyFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func FuzzProxyFile(f *testing.F) {
 	f.Add("id: a\nworkers: 2\nhop: {listen: ':1'}\nkeys: {current: {id: 1, secret_hex: 00}}\n")
 	f.Add("controller: [1, 2]\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		pf, err := parseProxyFile(strings.NewReader(s), t.TempDir())
+		pf, err := ParseProxyFile(strings.NewReader(s), t.TempDir())
 		if err != nil {
 			return
 		}
