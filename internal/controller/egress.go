@@ -205,7 +205,7 @@ func (c *Controller) DestTargets(ctx context.Context, id string) ([]api.DestTarg
 	}
 	defer c.mu.Unlock()
 	if c.destTargets == nil {
-		c.destTargets = chooseDestTargets(c.feps, c.destinationsLocked(), c.cfg.Targets.Dests)
+		c.destTargets = chooseDestTargets(c.feps, c.destinationsLocked(), max(0, c.cfg.Targets.Dests))
 	}
 	return slices.Clone(c.destTargets[i]), nil
 }

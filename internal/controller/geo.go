@@ -51,8 +51,8 @@ func Closest(lat, lon float64, cands []api.FEP, measured func(i int) (float64, b
 
 // TargetPolicy chooses which pairs of FEPs are measured.
 type TargetPolicy struct {
-	Near int    // each FEP measures its Near nearest FEPs by distance; default 8
-	Far  int    // plus Far others chosen by a stable hash; default 2
+	Near int    // each FEP measures its Near nearest FEPs by distance; default 8, negative: none
+	Far  int    // plus Far others chosen by a stable hash; default 2, negative: none
 	Seed uint64 // changes which far pairs are chosen
 	// Dests is how many FEPs, the nearest by distance, measure each
 	// destination that has a probe address; default 8.
@@ -69,15 +69,8 @@ func (p TargetPolicy) withDefaults() TargetPolicy {
 	if p.Dests == 0 {
 		p.Dests = 8
 	}
-	if p.Dests < 0 {
-		p.Dests = 0
-	}
-	if p.Near < 0 {
-		p.Near = 0
-	}
-	if p.Far < 0 {
-		p.Far = 0
-	}
+	// Negative values (none) stay negative, so that defaults applied twice
+	// (Config and ChooseTargets) keep meaning none; users clamp at 0.
 	return p
 }
 
@@ -128,7 +121,7 @@ func ChooseTargets(feps []api.FEP, p TargetPolicy) [][]api.Target {
 			}
 			return cmp.Compare(feps[a.j].ID, feps[b.j].ID)
 		})
-		k := min(p.Near, len(cands))
+		k := max(0, min(p.Near, len(cands)))
 		for _, c := range cands[:k] {
 			reason[i][c.j] = "near"
 			if _, ok := reason[c.j][i]; !ok {
@@ -137,7 +130,7 @@ func ChooseTargets(feps []api.FEP, p TargetPolicy) [][]api.Target {
 		}
 		rest := cands[k:]
 		slices.SortFunc(rest, func(a, b cand) int { return cmp.Compare(a.hash, b.hash) })
-		for _, c := range rest[:min(p.Far, len(rest))] {
+		for _, c := range rest[:max(0, min(p.Far, len(rest)))] {
 			if _, ok := reason[i][c.j]; !ok {
 				reason[i][c.j] = "far"
 			}

@@ -1,0 +1,485 @@
+package agent
+
+// Regression tests of issue 13 (trust model and control-plane hardening)
+// against the real controller, the real API handler with mutual TLS and the
+// real pki: each one failed on the code before its fix (see
+// /work/notes/issue-13.md and docs/security.md).
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
+	ctlpkg "github.com/mosto-net/mosto/internal/controller"
+	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/pki"
+	"github.com/mosto-net/mosto/internal/store/boltstore"
+)
+
+// trustWorld is a controller (bbolt store) behind the API with mutual TLS
+// and joins, plus an admin client.
+type trustWorld struct {
+	dir    string
+	ca     *pki.CA
+	st     *boltstore.Store
+	ctl    *ctlpkg.Controller
+	srv    *httptest.Server
+	tokens pki.DirTokenStore
+	admin  *api.Client
+}
+
+func newTrustWorld(t *testing.T, cfg ctlpkg.Config) *trustWorld {
+	t.Helper()
+	w := &trustWorld{dir: t.TempDir()}
+	if _, err := pki.Init(w.dir, pki.InitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(w.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ca = ca
+	w.st, err = boltstore.Open(filepath.Join(w.dir, "controller.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.st.Close() })
+	cfg.Store = w.st
+	if cfg.Debounce == 0 {
+		cfg.Debounce = 20 * time.Millisecond
+	}
+	if cfg.Period == 0 {
+		cfg.Period = time.Hour
+	}
+	w.ctl, err = ctlpkg.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	cdone := make(chan error, 1)
+	go func() { cdone <- w.ctl.Run(cctx) }()
+	t.Cleanup(func() { ccancel(); <-cdone })
+	w.tokens = pki.DirTokenStore{Dir: pki.TokenDir(w.dir)}
+	w.srv = httptest.NewUnstartedServer(nil)
+	w.srv.Config.Handler = api.NewHandler(trustServerConfig(w.ctl, ca, w.tokens, w.st))
+	w.srv.TLS = trustTLSConfig(t, w.ctl, ca)
+	w.srv.StartTLS()
+	t.Cleanup(w.srv.Close)
+	if err := ca.IssueAdmin(w.dir, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := os.ReadFile(filepath.Join(pki.Dir(w.dir), pki.AdminCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(pki.Dir(w.dir), pki.AdminKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.admin = w.client(t, certPEM, keyPEM)
+	return w
+}
+
+func (w *trustWorld) client(t *testing.T, certPEM, keyPEM []byte) *api.Client {
+	t.Helper()
+	tcfg, err := pki.ClientTLSConfig(w.ca.PEM(), certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: tcfg}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &api.Client{BaseURL: w.srv.URL, HTTP: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
+}
+
+func (w *trustWorld) token(t *testing.T, opt pki.TokenOptions) string {
+	t.Helper()
+	tok, _, err := w.ca.CreateToken(context.Background(), w.tokens, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.String()
+}
+
+// join joins f with tok as a proxy does and returns a client that presents
+// the new certificate.
+func (w *trustWorld) join(t *testing.T, tok string, f api.FEP) (*api.Client, error) {
+	t.Helper()
+	key, keyPEM, err := pki.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := pki.NewCSR(key, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: pki.JoinTLSConfig(w.ca.Hash())}
+	defer tr.CloseIdleConnections()
+	jc := &api.Client{BaseURL: w.srv.URL, HTTP: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
+	resp, err := jc.Join(context.Background(), api.JoinRequest{Token: tok, FEP: f, CSRPEM: string(csr)})
+	if err != nil {
+		return nil, err
+	}
+	return w.client(t, []byte(resp.CertPEM), keyPEM), nil
+}
+
+func (w *trustWorld) fep(t *testing.T, id string) (api.FEP, bool) {
+	t.Helper()
+	feps, err := w.ctl.FEPs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range feps {
+		if f.ID == id {
+			return f, true
+		}
+	}
+	return api.FEP{}, false
+}
+
+var trustFEPs = map[string]api.FEP{
+	"fra": {ID: "fra", HopAddr: "127.0.0.1:7001", ProbeAddr: "127.0.0.1:8001", Lat: 50.1, Lon: 8.7},
+	"par": {ID: "par", HopAddr: "127.0.0.1:7002", ProbeAddr: "127.0.0.1:8002", Lat: 48.9, Lon: 2.4},
+	"ams": {ID: "ams", HopAddr: "127.0.0.1:7003", ProbeAddr: "127.0.0.1:8003", Lat: 52.4, Lon: 4.9},
+}
+
+// TestJoinCannotTakeOverRegisteredID (issue 13 item 1): a reusable or
+// unbound token never takes over a registered FEP id; a token bound to the
+// id may re-join it.
+func TestJoinCannotTakeOverRegisteredID(t *testing.T) {
+	w := newTrustWorld(t, ctlpkg.Config{})
+	fra := trustFEPs["fra"]
+	if _, err := w.join(t, w.token(t, pki.TokenOptions{FEP: "fra"}), fra); err != nil {
+		t.Fatalf("first join of fra: %v", err)
+	}
+	evil := fra
+	evil.HopAddr, evil.ProbeAddr = "127.0.0.1:6666", "127.0.0.1:6667"
+	for _, tc := range []struct {
+		name string
+		opt  pki.TokenOptions
+	}{
+		{"reusable", pki.TokenOptions{Reusable: true}},
+		{"single-use unbound", pki.TokenOptions{}},
+		{"bound to another id", pki.TokenOptions{FEP: "par"}},
+	} {
+		_, err := w.join(t, w.token(t, tc.opt), evil)
+		var se *api.StatusError
+		if !errors.As(err, &se) || se.Code != http.StatusForbidden {
+			t.Errorf("%s token joining the registered id fra: err = %v; want 403", tc.name, err)
+		}
+		if got, _ := w.fep(t, "fra"); got.HopAddr != fra.HopAddr {
+			t.Fatalf("after a %s token join: fra's hop_addr = %q; want %q (taken over)", tc.name, got.HopAddr, fra.HopAddr)
+		}
+	}
+	// A reusable token still joins new ids.
+	if _, err := w.join(t, w.token(t, pki.TokenOptions{Reusable: true}), trustFEPs["par"]); err != nil {
+		t.Errorf("reusable token joining a new id: %v", err)
+	}
+	// The operator re-joins fra (a new host) with a token bound to it.
+	moved := fra
+	moved.HopAddr = "127.0.0.1:7101"
+	if _, err := w.join(t, w.token(t, pki.TokenOptions{FEP: "fra"}), moved); err != nil {
+		t.Fatalf("re-join of fra with a token bound to it: %v", err)
+	}
+	if got, _ := w.fep(t, "fra"); got.HopAddr != moved.HopAddr {
+		t.Errorf("after the bound re-join: fra's hop_addr = %q; want %q", got.HopAddr, moved.HopAddr)
+	}
+}
+
+// TestDeletedFEPIsLockedOut (issue 13 item 2): deleting a FEP revokes its
+// certificate (it can neither re-register nor read anything), a FEP
+// re-joined under a bound token leaves its old certificate powerless, and a
+// FEP's certificate reads only its own table.
+func TestDeletedFEPIsLockedOut(t *testing.T) {
+	w := newTrustWorld(t, ctlpkg.Config{})
+	ctx := context.Background()
+	fra, err := w.join(t, w.token(t, pki.TokenOptions{FEP: "fra"}), trustFEPs["fra"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	par, err := w.join(t, w.token(t, pki.TokenOptions{FEP: "par"}), trustFEPs["par"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ctl.Trigger()
+	if _, err := fra.Table(ctx, "fra", 0, 10*time.Second); err != nil {
+		t.Fatalf("fra reading its own table: %v", err)
+	}
+	if tab, err := par.Table(ctx, "fra", 0, time.Second); err == nil {
+		t.Errorf("par read fra's table (version %d, keys %v); want 403", tab.Version, tab.Keys.Current != "")
+	}
+	if _, err := par.Targets(ctx, "fra"); err == nil {
+		t.Error("par read fra's probe targets; want 403")
+	}
+
+	if err := w.admin.DeleteFEP(ctx, "fra"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fra.RegisterFEP(ctx, trustFEPs["fra"]); err == nil {
+		t.Error("the deleted fra re-registered with its certificate")
+	}
+	if _, ok := w.fep(t, "fra"); ok {
+		t.Fatal("fra is registered again after its deletion")
+	}
+	if _, err := fra.Table(ctx, "fra", 0, time.Second); err == nil {
+		t.Error("the deleted fra still reads a table")
+	}
+	if _, err := fra.FEPs(ctx); err == nil {
+		t.Error("the deleted fra still lists the FEPs")
+	}
+	// The operator brings fra back with a bound token: the new certificate
+	// works, the old one stays revoked.
+	fra2, err := w.join(t, w.token(t, pki.TokenOptions{FEP: "fra"}), trustFEPs["fra"])
+	if err != nil {
+		t.Fatalf("re-join of the deleted fra with a bound token: %v", err)
+	}
+	if err := fra2.RegisterFEP(ctx, trustFEPs["fra"]); err != nil {
+		t.Errorf("the re-joined fra registering: %v", err)
+	}
+	if err := fra.RegisterFEP(ctx, trustFEPs["fra"]); err == nil {
+		t.Error("the revoked certificate of fra registered after fra re-joined")
+	}
+	// A re-join (new key) also retires the certificate it replaces.
+	par2, err := w.join(t, w.token(t, pki.TokenOptions{FEP: "par"}), trustFEPs["par"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := par.FEPs(ctx); err == nil {
+		t.Error("par's replaced certificate still works after par re-joined")
+	}
+	if _, err := par2.FEPs(ctx); err != nil {
+		t.Errorf("par's new certificate: %v", err)
+	}
+}
+
+// keyringOf returns the keyring an agent builds from a table.
+func keyringOf(t *testing.T, tab *api.Table) *hop.Keyring {
+	t.Helper()
+	s, err := newSnapshot(tab, tab.LoP)
+	if err != nil {
+		t.Fatalf("table version %d: %v", tab.Version, err)
+	}
+	if s.Keyring == nil {
+		t.Fatalf("table version %d has no keys", tab.Version)
+	}
+	return s.Keyring
+}
+
+// compatible reports whether a header signed under a verifies under b.
+func compatible(a, b *hop.Keyring) error {
+	h := &hop.Header{Route: []string{"fra", "par"}, Hop: 1, Target: "127.0.0.1:80", Time: time.Now()}
+	raw, err := h.Marshal(a)
+	if err != nil {
+		return err
+	}
+	_, err = hop.Read(bytes.NewReader(raw), b, time.Now(), time.Minute)
+	return err
+}
+
+// TestKeyRotationKeepsTablesCompatible (issue 13 item 3): while the
+// controller rotates the overlay key, a proxy on any table and a proxy on
+// the next one accept each other's headers in both directions: a proxy
+// that got the new table first never signs with a key its peers refuse.
+func TestKeyRotationKeepsTablesCompatible(t *testing.T) {
+	w := newTrustWorld(t, trustRotationConfig())
+	ctx := context.Background()
+	for _, id := range []string{"fra", "par"} {
+		if err := w.admin.RegisterFEP(ctx, trustFEPs[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tabs []*api.Table
+	since := uint64(0)
+	keys := map[string]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(keys) < 4 && time.Now().Before(deadline) {
+		// Both LoPs poll, as agents do (a poll with since=V acknowledges V).
+		for _, lop := range []string{"par"} {
+			w.admin.Table(ctx, lop, since, 0)
+		}
+		tab, err := w.admin.Table(ctx, "fra", since, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tab == nil {
+			continue
+		}
+		since = tab.Version
+		tabs = append(tabs, tab)
+		keys[tab.Keys.Current] = true
+	}
+	if len(keys) < 4 {
+		t.Fatalf("saw %d signing keys in %d tables within 30 s; want 4 (3 rotations)", len(keys), len(tabs))
+	}
+	for i := 1; i < len(tabs); i++ {
+		a, b := keyringOf(t, tabs[i-1]), keyringOf(t, tabs[i])
+		if err := compatible(b, a); err != nil {
+			t.Errorf("header signed under table %d refused by a proxy on table %d: %v", tabs[i].Version, tabs[i-1].Version, err)
+		}
+		if err := compatible(a, b); err != nil {
+			t.Errorf("header signed under table %d refused by a proxy on table %d: %v", tabs[i-1].Version, tabs[i].Version, err)
+		}
+	}
+}
+
+// switchBackend serves the API from one controller and then from another
+// (a controller whose store was lost, or moved from bbolt to etcd).
+type switchBackend struct {
+	mu sync.Mutex
+	api.Backend
+}
+
+func (s *switchBackend) get() api.Backend {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Backend
+}
+
+func (s *switchBackend) set(b api.Backend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Backend = b
+}
+
+// The methods the agent calls go to the current controller.
+func (s *switchBackend) RegisterFEP(ctx context.Context, f api.FEP) error {
+	return s.get().RegisterFEP(ctx, f)
+}
+func (s *switchBackend) FEPs(ctx context.Context) ([]api.FEP, error) { return s.get().FEPs(ctx) }
+func (s *switchBackend) Targets(ctx context.Context, id string) ([]api.Target, error) {
+	return s.get().Targets(ctx, id)
+}
+func (s *switchBackend) DestTargets(ctx context.Context, id string) ([]api.DestTarget, error) {
+	return s.get().DestTargets(ctx, id)
+}
+func (s *switchBackend) Report(ctx context.Context, r api.Report) (api.ReportResult, error) {
+	return s.get().Report(ctx, r)
+}
+func (s *switchBackend) WaitTable(ctx context.Context, lop string, since uint64) (*api.EncodedTable, error) {
+	return s.get().WaitTable(ctx, lop, since)
+}
+
+// TestAgentFollowsResetController (issue 13 item 6): after the controller's
+// store is replaced by an empty one (versions start again from 1), the
+// agent installs the new controller's tables instead of keeping its stale
+// one forever.
+func TestAgentFollowsResetController(t *testing.T) {
+	old := newTrustWorld(t, ctlpkg.Config{})
+	fresh := newTrustWorld(t, ctlpkg.Config{})
+	ctx := context.Background()
+	sw := &switchBackend{Backend: old.ctl}
+	srv := httptest.NewUnstartedServer(api.NewHandler(trustServerConfig(sw, old.ca, old.tokens, old.st)))
+	srv.TLS = trustTLSConfig(t, old.ctl, old.ca)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	if err := old.admin.RegisterFEP(ctx, trustFEPs["par"]); err != nil {
+		t.Fatal(err)
+	}
+	f := trustFEPs["fra"]
+	f.ProbeAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
+	a, _ := startAgent(t, Config{
+		Controller: srv.URL, Token: old.token(t, pki.TokenOptions{FEP: "fra"}), DataDir: t.TempDir(), FEP: f,
+		TargetsEvery: 100 * time.Millisecond, Wait: time.Second,
+	})
+	eventually(t, "fra's table from the old controller", func() bool { return a.Members()["par"] != "" })
+	// Several versions on the old controller.
+	for i := 0; i < 3; i++ {
+		before := old.ctl.Version()
+		if err := old.admin.RegisterFEP(ctx, api.FEP{ID: "tmp", HopAddr: "127.0.0.1:7999", ProbeAddr: "127.0.0.1:8999", Lat: float64(i)}); err != nil {
+			t.Fatal(err)
+		}
+		old.ctl.Trigger()
+		eventually(t, "a new version on the old controller", func() bool { return old.ctl.Version() > before })
+	}
+	oldVersion := a.Version()
+	if err := fresh.admin.RegisterFEP(ctx, trustFEPs["ams"]); err != nil {
+		t.Fatal(err)
+	}
+	sw.set(fresh.ctl)
+	eventually(t, "fra installs the reset controller's table (ams a member)", func() bool {
+		return a.Members()["ams"] != ""
+	})
+	if a.Members()["tmp"] != "" {
+		t.Errorf("members %v still name the old controller's FEP tmp", a.Members())
+	}
+	t.Logf("old version %d, now version %d", oldVersion, a.Version())
+}
+
+// TestReportsOnlyForAssignedTargets (issue 13 item 7): a FEP's samples
+// about peers it was not asked to measure, and RTTs below the speed of
+// light in fibre between the two FEPs' coordinates, are refused and
+// counted; honest samples are kept.
+func TestReportsOnlyForAssignedTargets(t *testing.T) {
+	w := newTrustWorld(t, trustLightConfig(ctlpkg.Config{Targets: ctlpkg.TargetPolicy{Near: 1, Far: -1}}))
+	ctx := context.Background()
+	sites := []api.FEP{
+		{ID: "fra", HopAddr: "127.0.0.1:7001", ProbeAddr: "127.0.0.1:8001", Lat: 50.1, Lon: 8.7},
+		{ID: "muc", HopAddr: "127.0.0.1:7002", ProbeAddr: "127.0.0.1:8002", Lat: 48.1, Lon: 11.6},
+		{ID: "syd", HopAddr: "127.0.0.1:7003", ProbeAddr: "127.0.0.1:8003", Lat: -33.9, Lon: 151.2},
+		{ID: "mel", HopAddr: "127.0.0.1:7004", ProbeAddr: "127.0.0.1:8004", Lat: -37.8, Lon: 145.0},
+	}
+	var fra *api.Client
+	for _, f := range sites {
+		c, err := w.join(t, w.token(t, pki.TokenOptions{FEP: f.ID}), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.ID == "fra" {
+			fra = c
+		}
+	}
+	targets, err := fra.Targets(ctx, "fra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assigned := map[string]bool{}
+	for _, tg := range targets {
+		assigned[tg.ID] = true
+	}
+	if !assigned["muc"] || assigned["syd"] || assigned["mel"] {
+		t.Fatalf("fra's targets %v; want muc only (Near 1, no far)", targets)
+	}
+	now := time.Now().UTC()
+	// fra -> syd is ~16,500 km: 0.1 ms is impossible, and syd is no target.
+	res, err := fra.Report(ctx, api.Report{FEP: "fra", Samples: []api.Sample{
+		{Peer: "syd", RTTMS: 0.1, At: now},
+		{Peer: "mel", RTTMS: 300, At: now},
+	}})
+	if err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	if res.Accepted != 0 {
+		t.Errorf("report about unassigned peers: accepted %d samples; want 0", res.Accepted)
+	}
+	// fra -> muc is ~300 km: at least ~3 ms in fibre.
+	res, err = fra.Report(ctx, api.Report{FEP: "fra", Samples: []api.Sample{{Peer: "muc", RTTMS: 0.1, At: now}}})
+	if err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	if res.Accepted != 0 {
+		t.Errorf("0.1 ms fra -> muc (300 km): accepted %d; want 0 (faster than light in fibre)", res.Accepted)
+	}
+	res, err = fra.Report(ctx, api.Report{FEP: "fra", Samples: []api.Sample{{Peer: "muc", RTTMS: 9.5, At: now}}})
+	if err != nil || res.Accepted != 1 {
+		t.Errorf("honest 9.5 ms fra -> muc: %+v, %v; want 1 accepted", res, err)
+	}
+	m, err := w.ctl.Matrix(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, from := range m.Names {
+		for j, to := range m.Names {
+			if v := m.RTTMS[i][j]; i != j && v != nil && from == "fra" && (to == "syd" || to == "mel" || *v < 1) {
+				t.Errorf("matrix holds fra -> %s = %v ms", to, *v)
+			}
+		}
+	}
+}

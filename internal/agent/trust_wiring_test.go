@@ -1,0 +1,32 @@
+package agent
+
+import (
+	"crypto/tls"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/api"
+	ctlpkg "github.com/mosto-net/mosto/internal/controller"
+	"github.com/mosto-net/mosto/internal/pki"
+)
+
+// trustServerConfig wires the API as `mosto controller` does.
+func trustServerConfig(b api.Backend, ca *pki.CA, tokens pki.DirTokenStore, st pki.TokenUser) api.ServerConfig {
+	return api.ServerConfig{Backend: b, Joiner: &pki.Joiner{CA: ca, Tokens: tokens, Store: st}, RequireClientCert: true}
+}
+
+// trustTLSConfig is the controller's TLS configuration as `mosto controller` builds it.
+func trustTLSConfig(t *testing.T, ctl *ctlpkg.Controller, ca *pki.CA) *tls.Config {
+	t.Helper()
+	c, err := ca.ServerTLSConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func trustRotationConfig() ctlpkg.Config {
+	return ctlpkg.Config{KeyRotation: 300 * time.Millisecond}
+}
+
+func trustLightConfig(c ctlpkg.Config) ctlpkg.Config { return c }
