@@ -254,7 +254,10 @@ func (a *Agent) loadTable() error {
 func (a *Agent) install(s *Snapshot, persist bool) bool {
 	a.updMu.Lock()
 	defer a.updMu.Unlock()
-	if cur := a.snap.Load(); cur != nil && s.Version <= cur.Version {
+	// Versions only compare within one epoch of the controller's store: a
+	// table of another epoch (the store was lost or replaced, versions
+	// started again) replaces the current one.
+	if cur := a.snap.Load(); cur != nil && s.Version <= cur.Version && (s.Epoch == "" || s.Epoch == cur.Epoch) {
 		return false
 	}
 	if persist {
@@ -585,7 +588,11 @@ func (a *Agent) watchTable(ctx context.Context, c *api.Client) {
 	since := a.Version()
 	for {
 		tctx, cancel := context.WithTimeout(ctx, a.cfg.Wait+15*time.Second)
-		t, err := c.Table(tctx, a.cfg.LoP, since, a.cfg.Wait)
+		epoch := ""
+		if s := a.snap.Load(); s != nil {
+			epoch = s.Epoch
+		}
+		t, err := c.TableEpoch(tctx, a.cfg.LoP, since, epoch, a.cfg.Wait)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -604,7 +611,9 @@ func (a *Agent) watchTable(ctx context.Context, c *api.Client) {
 		s, err := newSnapshot(t, a.cfg.LoP)
 		if err != nil {
 			a.log.Warn("refusing an invalid table; keeping the current one", "version", t.Version, "err", err)
-			since = max(since, t.Version)
+			if cur := a.snap.Load(); cur == nil || t.Epoch == "" || t.Epoch == cur.Epoch {
+				since = max(since, t.Version)
+			}
 			continue
 		}
 		if a.install(s, true) {
@@ -616,7 +625,7 @@ func (a *Agent) watchTable(ctx context.Context, c *api.Client) {
 			default:
 			}
 		}
-		since = max(since, a.Version())
+		since = a.Version()
 	}
 }
 

@@ -103,7 +103,7 @@ func (f *fakeBackend) Report(ctx context.Context, r api.Report) (api.ReportResul
 	return api.ReportResult{Accepted: len(r.Samples)}, nil
 }
 
-func (f *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64) (*api.EncodedTable, error) {
+func (f *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64, epoch string) (*api.EncodedTable, error) {
 	for {
 		f.mu.Lock()
 		t := f.tables[lop]

@@ -17,6 +17,7 @@ import (
 // modify a Snapshot or anything it points to: readers share it without locks.
 type Snapshot struct {
 	Version uint64
+	Epoch   string            // the controller store's epoch ("" from older controllers)
 	Table   *api.Table        // as received (and persisted)
 	Index   *pathcomp.Index   // chain lookups over Table.Table
 	Members map[string]string // FEP id -> hop address
@@ -51,7 +52,7 @@ func newSnapshot(t *api.Table, lop string) (*Snapshot, error) {
 			return nil, fmt.Errorf("table version %d: member %s has no hop address", t.Version, id)
 		}
 	}
-	s := &Snapshot{Version: t.Version, Table: t, Index: ix, Members: maps.Clone(t.Members)}
+	s := &Snapshot{Version: t.Version, Epoch: t.Epoch, Table: t, Index: ix, Members: maps.Clone(t.Members)}
 	if s.Members == nil {
 		s.Members = map[string]string{}
 	}
@@ -65,7 +66,17 @@ func newSnapshot(t *api.Table, lop string) (*Snapshot, error) {
 		if ks.Previous != nil {
 			prev = &hop.Key{ID: ks.Previous.ID, Secret: ks.Previous.Secret}
 		}
-		kr, err := hop.NewKeyring(cur, prev)
+		var accept []hop.Key
+		var next *pki.OverlayKey
+		if t.Keys.Next != "" {
+			nk, err := pki.ParseOverlayKey(t.Keys.Next)
+			if err != nil {
+				return nil, fmt.Errorf("table version %d: next key: %w", t.Version, err)
+			}
+			next = &nk
+			accept = append(accept, hop.Key{ID: nk.ID, Secret: nk.Secret})
+		}
+		kr, err := hop.NewKeyringAccepting(cur, prev, accept...)
 		if err != nil {
 			return nil, fmt.Errorf("table version %d: keys: %w", t.Version, err)
 		}
@@ -73,6 +84,9 @@ func newSnapshot(t *api.Table, lop string) (*Snapshot, error) {
 		s.ProbeKeys = []probe.Key{probe.NewKey(ks.Current.ID, ks.Current.Secret)}
 		if ks.Previous != nil {
 			s.ProbeKeys = append(s.ProbeKeys, probe.NewKey(ks.Previous.ID, ks.Previous.Secret))
+		}
+		if next != nil {
+			s.ProbeKeys = append(s.ProbeKeys, probe.NewKey(next.ID, next.Secret))
 		}
 	}
 	return s, nil

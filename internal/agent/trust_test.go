@@ -363,8 +363,8 @@ func (s *switchBackend) DestTargets(ctx context.Context, id string) ([]api.DestT
 func (s *switchBackend) Report(ctx context.Context, r api.Report) (api.ReportResult, error) {
 	return s.get().Report(ctx, r)
 }
-func (s *switchBackend) WaitTable(ctx context.Context, lop string, since uint64) (*api.EncodedTable, error) {
-	return s.get().WaitTable(ctx, lop, since)
+func (s *switchBackend) WaitTable(ctx context.Context, lop string, since uint64, epoch string) (*api.EncodedTable, error) {
+	return s.get().WaitTable(ctx, lop, since, epoch)
 }
 
 // TestAgentFollowsResetController (issue 13 item 6): after the controller's

@@ -22,6 +22,7 @@ func trustTLSConfig(t *testing.T, ctl *ctlpkg.Controller, ca *pki.CA) *tls.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
+	pki.RefuseRevoked(c, ctl.Revoked)
 	return c
 }
 
@@ -29,4 +30,7 @@ func trustRotationConfig() ctlpkg.Config {
 	return ctlpkg.Config{KeyRotation: 300 * time.Millisecond}
 }
 
-func trustLightConfig(c ctlpkg.Config) ctlpkg.Config { return c }
+func trustLightConfig(c ctlpkg.Config) ctlpkg.Config {
+	c.LightBound = true
+	return c
+}

@@ -162,8 +162,18 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 // Table asks for the table of lop newer than since, waiting up to wait. It
 // returns nil and no error when no newer version came within wait (304).
 func (c *Client) Table(ctx context.Context, lop string, since uint64, wait time.Duration) (*Table, error) {
+	return c.TableEpoch(ctx, lop, since, "", wait)
+}
+
+// TableEpoch is Table for a proxy whose table is of the given store epoch
+// (empty: none): a controller of another epoch answers at once with its
+// table, whatever since says.
+func (c *Client) TableEpoch(ctx context.Context, lop string, since uint64, epoch string, wait time.Duration) (*Table, error) {
 	q := url.Values{}
 	q.Set("since", strconv.FormatUint(since, 10))
+	if epoch != "" {
+		q.Set("epoch", epoch)
+	}
 	if wait > 0 {
 		q.Set("wait", wait.String())
 	}
@@ -187,7 +197,7 @@ func (c *Client) Table(ctx context.Context, lop string, since uint64, wait time.
 	if err := json.NewDecoder(resp.Body).Decode(&t); err != nil {
 		return nil, fmt.Errorf("get table %s: decode: %w", lop, err)
 	}
-	if t.Version <= since {
+	if t.Version <= since && (epoch == "" || t.Epoch == epoch) {
 		return nil, fmt.Errorf("get table %s: controller sent version %d, not newer than %d", lop, t.Version, since)
 	}
 	return &t, nil

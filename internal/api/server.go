@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -21,6 +25,7 @@ var (
 	ErrForbidden = errors.New("forbidden")          // 403
 	ErrNotFound  = errors.New("not found")          // 404
 	ErrNoJoin    = errors.New("joins are disabled") // 501
+	ErrTooMany   = errors.New("too many requests")  // 429
 )
 
 // AdminIdentity is the client-certificate common name allowed to act for any
@@ -48,7 +53,9 @@ type Backend interface {
 	Report(ctx context.Context, r Report) (ReportResult, error)
 	// WaitTable blocks until the table of lop has a version > since and
 	// returns the newest one, or returns ctx.Err(). ErrNotFound: no such LoP.
-	WaitTable(ctx context.Context, lop string, since uint64) (*EncodedTable, error)
+	// epoch is the store epoch of the caller's table ("" none): a caller of
+	// another epoch gets the current table at once.
+	WaitTable(ctx context.Context, lop string, since uint64, epoch string) (*EncodedTable, error)
 	Matrix(ctx context.Context) (Matrix, error)
 	Health(ctx context.Context) Health
 	// RegisterDestination adds or replaces the destination d.ID.
@@ -60,10 +67,22 @@ type Backend interface {
 }
 
 // Joiner checks a join token and signs the FEP's certificate request
-// (internal/pki implements it). Its errors are answered 403, or 400 when they
-// wrap ErrInvalid.
+// (internal/pki implements it). registered says the FEP id is already
+// registered: then only a token bound to that id may join it (a reusable or
+// unbound token never takes over a registered id). Its errors are answered
+// 403, or 400 when they wrap ErrInvalid.
 type Joiner interface {
-	Join(ctx context.Context, token string, f FEP, csrPEM []byte) (JoinResponse, error)
+	Join(ctx context.Context, token string, f FEP, csrPEM []byte, registered bool) (JoinResponse, error)
+}
+
+// CertChecker is implemented by a Backend that tracks which client
+// certificate may act for each FEP (the controller): CheckCert returns an
+// error wrapping ErrForbidden when the certificate with this serial (hex)
+// may not act for FEP id, because it was revoked (its FEP was deleted, or
+// re-joined with a new key). The API calls it on every request made with a
+// FEP certificate.
+type CertChecker interface {
+	CheckCert(ctx context.Context, id, serial string) error
 }
 
 // ServerConfig configures NewHandler.
@@ -84,8 +103,10 @@ type ServerConfig struct {
 }
 
 type server struct {
-	cfg ServerConfig
-	log *slog.Logger
+	cfg    ServerConfig
+	log    *slog.Logger
+	certs  CertChecker // nil: the Backend does not track certificates
+	joinMu sync.Mutex  // one join at a time: "is the id registered" stays true until it registers
 }
 
 // NewHandler returns the HTTP handler of the controller API.
@@ -100,6 +121,7 @@ func NewHandler(cfg ServerConfig) http.Handler {
 		cfg.Identity = tlsIdentity
 	}
 	s := &server{cfg: cfg, log: cfg.Log}
+	s.certs, _ = cfg.Backend.(CertChecker)
 	mux := http.NewServeMux()
 	route := func(method, path string, h http.HandlerFunc, public bool) {
 		mux.Handle(method+" "+path, s.guard(h, public))
@@ -140,12 +162,33 @@ func tlsIdentity(r *http.Request) (string, bool) {
 	return r.TLS.VerifiedChains[0][0].Subject.CommonName, true
 }
 
+// CertSerial returns the serial number (lowercase hex) of the verified
+// client certificate of r, or "" when there is none.
+func CertSerial(r *http.Request) string {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return r.TLS.VerifiedChains[0][0].SerialNumber.Text(16)
+}
+
 func (s *server) guard(h http.HandlerFunc, public bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !public && s.cfg.RequireClientCert {
 			if _, ok := s.cfg.Identity(r); !ok {
 				writeError(w, http.StatusUnauthorized, errors.New("a client certificate signed by the controller CA is required"))
 				return
+			}
+		}
+		if s.certs != nil {
+			// Every request made with a FEP certificate, public paths
+			// included: a revoked certificate does nothing at all.
+			if who, ok := s.cfg.Identity(r); ok && who != AdminIdentity {
+				if serial := CertSerial(r); serial != "" {
+					if err := s.certs.CheckCert(r.Context(), who, serial); err != nil {
+						s.fail(w, r, err)
+						return
+					}
+				}
 			}
 		}
 		h(w, r)
@@ -193,6 +236,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, ErrNoJoin):
 		code = http.StatusNotImplemented
+	case errors.Is(err, ErrTooMany):
+		code = http.StatusTooManyRequests
 	}
 	if code == http.StatusInternalServerError {
 		s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -253,14 +298,33 @@ func (s *server) join(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: this controller has no CA", ErrNoJoin))
 		return
 	}
-	resp, err := s.cfg.Joiner.Join(r.Context(), req.Token, req.FEP, []byte(req.CSRPEM))
+	// Joins are rare: one at a time, so that two joins of one new id with
+	// a reusable token cannot both see it unregistered.
+	s.joinMu.Lock()
+	defer s.joinMu.Unlock()
+	feps, err := s.cfg.Backend.FEPs(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	registered := slices.ContainsFunc(feps, func(f FEP) bool { return f.ID == req.FEP.ID })
+	resp, err := s.cfg.Joiner.Join(r.Context(), req.Token, req.FEP, []byte(req.CSRPEM), registered)
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
 			writeError(w, http.StatusBadRequest, err)
 		} else {
+			s.log.Warn("join refused", "fep", req.FEP.ID, "registered", registered, "err", err)
 			writeError(w, http.StatusForbidden, fmt.Errorf("join refused: %w", err))
 		}
 		return
+	}
+	// The FEP record names the certificate that may act for it; a re-join
+	// retires the one it replaces.
+	req.FEP.CertSerial = ""
+	if block, _ := pem.Decode([]byte(resp.CertPEM)); block != nil {
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+			req.FEP.CertSerial = c.SerialNumber.Text(16)
+		}
 	}
 	if err := s.cfg.Backend.RegisterFEP(r.Context(), req.FEP); err != nil {
 		s.fail(w, r, err)
@@ -295,6 +359,12 @@ func (s *server) registerFEP(w http.ResponseWriter, r *http.Request) {
 	if err := s.mayActFor(r, f.ID); err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	// The certificate serial is the controller's to set: the FEP's own
+	// certificate when it registers itself, else the one on record.
+	f.CertSerial = ""
+	if who, ok := s.cfg.Identity(r); ok && who == f.ID {
+		f.CertSerial = CertSerial(r)
 	}
 	if err := s.cfg.Backend.RegisterFEP(r.Context(), f); err != nil {
 		s.fail(w, r, err)
@@ -331,6 +401,10 @@ func (s *server) deleteFEP(w http.ResponseWriter, r *http.Request) {
 func (s *server) targets(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.pathID(w, r, "id")
 	if !ok {
+		return
+	}
+	if err := s.mayActFor(r, id); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	t, err := s.cfg.Backend.Targets(r.Context(), id)
@@ -416,17 +490,28 @@ func (s *server) table(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// A table carries the overlay keys: only its LoP (and the admin)
+	// reads it.
+	if err := s.mayActFor(r, lop); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	q := r.URL.Query()
 	since, wait, err := ParseWatch(q.Get("since"), q.Get("wait"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	epoch := q.Get("epoch")
+	if len(epoch) > 64 || !isHex(epoch) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("epoch %q: want at most 64 hex digits", epoch))
+		return
+	}
 	// The Backend waits at least a moment even for wait=0, so an immediate
 	// poll sees a table that is already there.
 	ctx, cancel := context.WithTimeout(r.Context(), max(wait, time.Millisecond))
 	defer cancel()
-	t, err := s.cfg.Backend.WaitTable(ctx, lop, since)
+	t, err := s.cfg.Backend.WaitTable(ctx, lop, since, epoch)
 	if err != nil {
 		// A LoP the backend did not find is a 404 even when the lookup
 		// outlasted the wait (a slow store under load).
@@ -462,6 +547,15 @@ func (s *server) table(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(body)
+}
+
+func isHex(s string) bool {
+	for _, c := range []byte(s) {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func acceptsGzip(r *http.Request) bool {

@@ -58,7 +58,7 @@ func (b *fakeBackend) Report(ctx context.Context, r api.Report) (api.ReportResul
 	b.reports = append(b.reports, r)
 	return api.ReportResult{Accepted: len(r.Samples)}, nil
 }
-func (b *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64) (*api.EncodedTable, error) {
+func (b *fakeBackend) WaitTable(ctx context.Context, lop string, since uint64, epoch string) (*api.EncodedTable, error) {
 	if lop == "slow" { // a lookup that outlasts the wait, then finds nothing
 		<-ctx.Done()
 		return nil, fmt.Errorf("lop %s: %w", lop, api.ErrNotFound)
@@ -104,7 +104,7 @@ func (b *fakeBackend) Destinations(ctx context.Context) ([]api.DestinationStatus
 
 type denyJoiner struct{}
 
-func (denyJoiner) Join(ctx context.Context, token string, f api.FEP, csr []byte) (api.JoinResponse, error) {
+func (denyJoiner) Join(ctx context.Context, token string, f api.FEP, csr []byte, registered bool) (api.JoinResponse, error) {
 	if token == "good" {
 		return api.JoinResponse{CertPEM: "cert", CAPEM: "ca"}, nil
 	}

@@ -48,6 +48,10 @@ type FEP struct {
 	Location  string  `json:"location,omitempty"` // free text, e.g. "Frankfurt, DE"
 	Lat       float64 `json:"lat"`                // degrees, -90..90
 	Lon       float64 `json:"lon"`                // degrees, -180..180
+	// CertSerial is the serial number (hex) of the one client certificate
+	// that may act for this FEP, set by the controller at the join (and
+	// when the FEP registers itself); a FEP's own value is ignored.
+	CertSerial string `json:"cert_serial,omitempty"`
 }
 
 // Validate reports the first problem of f, or nil.
@@ -60,6 +64,9 @@ func (f FEP) Validate() error {
 	}
 	if err := validateHostPort(f.ProbeAddr); err != nil {
 		return fmt.Errorf("fep %s probe_addr: %w", f.ID, err)
+	}
+	if len(f.CertSerial) > 64 {
+		return fmt.Errorf("fep %s cert_serial: longer than 64 bytes", f.ID)
 	}
 	if len(f.Location) > 256 {
 		return fmt.Errorf("fep %s location: longer than 256 bytes", f.ID)
@@ -315,13 +322,19 @@ func validRTT(ms float64, at, now time.Time) error {
 type ReportResult struct {
 	Accepted int `json:"accepted"` // samples stored
 	Changed  int `json:"changed"`  // samples that changed an RTT significantly (trigger a recomputation)
+	// Refused samples: about peers this FEP was not asked to measure, or
+	// below the speed of light between the two FEPs' coordinates.
+	Refused int `json:"refused,omitempty"`
 }
 
 // Keys are the hop-header HMAC keys, hex encoded. Proxies sign with Current
-// and accept Current or Previous, so a rotation never breaks a flow in flight.
+// and accept Current, Previous or Next. A rotation publishes Next first and
+// makes it Current only once every LoP has it, so no proxy signs with a key
+// a peer does not know yet.
 type Keys struct {
 	Current  string `json:"current"`
 	Previous string `json:"previous,omitempty"`
+	Next     string `json:"next,omitempty"` // accept only
 }
 
 // Egress maps a destination prefix to the egress FEP (EgP) closest to it.
@@ -332,8 +345,11 @@ type Egress struct {
 
 // Table is the body of GET /v1/tables/{lop}: everything a lookup proxy needs.
 type Table struct {
-	LoP      string             `json:"lop"`
-	Version  uint64             `json:"version"` // only moves forward
+	LoP     string `json:"lop"`
+	Version uint64 `json:"version"` // only moves forward within an epoch
+	// Epoch names the controller store's life; a table of another epoch
+	// replaces the proxy's whatever its version (the store was reset).
+	Epoch    string             `json:"epoch,omitempty"`
 	Computed time.Time          `json:"computed"`
 	Keys     Keys               `json:"keys"`
 	Members  map[string]string  `json:"members"`          // FEP id -> hop_addr, every FEP named in a chain

@@ -53,6 +53,8 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	sizes := fs.String("sizes", "14KB,50KB,100KB,450KB,1MB,5MB,15MB", "transfer sizes tables carry a chain for")
 	lopMap := fs.String("lop-map", "", "YAML file: lops (the FEPs acting as LoPs), inp (InP -> LoP overrides), egress (destination prefixes)")
 	rotate := fs.Duration("key-rotation", 24*time.Hour, "rotate the hop HMAC key this often (0 disables)")
+	keySwitch := fs.Duration("key-switch-after", 2*time.Minute, "a rotation publishes the new key (accept only) and signs with it once every LoP has it, or this long after")
+	lightBound := fs.Bool("light-bound", true, "refuse RTT reports below the speed of light in fibre between the two FEPs' coordinates")
 	near := fs.Int("near", 8, "each FEP measures its N nearest peers")
 	far := fs.Int("far", 2, "plus N far peers chosen by a stable hash")
 	dests := fs.Int("dests", 8, "each destination with a probe address is measured by its N nearest FEPs (>= 1)")
@@ -172,18 +174,20 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ctl, err := controller.New(controller.Config{
-		Store:       st,
-		Period:      *period,
-		Debounce:    *debounce,
-		Sizes:       sizeList,
-		Topology:    topo,
-		Targets:     controller.TargetPolicy{Near: *near, Far: *far, Dests: *dests},
-		Model:       model,
-		MaxProxies:  *maxProxies,
-		KeyRotation: keyRotation,
-		InitialKeys: initial,
-		Log:         env.Log,
-		Metrics:     reg,
+		Store:          st,
+		Period:         *period,
+		Debounce:       *debounce,
+		Sizes:          sizeList,
+		Topology:       topo,
+		Targets:        controller.TargetPolicy{Near: *near, Far: *far, Dests: *dests},
+		Model:          model,
+		MaxProxies:     *maxProxies,
+		KeyRotation:    keyRotation,
+		KeySwitchAfter: *keySwitch,
+		LightBound:     *lightBound,
+		InitialKeys:    initial,
+		Log:            env.Log,
+		Metrics:        reg,
 	})
 	if err != nil {
 		return err
@@ -205,6 +209,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
+		pki.RefuseRevoked(tlsCfg, ctl.Revoked)
 		srv.TLSConfig = tlsCfg
 		scfg.RequireClientCert = true
 		scfg.Identity = func(r *http.Request) (string, bool) {

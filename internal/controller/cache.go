@@ -82,6 +82,17 @@ func (c *tableCache) version(lop string) uint64 {
 	return 0
 }
 
+// lops returns the LoPs that have a table.
+func (c *tableCache) lops() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.tables))
+	for lop := range c.tables {
+		out = append(out, lop)
+	}
+	return out
+}
+
 func (c *tableCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

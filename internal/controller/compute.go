@@ -185,6 +185,7 @@ type plan struct {
 	classes []sizeClass
 	lopOf   []int
 	keys    api.Keys
+	epoch   string
 	egress  []api.Egress
 	rounds  []int    // rounds of each class
 	qnames  [][]byte // JSON string of each FEP id
@@ -226,6 +227,10 @@ func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, err
 	if len(keys.Previous) > 0 {
 		p.keys.Previous = hex.EncodeToString(keys.Previous)
 	}
+	if len(keys.Next) > 0 {
+		p.keys.Next = hex.EncodeToString(keys.Next)
+	}
+	p.epoch = keys.Epoch
 	for _, cl := range p.classes {
 		p.rounds = append(p.rounds, cl.rounds)
 	}
@@ -371,6 +376,11 @@ func (p *plan) content(b []byte, l int, inps []int, sc *chainScratch) (lopConten
 	keys, err := json.Marshal(p.keys)
 	if err != nil {
 		return lopContent{}, fmt.Errorf("encode keys: %w", err)
+	}
+	if p.epoch != "" {
+		b = append(b, `"epoch":`...)
+		b = appendJSONString(b, p.epoch)
+		b = append(b, ',')
 	}
 	b = append(b, `"keys":`...)
 	b = append(b, keys...)

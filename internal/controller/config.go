@@ -54,6 +54,20 @@ type Config struct {
 	// KeyRotation is the age after which the leader rotates the hop HMAC
 	// key; default 24 h; negative disables rotation.
 	KeyRotation time.Duration
+	// KeySwitchAfter bounds the first phase of a rotation: the new key is
+	// published as accept-only and becomes the signing key once every LoP
+	// polled a table that has it, or KeySwitchAfter after it was
+	// published, whichever comes first; default 2 min (at most
+	// KeyRotation/2).
+	KeySwitchAfter time.Duration
+	// LightBound refuses (and counts) RTT samples below the speed of light
+	// in fibre (2/3 c) between the two FEPs' registered coordinates. The
+	// controller command turns it on; tests on loopback leave it off.
+	LightBound bool
+	// ReportRate and ReportBurst limit the reports of each FEP (a token
+	// bucket); defaults 5/s and 20. A report over the limit gets 429.
+	ReportRate  float64
+	ReportBurst int
 	// InitialKeys seeds the store's hop keys when it has none (the key set
 	// `mosto controller init` wrote); nil makes a fresh key.
 	InitialKeys *store.Keys
@@ -94,6 +108,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KeyRotation == 0 {
 		c.KeyRotation = 24 * time.Hour
+	}
+	if c.ReportRate <= 0 {
+		c.ReportRate = 5
+	}
+	if c.ReportBurst <= 0 {
+		c.ReportBurst = 20
+	}
+	if c.KeySwitchAfter <= 0 {
+		c.KeySwitchAfter = 2 * time.Minute
+		if c.KeyRotation > 0 {
+			c.KeySwitchAfter = min(c.KeySwitchAfter, c.KeyRotation/2)
+		}
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

@@ -3,6 +3,8 @@ package controller
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +36,7 @@ type Controller struct {
 	targets [][]api.Target
 	seen    map[[2]string]float64      // newest RTT this controller stored (seenUnreachable: unreachable), for ReportResult.Changed
 	dests   map[string]api.Destination // registered through the API, by id (a copy of the store's)
+	revoked map[string]string          // revoked certificate serial -> FEP id (a copy of the store's)
 	// destTargets are the destinations each FEP (by index in feps)
 	// measures; nil: to be chosen again.
 	destTargets [][]api.DestTarget
@@ -48,12 +51,29 @@ type Controller struct {
 	lastEgress []api.Egress
 	keys       store.Keys
 
+	lastPeerReload atomic.Int64 // unix ns of the last FEP reload caused by an unknown peer in a report
+	lastDestReload atomic.Int64 // the same for an unknown destination
+	reportLimit    *rateLimiter
+
+	epoch atomic.Pointer[string] // the store's epoch (keys record); nil: not known yet
+	// Two-phase key rotation: while a next key is published, nextVersion
+	// is the first table version that carries it (0: not written yet) and
+	// acks the highest version each LoP polled since (a poll with since=V
+	// says the LoP has V).
+	ackMu       sync.Mutex
+	nextVersion uint64
+	acks        map[string]uint64
+	acked       chan struct{} // every LoP has the next key: switch now
+
 	kick     chan struct{} // Trigger: compute now
 	dirty    chan struct{} // something changed: compute (debounced)
 	computed chan uint64   // test hook: versions written, non-blocking
 }
 
-var _ api.Backend = (*Controller)(nil)
+var (
+	_ api.Backend     = (*Controller)(nil)
+	_ api.CertChecker = (*Controller)(nil)
+)
 
 // New checks cfg and returns a Controller.
 func New(cfg Config) (*Controller, error) {
@@ -65,17 +85,21 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{
-		cfg:       cfg,
-		st:        cfg.Store,
-		log:       cfg.Log,
-		m:         newMetrics(cfg.Metrics),
-		cache:     newTableCache(),
-		seen:      make(map[[2]string]float64),
-		dests:     make(map[string]api.Destination),
-		states:    make(map[string]api.FEPState),
-		stChanged: make(chan struct{}),
-		kick:      make(chan struct{}, 1),
-		dirty:     make(chan struct{}, 1),
+		cfg:         cfg,
+		st:          cfg.Store,
+		log:         cfg.Log,
+		m:           newMetrics(cfg.Metrics),
+		cache:       newTableCache(),
+		seen:        make(map[[2]string]float64),
+		dests:       make(map[string]api.Destination),
+		revoked:     make(map[string]string),
+		states:      make(map[string]api.FEPState),
+		stChanged:   make(chan struct{}),
+		kick:        make(chan struct{}, 1),
+		acks:        make(map[string]uint64),
+		reportLimit: newRateLimiter(cfg.ReportRate, cfg.ReportBurst),
+		acked:       make(chan struct{}, 1),
+		dirty:       make(chan struct{}, 1),
 	}, nil
 }
 
@@ -90,6 +114,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	if err := c.reloadTables(ctx); err != nil {
+		return err
+	}
+	if err := c.reloadEpoch(ctx); err != nil {
 		return err
 	}
 	dirty := c.dirty
@@ -140,10 +167,17 @@ func (c *Controller) reloadFEPs(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("load feps: %w", err)
 		}
+		revs, err := c.st.Revocations(ctx)
+		if err != nil {
+			return fmt.Errorf("load revocations: %w", err)
+		}
 		c.mu.Lock()
 		if c.fepGen != gen {
 			c.mu.Unlock()
 			continue
+		}
+		for _, r := range revs {
+			c.revoked[r.Serial] = r.FEP
 		}
 		c.feps = feps
 		c.fepGen++
@@ -153,6 +187,21 @@ func (c *Controller) reloadFEPs(ctx context.Context) error {
 		c.m.feps.Set(float64(len(feps)))
 		return nil
 	}
+}
+
+// reloadEpoch reads the store's epoch (in its keys record).
+func (c *Controller) reloadEpoch(ctx context.Context) error {
+	k, err := c.st.Keys(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load keys: %w", err)
+	}
+	if k.Epoch != "" {
+		c.epoch.Store(&k.Epoch)
+	}
+	return nil
 }
 
 func (c *Controller) reloadTables(ctx context.Context) error {
@@ -221,6 +270,11 @@ func (c *Controller) follow(ctx context.Context, changes <-chan store.Change, di
 				c.log.Warn("reload destinations", "err", err)
 			}
 		}
+		if ch&(store.ChangeKeys|store.ChangeTables) != 0 {
+			if err := c.reloadEpoch(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("reload epoch", "err", err)
+			}
+		}
 		if ch&store.ChangeTables != 0 {
 			if err := c.reloadTables(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("reload tables", "err", err)
@@ -286,8 +340,8 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 	}
 	for {
 		var rotate <-chan time.Time
-		if c.cfg.KeyRotation > 0 && len(c.keys.Current) > 0 {
-			rotate = time.After(max(time.Millisecond, c.keys.Rotated.Add(c.cfg.KeyRotation).Sub(c.cfg.Now())))
+		if due, ok := c.keyDue(); ok {
+			rotate = time.After(max(time.Millisecond, due.Sub(c.cfg.Now())))
 		}
 		force := false
 		select {
@@ -308,6 +362,8 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 			force = true
 		case <-rotate:
 			force = true
+		case <-c.acked:
+			force = true
 		}
 		debounce = nil
 		last = time.Now()
@@ -322,17 +378,44 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 	}
 }
 
-// ensureKeys loads the hop HMAC keys, creating them on first use and
-// rotating them (current becomes previous) when older than KeyRotation.
+// keyDue returns when the leader must next change the keys: publish a
+// next key (Rotated + KeyRotation) or switch to it (NextAt +
+// KeySwitchAfter).
+func (c *Controller) keyDue() (time.Time, bool) {
+	switch {
+	case c.cfg.KeyRotation <= 0 || len(c.keys.Current) == 0:
+		return time.Time{}, false
+	case len(c.keys.Next) > 0:
+		return c.keys.NextAt.Add(c.cfg.KeySwitchAfter), true
+	}
+	return c.keys.Rotated.Add(c.cfg.KeyRotation), true
+}
+
+// newEpoch returns a fresh store epoch.
+func newEpoch() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("epoch: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// ensureKeys loads the hop HMAC keys, creating them (and the store's epoch)
+// on first use, and rotates them in two phases: when Current is older than
+// KeyRotation a new key is published as Next (accepted, not used to sign);
+// it becomes Current (the old one Previous) once every LoP polled a table
+// that has it, or KeySwitchAfter after it was published.
 func (c *Controller) ensureKeys(ctx context.Context) error {
 	k, err := c.st.Keys(ctx)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("load hop keys: %w", err)
 	}
 	now := c.cfg.Now()
+	put := false
 	if len(k.Current) == 0 {
 		if ik := c.cfg.InitialKeys; ik != nil && len(ik.Current) > 0 {
 			k = *ik
+			k.Epoch = ""
 			c.log.Info("hop key seeded from the initial key set")
 		} else {
 			nk, err := pki.NewOverlayKey()
@@ -342,25 +425,88 @@ func (c *Controller) ensureKeys(ctx context.Context) error {
 			k = store.Keys{Current: nk.Secret, Rotated: now}
 			c.log.Info("hop key created")
 		}
-		if err := c.st.PutKeys(ctx, k); err != nil {
-			return fmt.Errorf("store hop keys: %w", err)
-		}
+		put = true
 	}
-	if c.cfg.KeyRotation > 0 && !now.Before(k.Rotated.Add(c.cfg.KeyRotation)) {
-		// The new key's id (a hash byte) must differ from the previous one's.
-		nk, err := pki.NewOverlayKey(pki.KeyID(k.Current))
+	if k.Epoch == "" {
+		// A store without an epoch: new, or written by an older controller.
+		if k.Epoch, err = newEpoch(); err != nil {
+			return err
+		}
+		c.log.Info("store epoch created", "epoch", k.Epoch)
+		put = true
+	}
+	if c.cfg.KeyRotation > 0 && len(k.Next) == 0 && !now.Before(k.Rotated.Add(c.cfg.KeyRotation)) {
+		// The new key's id (a hash byte) must differ from the ones proxies accept.
+		avoid := []uint8{pki.KeyID(k.Current)}
+		if len(k.Previous) > 0 {
+			avoid = append(avoid, pki.KeyID(k.Previous))
+		}
+		nk, err := pki.NewOverlayKey(avoid...)
 		if err != nil {
 			return err
 		}
-		k = store.Keys{Current: nk.Secret, Previous: k.Current, Rotated: now}
+		k.Next, k.NextAt = nk.Secret, now
+		c.ackMu.Lock()
+		c.nextVersion = 0
+		c.ackMu.Unlock()
+		c.log.Info("hop key published (accept only)", "id", nk.ID)
+		put = true
+	} else if len(k.Next) > 0 && (!now.Before(k.NextAt.Add(c.cfg.KeySwitchAfter)) || c.allAcked()) {
+		k = store.Keys{Current: k.Next, Previous: k.Current, Rotated: now, Epoch: k.Epoch}
+		c.log.Info("hop key rotated: signing with the published key", "id", pki.KeyID(k.Current))
+		put = true
+	}
+	if put {
 		if err := c.st.PutKeys(ctx, k); err != nil {
 			return fmt.Errorf("store hop keys: %w", err)
 		}
-		c.log.Info("hop key rotated", "id", nk.ID)
 	}
 	c.keys = k
 	c.m.keysRotated.Set(float64(k.Rotated.UnixNano()) / 1e9)
+	c.epoch.Store(&k.Epoch)
 	return nil
+}
+
+// allAcked reports whether every LoP with a table polled a version that
+// carries the published next key.
+func (c *Controller) allAcked() bool {
+	c.ackMu.Lock()
+	nv := c.nextVersion
+	c.ackMu.Unlock()
+	if nv == 0 {
+		return false
+	}
+	lops := c.cache.lops()
+	if len(lops) == 0 {
+		return false
+	}
+	c.ackMu.Lock()
+	defer c.ackMu.Unlock()
+	for _, lop := range lops {
+		if c.acks[lop] < nv {
+			return false
+		}
+	}
+	return true
+}
+
+// ack records that lop polled with since (it has that version) and wakes
+// the leader when every LoP has the published next key.
+func (c *Controller) ack(lop string, since uint64) {
+	c.ackMu.Lock()
+	if since <= c.acks[lop] {
+		c.ackMu.Unlock()
+		return
+	}
+	c.acks[lop] = since
+	nv := c.nextVersion
+	c.ackMu.Unlock()
+	if nv != 0 && since >= nv && c.allAcked() {
+		select {
+		case c.acked <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Compute runs one computation as the leader: it reads FEPs and RTTs, and
@@ -430,6 +576,13 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	// for the store, and the follower loop finds them already cached. A
 	// failed write only means the next leader's version is higher.
 	c.cache.put(ts)
+	if len(c.keys.Next) > 0 {
+		c.ackMu.Lock()
+		if c.nextVersion == 0 {
+			c.nextVersion = version
+		}
+		c.ackMu.Unlock()
+	}
 	written, err := c.st.PutTables(ctx, ts)
 	if err != nil {
 		return fmt.Errorf("store tables: %w", err)
@@ -480,10 +633,23 @@ func (c *Controller) lookupFEP(ctx context.Context, id string) (api.FEP, bool, e
 
 func cmpFEP(f api.FEP, id string) int { return cmp.Compare(f.ID, id) }
 
-// RegisterFEP implements api.Backend.
+// RegisterFEP implements api.Backend. f.CertSerial names the certificate
+// that may act for f from now on (the API sets it at the join); empty keeps
+// the one on record. A new serial revokes the one it replaces.
 func (c *Controller) RegisterFEP(ctx context.Context, f api.FEP) error {
 	if err := f.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
+	}
+	old, had, err := c.lookupFEP(ctx, f.ID)
+	if err != nil {
+		return err
+	}
+	if f.CertSerial == "" {
+		f.CertSerial = old.CertSerial
+	} else if had && old.CertSerial != "" && old.CertSerial != f.CertSerial {
+		if err := c.revoke(ctx, old.CertSerial, f.ID); err != nil {
+			return err
+		}
 	}
 	if err := c.st.PutFEP(ctx, f); err != nil {
 		return fmt.Errorf("store fep %s: %w", f.ID, err)
@@ -505,8 +671,58 @@ func (c *Controller) RegisterFEP(ctx context.Context, f api.FEP) error {
 	return nil
 }
 
-// DeleteFEP implements api.Backend.
+// revoke records that the certificate serial may no longer act for fep.
+func (c *Controller) revoke(ctx context.Context, serial, fep string) error {
+	if err := c.st.PutRevocation(ctx, store.Revocation{Serial: serial, FEP: fep, At: c.cfg.Now().UTC()}); err != nil {
+		return fmt.Errorf("revoke certificate %s of fep %s: %w", serial, fep, err)
+	}
+	c.mu.Lock()
+	c.revoked[serial] = fep
+	c.mu.Unlock()
+	c.m.revocations.Inc()
+	c.log.Info("certificate revoked", "fep", fep, "serial", serial)
+	return nil
+}
+
+// CheckCert implements api.CertChecker: the certificate serial may act for
+// FEP id unless it was revoked, or id is registered with another
+// certificate (it re-joined with a new key).
+func (c *Controller) CheckCert(ctx context.Context, id, serial string) error {
+	// Memory only: a request never costs a store read here.
+	c.mu.Lock()
+	_, revoked := c.revoked[serial]
+	i, ok := slices.BinarySearchFunc(c.feps, id, cmpFEP)
+	replaced := ok && c.feps[i].CertSerial != "" && c.feps[i].CertSerial != serial
+	c.mu.Unlock()
+	if !revoked && !replaced {
+		return nil
+	}
+	c.m.refused.WithLabelValues("revoked_cert").Inc()
+	return fmt.Errorf("%w: the certificate %s of fep %s is revoked", api.ErrForbidden, serial, id)
+}
+
+// Revoked reports whether the certificate serial (hex) was revoked; the
+// controller's TLS configuration refuses such certificates at the
+// handshake.
+func (c *Controller) Revoked(serial string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.revoked[serial]
+	return ok
+}
+
+// DeleteFEP implements api.Backend. The certificate of the FEP is revoked
+// first: a deleted FEP can neither re-register nor read anything.
 func (c *Controller) DeleteFEP(ctx context.Context, id string) error {
+	f, ok, err := c.lookupFEP(ctx, id)
+	if err != nil {
+		return err
+	}
+	if ok && f.CertSerial != "" {
+		if err := c.revoke(ctx, f.CertSerial, id); err != nil {
+			return err
+		}
+	}
 	if err := c.st.DeleteFEP(ctx, id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("fep %s: %w", id, api.ErrNotFound)
@@ -566,12 +782,17 @@ func (c *Controller) Targets(ctx context.Context, id string) ([]api.Target, erro
 	return slices.Clone(c.targets[i]), nil
 }
 
+// hasCoords reports whether f registered coordinates (0, 0 means none).
+func hasCoords(f api.FEP) bool { return f.Lat != 0 || f.Lon != 0 }
+
 // seenUnreachable is the value of Controller.seen for a pair last reported
 // unreachable.
 const seenUnreachable = -1
 
 // Report implements api.Backend: it stores the samples of a registered FEP
-// about registered peers (samples about unknown peers are dropped). An
+// about the peers and destinations it was asked to measure (its targets);
+// samples about others, and with LightBound RTTs below the speed of light
+// in fibre between the two FEPs, are refused and counted. An
 // unreachable sample is stored as such (store.RTT.Unreachable): it replaces
 // the pair's RTT, BuildMatrix then leaves the pair out, and the change (like
 // the peer answering again) counts as significant.
@@ -584,6 +805,10 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 	} else if !ok {
 		return api.ReportResult{}, fmt.Errorf("%w: fep %s is not registered", api.ErrForbidden, r.FEP)
 	}
+	if !c.reportLimit.allow(r.FEP, c.cfg.Now()) {
+		c.m.refused.WithLabelValues("rate_limited").Inc()
+		return api.ReportResult{}, fmt.Errorf("%w: fep %s sends more than %g reports/s", api.ErrTooMany, r.FEP, c.cfg.ReportRate)
+	}
 	rtts := make([]store.RTT, 0, len(r.Samples)+len(r.Destinations))
 	var res api.ReportResult
 	known := map[string]bool{}
@@ -593,9 +818,12 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 	for _, s := range r.Destinations {
 		if !known[s.Dest] {
 			// Perhaps registered through another controller a
-			// moment ago: look at the store once.
-			if err := c.reloadDests(ctx); err != nil {
-				return api.ReportResult{}, err
+			// moment ago: look at the store once (at most once per
+			// second).
+			if last := c.lastDestReload.Load(); time.Since(time.Unix(0, last)) > time.Second && c.lastDestReload.CompareAndSwap(last, time.Now().UnixNano()) {
+				if err := c.reloadDests(ctx); err != nil {
+					return api.ReportResult{}, err
+				}
 			}
 			for _, d := range c.destinations() {
 				known[d.ID] = d.ID != ""
@@ -605,23 +833,53 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 	}
 	// A peer this controller does not know may have registered a moment
 	// ago (through another controller, or its notification is not applied
-	// yet): look at the store once before dropping samples about it. The
-	// agent counts the samples of a report that succeeded as delivered and
-	// does not send them again until they move past the threshold.
+	// yet): look at the store once before dropping samples about it, at
+	// most once per second (a report naming bogus peers must not cost a
+	// store read each).
 	c.mu.Lock()
 	for _, s := range r.Samples {
 		if _, ok := slices.BinarySearchFunc(c.feps, s.Peer, cmpFEP); !ok {
 			c.mu.Unlock()
-			if err := c.reloadFEPs(ctx); err != nil {
-				return api.ReportResult{}, err
+			if last := c.lastPeerReload.Load(); time.Since(time.Unix(0, last)) > time.Second && c.lastPeerReload.CompareAndSwap(last, time.Now().UnixNano()) {
+				if err := c.reloadFEPs(ctx); err != nil {
+					return api.ReportResult{}, err
+				}
 			}
 			c.mu.Lock()
 			break
 		}
 	}
+	me, ok := slices.BinarySearchFunc(c.feps, r.FEP, cmpFEP)
+	if !ok {
+		c.mu.Unlock()
+		return api.ReportResult{}, fmt.Errorf("%w: fep %s is not registered", api.ErrForbidden, r.FEP)
+	}
+	if c.targets == nil {
+		c.targets = ChooseTargets(c.feps, c.cfg.Targets)
+	}
+	from := c.feps[me]
+	assigned := c.targets[me]
 	for _, s := range r.Samples {
-		if _, ok := slices.BinarySearchFunc(c.feps, s.Peer, cmpFEP); !ok {
+		j, ok := slices.BinarySearchFunc(c.feps, s.Peer, cmpFEP)
+		if !ok {
+			res.Refused++
+			c.m.refused.WithLabelValues("unknown_peer").Inc()
 			continue
+		}
+		// Only the peers this FEP was asked to measure: a FEP cannot
+		// report on pairs nobody else measures and become their hub.
+		if !slices.ContainsFunc(assigned, func(t api.Target) bool { return t.ID == s.Peer }) {
+			res.Refused++
+			c.m.refused.WithLabelValues("unassigned_target").Inc()
+			continue
+		}
+		if to := c.feps[j]; !s.Unreachable && c.cfg.LightBound && hasCoords(from) && hasCoords(to) {
+			if lo := MinRTTms(from.Lat, from.Lon, to.Lat, to.Lon); s.RTTMS < lo {
+				res.Refused++
+				c.m.refused.WithLabelValues("faster_than_light").Inc()
+				c.log.Warn("rtt below the speed of light refused", "fep", r.FEP, "peer", s.Peer, "rtt_ms", s.RTTMS, "min_ms", lo)
+				continue
+			}
 		}
 		at := s.At
 		if at.IsZero() {
@@ -639,9 +897,18 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 		}
 		c.seen[k] = v
 	}
+	if c.destTargets == nil {
+		c.destTargets = chooseDestTargets(c.feps, c.destinationsLocked(), max(0, c.cfg.Targets.Dests))
+	}
+	destAssigned := c.destTargets[me]
 	for _, s := range r.Destinations {
 		if !known[s.Dest] {
 			continue // an unknown (or deleted) destination
+		}
+		if !slices.ContainsFunc(destAssigned, func(d api.DestTarget) bool { return d.ID == s.Dest }) {
+			res.Refused++
+			c.m.refused.WithLabelValues("unassigned_target").Inc()
+			continue
 		}
 		at := s.At
 		if at.IsZero() {
@@ -668,7 +935,12 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 }
 
 // WaitTable implements api.Backend.
-func (c *Controller) WaitTable(ctx context.Context, lop string, since uint64) (*api.EncodedTable, error) {
+func (c *Controller) WaitTable(ctx context.Context, lop string, since uint64, epoch string) (*api.EncodedTable, error) {
+	if cur := c.epoch.Load(); epoch != "" && cur != nil && *cur != epoch {
+		since = 0 // the caller's table is from a store this one replaced
+	} else if since > 0 {
+		c.ack(lop, since)
+	}
 	t, err := c.cache.wait(ctx, lop, since, func() bool {
 		// Not bounded by the poll's wait (which may be a millisecond): an
 		// unknown LoP must get its 404 whatever the wait.

@@ -66,7 +66,7 @@ func setup(t testing.TB, st Store, feps []api.FEP, rtts []store.RTT) {
 // decodeTable reads the stored table of lop strictly into an api.Table.
 func decodeTable(t testing.TB, c *Controller, lop string) *api.Table {
 	t.Helper()
-	et, err := c.WaitTable(testCtx(t), lop, 0)
+	et, err := c.WaitTable(testCtx(t), lop, 0, "")
 	if err != nil {
 		t.Fatalf("WaitTable(%s): %v", lop, err)
 	}
@@ -551,9 +551,22 @@ func TestKeyRotation(t *testing.T) {
 	if err := c.Compute(ctx, true); err != nil {
 		t.Fatal(err)
 	}
+	// Phase 1: the new key is published, accept only.
+	kp := decodeTable(t, c, "a").Keys
+	if kp.Current != k1.Current || kp.Next == "" || kp.Next == k1.Current {
+		t.Fatalf("keys after the rotation is due = %+v; want current %s and a new next key", kp, k1.Current)
+	}
+	// Phase 2, KeySwitchAfter later (nobody acknowledged): signing switches.
+	now = now.Add(c.cfg.KeySwitchAfter)
+	if err := c.ensureKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Compute(ctx, true); err != nil {
+		t.Fatal(err)
+	}
 	k2 := decodeTable(t, c, "a").Keys
-	if k2.Previous != k1.Current || k2.Current == k1.Current || k2.Current == "" {
-		t.Errorf("rotated keys = %+v; want previous = %s and a new current", k2, k1.Current)
+	if k2.Previous != k1.Current || k2.Current != kp.Next || k2.Next != "" {
+		t.Errorf("rotated keys = %+v; want previous = %s, current = the published %s", k2, k1.Current, kp.Next)
 	}
 	ks, err := pki.ParseOverlayKeys(k2.Current, k2.Previous)
 	if err != nil {
@@ -675,7 +688,7 @@ func TestFollowerRewatchesAndLoadsTables(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	et, err := c.WaitTable(ctx, "a", 0)
+	et, err := c.WaitTable(ctx, "a", 0, "")
 	if err != nil || et.Version != 42 {
 		t.Fatalf("follower table = %v, %v; want version 42 from the store", et, err)
 	}

@@ -169,13 +169,15 @@ func TestTopologyDestinationsMeasured(t *testing.T) {
 	st := openBolt(t)
 	setup(t, st, line, nil)
 	top := Topology{Egress: []Destination{{ID: "syd", Prefix: "203.0.113.0/24", Lat: -34, Lon: 150, ProbeAddr: "203.0.113.1:443"}}}
-	c, err := New(Config{Store: st, Topology: top, Targets: TargetPolicy{Dests: 1}})
+	c, err := New(Config{Store: st, Topology: top, Targets: TargetPolicy{Dests: 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	if ds, err := c.DestTargets(ctx, "d"); err != nil || len(ds) != 1 || ds[0].ID != "syd" {
-		t.Errorf("DestTargets(d) = %v, %v; want syd", ds, err)
+	for _, id := range []string{"a", "d"} {
+		if ds, err := c.DestTargets(ctx, id); err != nil || len(ds) != 1 || ds[0].ID != "syd" {
+			t.Errorf("DestTargets(%s) = %v, %v; want syd", id, ds, err)
+		}
 	}
 	if _, err := c.Report(ctx, api.Report{FEP: "a", Destinations: []api.DestSample{{Dest: "syd", RTTMS: 250}}}); err != nil {
 		t.Fatal(err)

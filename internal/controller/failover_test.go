@@ -84,7 +84,7 @@ func TestFailover(t *testing.T) {
 	v1 := old.c.Version()
 	// Followers serve the leader's table.
 	for _, n := range nodes {
-		et, err := n.c.WaitTable(testCtx(t), "a", 0)
+		et, err := n.c.WaitTable(testCtx(t), "a", 0, "")
 		if err != nil || et.Version != v1 {
 			t.Fatalf("follower table = %v, %v; want version %d", et, err, v1)
 		}

@@ -20,6 +20,15 @@ func DistanceKm(lat1, lon1, lat2, lon2 float64) float64 {
 	return 2 * r * math.Asin(math.Min(1, math.Sqrt(a)))
 }
 
+// FibreKmPerMs is the speed of light in fibre (2/3 c) in km per ms.
+const FibreKmPerMs = 299792.458 * 2 / 3 / 1000
+
+// MinRTTms is the lowest physically possible RTT between two points: the
+// great-circle distance there and back at the speed of light in fibre.
+func MinRTTms(lat1, lon1, lat2, lon2 float64) float64 {
+	return 2 * DistanceKm(lat1, lon1, lat2, lon2) / FibreKmPerMs
+}
+
 // EstimateRTTms is the RTT the controller assumes between two points nobody
 // measured: light in fibre (200 km/ms) there and back over the great circle,
 // times 1.5 for route inflation, plus 1 ms. It is only used for direct

@@ -13,6 +13,10 @@ type metrics struct {
 	feps           prometheus.Gauge
 	fepReport      *prometheus.GaugeVec
 	keysRotated    prometheus.Gauge
+	revocations    prometheus.Counter
+	// refused counts what the controller refused, by reason (revoked_cert,
+	// unassigned_target, faster_than_light, rate_limited, unknown_peer).
+	refused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,9 +33,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Unix time of the last report (RTTs or counters) a FEP sent to this controller."}, []string{"fep"}),
 		keysRotated: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mosto_controller_keys_rotated_timestamp_seconds",
 			Help: "Unix time the current hop key was made (set by the leader)."}),
+		revocations: prometheus.NewCounter(prometheus.CounterOpts{Name: "mosto_controller_cert_revocations_total", Help: "FEP certificates revoked (deleted or re-joined FEPs)."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_controller_refused_total",
+			Help: "Requests or samples refused, by reason (revoked_cert, unassigned_target, faster_than_light, rate_limited, unknown_peer)."}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.computations, m.computeSeconds, m.tablesWritten, m.reports, m.samples, m.leader, m.version, m.feps, m.fepReport, m.keysRotated)
+		reg.MustRegister(m.computations, m.computeSeconds, m.tablesWritten, m.reports, m.samples, m.leader, m.version, m.feps, m.fepReport, m.keysRotated, m.revocations, m.refused)
 	}
 	return m
 }

@@ -60,7 +60,7 @@ func waitCond(t *testing.T, what string, d time.Duration, cond func() error) {
 func tableEgress(c *Controller, lop, prefix, egp string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	et, err := c.WaitTable(ctx, lop, 0)
+	et, err := c.WaitTable(ctx, lop, 0, "")
 	if err != nil {
 		return err
 	}

@@ -281,7 +281,7 @@ func TestScaleChild(t *testing.T) {
 }
 
 func mustTable(t *testing.T, c *Controller, lop string) *api.EncodedTable {
-	et, err := c.WaitTable(testCtx(t), lop, 0)
+	et, err := c.WaitTable(testCtx(t), lop, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,11 @@ type Store interface {
 	Keys(ctx context.Context) (store.Keys, error) // store.ErrNotFound before the first PutKeys
 	PutKeys(ctx context.Context, k store.Keys) error
 
+	// PutRevocation records that a client certificate may no longer act
+	// for its FEP (notified as store.ChangeFEPs); Revocations lists them.
+	PutRevocation(ctx context.Context, r store.Revocation) error
+	Revocations(ctx context.Context) ([]store.Revocation, error)
+
 	PutToken(ctx context.Context, t store.Token) error
 	// UseToken atomically marks a token used (store.ErrNotFound,
 	// store.ErrTokenUsed, store.ErrTokenExpired).

@@ -31,7 +31,7 @@ const (
 // Config configures New.
 type Config struct {
 	// Endpoints are etcd client URLs (http://host:port or https://host:port);
-	// a bare host:port means https when TLS is set, else http.
+	// a bare host:port means https (the store holds the overlay secrets).
 	Endpoints []string
 	// TLS is used for https endpoints: RootCAs for etcd's CA, Certificates
 	// for client certificate authentication. Nil uses the system roots.
@@ -99,10 +99,10 @@ func New(cfg Config) (*Client, error) {
 		case strings.HasPrefix(ep, "http://"), strings.HasPrefix(ep, "https://"):
 		case strings.Contains(ep, "://"):
 			return nil, fmt.Errorf("etcdhttp: endpoint %q: scheme must be http or https", ep)
-		case cfg.TLS != nil:
-			ep = "https://" + ep
 		default:
-			ep = "http://" + ep
+			// The store holds the overlay secrets: without a scheme,
+			// https (plain http only when asked for by name).
+			ep = "https://" + ep
 		}
 		if strings.HasPrefix(ep, "http://") && cfg.TLS != nil && len(cfg.TLS.Certificates) > 0 {
 			return nil, fmt.Errorf("etcdhttp: endpoint %q: client certificate given for a plain http endpoint", ep)

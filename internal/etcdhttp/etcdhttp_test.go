@@ -55,7 +55,8 @@ func TestNewConfig(t *testing.T) {
 		{"none", Config{}, "no endpoints", nil},
 		{"empty", Config{Endpoints: []string{" "}}, "empty endpoint", nil},
 		{"scheme", Config{Endpoints: []string{"unix:///x"}}, "scheme", nil},
-		{"bare", Config{Endpoints: []string{"127.0.0.1:2379/"}}, "", []string{"http://127.0.0.1:2379"}},
+		// The store holds the overlay keys: no scheme means https (issue 13 item 10).
+		{"bare", Config{Endpoints: []string{"127.0.0.1:2379/"}}, "", []string{"https://127.0.0.1:2379"}},
 		{"bare tls", Config{Endpoints: []string{"h:1"}, TLS: tlsNoCert()}, "", []string{"https://h:1"}},
 		{"urls", Config{Endpoints: []string{"http://a:1", "https://b:2"}}, "", []string{"http://a:1", "https://b:2"}},
 	}

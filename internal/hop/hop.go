@@ -101,11 +101,13 @@ type Key struct {
 	Secret []byte
 }
 
-// Keyring holds up to two valid keys: headers are signed with the current
-// one and accepted under either. It is safe for concurrent use.
+// Keyring holds the valid keys: headers are signed with the current one and
+// accepted under any (current, previous, and a next key being published).
+// It is safe for concurrent use.
 type Keyring struct {
-	cur  keyState
-	prev *keyState
+	cur    keyState
+	prev   *keyState
+	accept []keyState // accepted, never used to sign
 }
 
 type keyState struct {
@@ -142,6 +144,26 @@ func NewKeyring(current Key, previous *Key) (*Keyring, error) {
 	return kr, nil
 }
 
+// NewKeyringAccepting returns a keyring that signs with current and accepts
+// current, previous (nil for none) and accept. Every id must differ.
+func NewKeyringAccepting(current Key, previous *Key, accept ...Key) (*Keyring, error) {
+	kr, err := NewKeyring(current, previous)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range accept {
+		if kr.lookup(k.ID) != nil {
+			return nil, fmt.Errorf("hop: accepted key id %d is already in the keyring", k.ID)
+		}
+		ks, err := newKeyState(k)
+		if err != nil {
+			return nil, err
+		}
+		kr.accept = append(kr.accept, ks)
+	}
+	return kr, nil
+}
+
 // CurrentID returns the id of the signing key.
 func (kr *Keyring) CurrentID() uint8 { return kr.cur.id }
 
@@ -151,6 +173,11 @@ func (kr *Keyring) lookup(id uint8) *keyState {
 		return &kr.cur
 	case kr.prev != nil && kr.prev.id == id:
 		return kr.prev
+	}
+	for i := range kr.accept {
+		if kr.accept[i].id == id {
+			return &kr.accept[i]
+		}
 	}
 	return nil
 }

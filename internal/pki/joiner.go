@@ -24,8 +24,9 @@ type Joiner struct {
 var _ api.Joiner = (*Joiner)(nil)
 
 // Join implements api.Joiner. Refused tokens are answered 403; a bad CSR
-// wraps api.ErrInvalid (400).
-func (j *Joiner) Join(ctx context.Context, token string, f api.FEP, csrPEM []byte) (api.JoinResponse, error) {
+// wraps api.ErrInvalid (400). A registered id is joined only with a token
+// bound to it (ErrTokenNotBound).
+func (j *Joiner) Join(ctx context.Context, token string, f api.FEP, csrPEM []byte, registered bool) (api.JoinResponse, error) {
 	now := time.Now()
 	if j.Now != nil {
 		now = j.Now()
@@ -33,13 +34,13 @@ func (j *Joiner) Join(ctx context.Context, token string, f api.FEP, csrPEM []byt
 	cert, ca, err := j.CA.join(f.ID, csrPEM, now, func() error {
 		err := fmt.Errorf("%w: no token store", ErrToken)
 		if j.Store != nil {
-			err = j.CA.UseStoreToken(ctx, j.Store, token, f.ID, now)
+			err = j.CA.useStoreToken(ctx, j.Store, token, f.ID, now, registered)
 			if !errors.Is(err, errStoreUnknown) {
 				return err
 			}
 		}
 		if j.Tokens != nil {
-			_, err = j.CA.VerifyToken(ctx, j.Tokens, token, f.ID, now)
+			_, err = j.CA.verifyToken(ctx, j.Tokens, token, f.ID, now, registered)
 		}
 		return err
 	})

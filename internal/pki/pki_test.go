@@ -504,7 +504,7 @@ func TestJoinerWithControllerStore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := j.Join(ctx, tt.token, api.FEP{ID: "fra"}, csr)
+			resp, err := j.Join(ctx, tt.token, api.FEP{ID: "fra"}, csr, false)
 			if tt.ok {
 				if err != nil {
 					t.Fatalf("Join: %v", err)
@@ -526,7 +526,42 @@ func TestJoinerWithControllerStore(t *testing.T) {
 			}
 		})
 	}
-	if _, err := j.Join(ctx, fileTok.String(), api.FEP{ID: "fra"}, []byte("junk")); !errors.Is(err, api.ErrInvalid) {
+	if _, err := j.Join(ctx, fileTok.String(), api.FEP{ID: "fra"}, []byte("junk"), false); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("bad CSR: %v; want api.ErrInvalid (400)", err)
+	}
+	// A registered id: only tokens bound to it.
+	for _, tc := range []struct {
+		name string
+		tok  func() (Token, error)
+		ok   bool
+	}{
+		{"unbound store token", func() (Token, error) {
+			tk, _, err := ca.CreateStoreToken(ctx, st, TokenOptions{})
+			return tk, err
+		}, false},
+		{"reusable file token", func() (Token, error) {
+			tk, _, err := ca.CreateToken(ctx, files, TokenOptions{Reusable: true})
+			return tk, err
+		}, false},
+		{"bound store token", func() (Token, error) {
+			tk, _, err := ca.CreateStoreToken(ctx, st, TokenOptions{FEP: "fra"})
+			return tk, err
+		}, true},
+		{"bound file token", func() (Token, error) {
+			tk, _, err := ca.CreateToken(ctx, files, TokenOptions{FEP: "fra"})
+			return tk, err
+		}, true},
+	} {
+		tk, err := tc.tok()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = j.Join(ctx, tk.String(), api.FEP{ID: "fra"}, csr, true)
+		if tc.ok && err != nil {
+			t.Errorf("%s joining the registered fra: %v", tc.name, err)
+		}
+		if !tc.ok && !errors.Is(err, ErrTokenNotBound) {
+			t.Errorf("%s joining the registered fra: %v; want ErrTokenNotBound", tc.name, err)
+		}
 	}
 }

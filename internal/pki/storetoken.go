@@ -66,6 +66,12 @@ var errStoreUnknown = errors.New("pki: token not in the controller store")
 // the token is consumed (the store has no read-only lookup): a join with a
 // token bound to another FEP burns it. Refusals wrap ErrToken.
 func (ca *CA) UseStoreToken(ctx context.Context, st TokenUser, token, fepID string, now time.Time) error {
+	return ca.useStoreToken(ctx, st, token, fepID, now, false)
+}
+
+// useStoreToken is UseStoreToken; with bound, the token must be bound to
+// fepID (a registered id).
+func (ca *CA) useStoreToken(ctx context.Context, st TokenUser, token, fepID string, now time.Time, bound bool) error {
 	t, err := ParseToken(token)
 	if err != nil {
 		return err
@@ -89,6 +95,9 @@ func (ca *CA) UseStoreToken(ctx context.Context, st TokenUser, token, fepID stri
 	}
 	if rec.FEP != "" && rec.FEP != fepID {
 		return fmt.Errorf("%w: token %s is bound to FEP %q, not %q", ErrToken, t.ID, rec.FEP, fepID)
+	}
+	if bound && rec.FEP != fepID {
+		return fmt.Errorf("%w: %w: token %s is not bound to %q", ErrToken, ErrTokenNotBound, t.ID, fepID)
 	}
 	return nil
 }

@@ -29,6 +29,17 @@ func (ca *CA) ServerTLSConfig() (*tls.Config, error) {
 	}, nil
 }
 
+// RefuseRevoked makes cfg (a ServerTLSConfig) refuse at the handshake a
+// client certificate whose serial (hex) revoked reports as revoked.
+func RefuseRevoked(cfg *tls.Config, revoked func(serial string) bool) {
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) > 0 && revoked(cs.PeerCertificates[0].SerialNumber.Text(16)) {
+			return fmt.Errorf("pki: client certificate %s is revoked", cs.PeerCertificates[0].SerialNumber.Text(16))
+		}
+		return nil
+	}
+}
+
 // RequireClientCert wraps h so that every request except those for which
 // exempt returns true (POST /v1/join, GET /healthz) must carry a verified FEP
 // client certificate; others get 401 with a JSON error body.

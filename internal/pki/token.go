@@ -161,6 +161,17 @@ func hashSecret(s string) string {
 // fepID if bound at all. A single-use token is consumed by a successful
 // verification. Every refusal wraps ErrToken.
 func (ca *CA) VerifyToken(ctx context.Context, store TokenStore, token, fepID string, now time.Time) (TokenRecord, error) {
+	return ca.verifyToken(ctx, store, token, fepID, now, false)
+}
+
+// ErrTokenNotBound is wrapped (with ErrToken) by the refusal of a join of a
+// registered FEP id with a token not bound to that id.
+var ErrTokenNotBound = errors.New("pki: the FEP id is registered; only a token bound to it (--fep ID) may join it again")
+
+// verifyToken is VerifyToken; with bound, the token must be bound to fepID
+// (the id is registered: a reusable or unbound token never takes it over),
+// checked before a single-use token is consumed.
+func (ca *CA) verifyToken(ctx context.Context, store TokenStore, token, fepID string, now time.Time, bound bool) (TokenRecord, error) {
 	t, err := ParseToken(token)
 	if err != nil {
 		return TokenRecord{}, err
@@ -186,6 +197,9 @@ func (ca *CA) VerifyToken(ctx context.Context, store TokenStore, token, fepID st
 	}
 	if rec.FEP != "" && rec.FEP != fepID {
 		return TokenRecord{}, fmt.Errorf("%w: token %s is bound to FEP %q, not %q", ErrToken, t.ID, rec.FEP, fepID)
+	}
+	if bound && rec.FEP != fepID {
+		return TokenRecord{}, fmt.Errorf("%w: %w: token %s is not bound to %q", ErrToken, ErrTokenNotBound, t.ID, fepID)
 	}
 	if !rec.Reusable {
 		if err := store.DeleteToken(ctx, t.ID); err != nil {

@@ -32,11 +32,19 @@ type Table struct {
 	Data    []byte
 }
 
-// Keys are the hop-header HMAC keys (raw bytes, hex on the wire).
+// Keys are the hop-header HMAC keys (raw bytes, hex on the wire). A
+// rotation has two phases: Next is published (proxies accept it, nobody
+// signs with it), then, once every LoP has it, it becomes Current.
 type Keys struct {
 	Current  []byte    `json:"current"`
 	Previous []byte    `json:"previous,omitempty"`
 	Rotated  time.Time `json:"rotated"`
+	Next     []byte    `json:"next,omitempty"`
+	NextAt   time.Time `json:"next_at,omitzero"` // when Next was published
+	// Epoch names this store's life: made with the first key, it changes
+	// when the store is replaced (lost, or moved from bbolt to etcd), and
+	// proxies then follow the new table versions whatever their number.
+	Epoch string `json:"epoch,omitempty"`
 }
 
 // Token is a join token record. ID is what the store indexes (the caller may
@@ -46,6 +54,14 @@ type Token struct {
 	FEP     string    `json:"fep,omitempty"` // if set, the token may only join this FEP id
 	Expires time.Time `json:"expires"`
 	Used    bool      `json:"used"`
+}
+
+// Revocation is a client certificate that may no longer act for its FEP
+// (the FEP was deleted, or re-joined with a new key).
+type Revocation struct {
+	Serial string    `json:"serial"` // hex
+	FEP    string    `json:"fep"`
+	At     time.Time `json:"at"`
 }
 
 // Change tells watchers which kinds of records changed.
@@ -58,6 +74,7 @@ const (
 	ChangeTables
 	ChangeKeys
 	ChangeDests // destinations registered through the API
+	// Revocations are published as ChangeFEPs.
 )
 
 // DestPrefix marks the RTT records to destinations: a FEP's RTT to the

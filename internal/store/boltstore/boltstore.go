@@ -17,12 +17,13 @@ import (
 )
 
 var (
-	bFEPs   = []byte("feps")
-	bRTTs   = []byte("rtts")   // from \x00 to -> RTT JSON
-	bTables = []byte("tables") // lop -> 8-byte big-endian version + data
-	bMeta   = []byte("meta")
-	bTokens = []byte("tokens")
-	bDests  = []byte("dests") // id -> api.Destination JSON
+	bFEPs    = []byte("feps")
+	bRTTs    = []byte("rtts")   // from \x00 to -> RTT JSON
+	bTables  = []byte("tables") // lop -> 8-byte big-endian version + data
+	bMeta    = []byte("meta")
+	bTokens  = []byte("tokens")
+	bDests   = []byte("dests")   // id -> api.Destination JSON
+	bRevoked = []byte("revoked") // certificate serial -> store.Revocation JSON
 
 	kVersion = []byte("version")
 	kKeys    = []byte("keys")
@@ -45,7 +46,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open bolt store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bFEPs, bRTTs, bTables, bMeta, bTokens, bDests} {
+		for _, b := range [][]byte{bFEPs, bRTTs, bTables, bMeta, bTokens, bDests, bRevoked} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -360,6 +361,33 @@ func (s *Store) PutKeys(ctx context.Context, k store.Keys) error {
 	return s.update(ctx, store.ChangeKeys, func(tx *bolt.Tx) error {
 		return tx.Bucket(bMeta).Put(kKeys, b)
 	})
+}
+
+// PutRevocation records a revoked certificate.
+func (s *Store) PutRevocation(ctx context.Context, r store.Revocation) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.update(ctx, store.ChangeFEPs, func(tx *bolt.Tx) error {
+		return tx.Bucket(bRevoked).Put([]byte(r.Serial), b)
+	})
+}
+
+// Revocations lists the revoked certificates.
+func (s *Store) Revocations(ctx context.Context) ([]store.Revocation, error) {
+	var out []store.Revocation
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bRevoked).ForEach(func(k, v []byte) error {
+			var r store.Revocation
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("decode revocation %s: %w", k, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, err
 }
 
 // PutToken stores a join token record.

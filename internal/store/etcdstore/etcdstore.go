@@ -472,6 +472,35 @@ func (s *Store) PutKeys(ctx context.Context, k store.Keys) error {
 	return nil
 }
 
+// PutRevocation records a revoked certificate.
+func (s *Store) PutRevocation(ctx context.Context, r store.Revocation) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cli.Put(ctx, s.k("revoked", r.Serial), string(b), 0); err != nil {
+		return fmt.Errorf("etcd put revocation: %w", err)
+	}
+	return nil
+}
+
+// Revocations lists the revoked certificates.
+func (s *Store) Revocations(ctx context.Context) ([]store.Revocation, error) {
+	resp, err := s.cli.GetPrefix(ctx, s.k("revoked")+"/", false)
+	if err != nil {
+		return nil, fmt.Errorf("etcd list revocations: %w", err)
+	}
+	out := make([]store.Revocation, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var r store.Revocation
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return nil, fmt.Errorf("decode revocation %s: %w", kv.Key, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // PutToken stores a join token record.
 func (s *Store) PutToken(ctx context.Context, t store.Token) error {
 	b, err := json.Marshal(t)
@@ -542,6 +571,7 @@ func (s *Store) Watch(ctx context.Context) <-chan store.Change {
 		{true, s.k("tv") + "/", store.ChangeTables},
 		{false, s.k("keys"), store.ChangeKeys},
 		{true, s.k("dest") + "/", store.ChangeDests},
+		{true, s.k("revoked") + "/", store.ChangeFEPs},
 	}
 	var fan sync.WaitGroup
 	merged := make(chan store.Change)

@@ -32,6 +32,7 @@ func Run(t *testing.T, open Factory) {
 		{"DeleteDestinationRemovesRTTs", testDeleteDest},
 		{"Keys", testKeys},
 		{"TokensSingleUse", testTokens},
+		{"Revocations", testRevocations},
 		{"WatchSeesChanges", testWatch},
 		{"WatchersSeeDestinations", testWatchDests},
 		{"Lead", testLead},
@@ -500,5 +501,32 @@ func testLead(t *testing.T, s controller.Store) {
 	ccancel()
 	if _, err := s.Lead(cctx); err == nil {
 		t.Error("Lead with a cancelled context succeeded; want an error")
+	}
+}
+
+func testRevocations(t *testing.T, s controller.Store) {
+	ctx := ctxT(t)
+	got, err := s.Revocations(ctx)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("Revocations of empty store = %v; want none", got)
+	}
+	at := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	ch := s.Watch(ctx)
+	must(t, s.PutRevocation(ctx, store.Revocation{Serial: "1f", FEP: "a", At: at}))
+	must(t, s.PutRevocation(ctx, store.Revocation{Serial: "2e", FEP: "b", At: at}))
+	must(t, s.PutRevocation(ctx, store.Revocation{Serial: "1f", FEP: "a", At: at}))
+	got, err = s.Revocations(ctx)
+	must(t, err)
+	if len(got) != 2 || got[0].Serial != "1f" || got[0].FEP != "a" || !got[0].At.Equal(at) || got[1].Serial != "2e" {
+		t.Errorf("Revocations = %+v; want 1f (a) and 2e (b)", got)
+	}
+	select {
+	case c := <-ch:
+		if c&store.ChangeFEPs == 0 {
+			t.Errorf("revocation notified as %b; want ChangeFEPs", c)
+		}
+	case <-ctx.Done():
+		t.Error("no notification of a revocation")
 	}
 }
