@@ -64,14 +64,18 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 	if *pool == 0 {
 		*pool = -1
 	}
-	var joiner router.Joiner
-	if m == router.ModeHandoff {
-		if joiner, err = newJoiner(env); err != nil {
-			return err
-		}
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var joiner router.Joiner
+	if m == router.ModeHandoff {
+		j, closeJoiner, err := newJoiner(ctx, env)
+		if err != nil {
+			return fmt.Errorf("router: handoff needs the kernel translation: %w", err)
+		}
+		defer closeJoiner()
+		defer cancel()
+		joiner = j
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	if *dnsAddr != "" {

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"strings"
 	"testing"
 	"time"
 )
@@ -43,10 +42,5 @@ func TestRouterUsage(t *testing.T) {
 		if code := Run(context.Background(), args, nil, &out, &errb); code != 2 {
 			t.Errorf("%q exit %d; want 2 (%s)", args, code, errb.String())
 		}
-	}
-	var out, errb bytes.Buffer
-	code := Run(context.Background(), []string{"router", "--listen", "127.0.0.1:0", "--mode", "handoff", "--surrogate", "a=127.0.0.1:1"}, nil, &out, &errb)
-	if code != 1 || !strings.Contains(errb.String(), "xlate") {
-		t.Errorf("handoff without xlate: exit %d, %q; want 1 and a reason", code, errb.String())
 	}
 }

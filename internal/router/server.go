@@ -35,11 +35,12 @@ func ParseMode(s string) (Mode, error) {
 // client's connection to the router and a pre-established connection from
 // the router to the surrogate (translation of addresses, ports, seq/ack and
 // options, internal/xlate), sends the client's bytes read so far (pending)
-// to the surrogate, and silences the router's two sockets. On success the
-// Joiner owns both connections. It returns an error, without having sent
-// anything to either peer, when the join could not be set up.
+// to the surrogate (headLen: the first request head's length), and silences the router's two sockets. On success the
+// Joiner owns both connections. On an error it returns how many bytes of
+// pending it sent to the surrogate, with both connections still working
+// (the router then proxies the session), or -1 when they are unusable.
 type Joiner interface {
-	Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte) error
+	Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte, headLen int) (sent int, err error)
 }
 
 // Config configures a Router.
@@ -64,6 +65,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Joiner hands sessions off (ModeHandoff only; required there).
 	Joiner Joiner
+	// Dial opens connections to surrogates; nil means a net.Dialer (a
+	// caller outside the router's network namespace passes its own).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Router is a running request router.
@@ -74,6 +78,7 @@ type Router struct {
 
 	accepted, requests, badRequest, timeouts counter
 	redirects, proxied, handedOff, failed    counter
+	fallbacks                                counter
 }
 
 // New validates cfg and returns a Router. A nil log discards.
@@ -116,12 +121,25 @@ func New(cfg Config, log *slog.Logger) (*Router, error) {
 }
 
 func (r *Router) dial(ctx context.Context, addr string) (*net.TCPConn, error) {
-	d := net.Dialer{Timeout: r.cfg.DialTimeout}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DialTimeout)
+	defer cancel()
+	var c net.Conn
+	var err error
+	if r.cfg.Dial != nil {
+		c, err = r.cfg.Dial(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial surrogate %s: %w", addr, err)
 	}
-	return c.(*net.TCPConn), nil
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("dial surrogate %s: not a TCP connection", addr)
+	}
+	return tc, nil
 }
 
 // Stats returns the router's counters.
@@ -129,7 +147,7 @@ func (r *Router) Stats() Stats {
 	s := Stats{
 		Accepted: r.accepted.get(), Requests: r.requests.get(), BadRequest: r.badRequest.get(),
 		Timeouts: r.timeouts.get(), Redirects: r.redirects.get(), Proxied: r.proxied.get(),
-		HandedOff: r.handedOff.get(), Failed: r.failed.get(),
+		HandedOff: r.handedOff.get(), Failed: r.failed.get(), HandoffFallbacks: r.fallbacks.get(),
 	}
 	for _, p := range r.pools {
 		s.PoolHits += p.hits.get()
@@ -210,7 +228,7 @@ func (r *Router) serveConn(ctx context.Context, c net.Conn) {
 			r.cfg.Picker.Done(i)
 			return
 		case ModeHandoff:
-			owned = !r.handoff(ctx, c, i, buf, log)
+			owned = !r.handoff(ctx, c, i, buf, req.HeadLen, log)
 			r.cfg.Picker.Done(i)
 			return
 		}
@@ -325,7 +343,7 @@ func (r *Router) proxy(ctx context.Context, c net.Conn, i int, pending []byte, l
 
 // handoff joins the session to surrogate i; it reports whether the joiner
 // took the client's connection.
-func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte, log *slog.Logger) bool {
+func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte, headLen int, log *slog.Logger) bool {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		r.failed.add(1)
@@ -339,16 +357,31 @@ func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte,
 		lingerClose(c)
 		return false
 	}
-	if err := r.cfg.Joiner.Join(ctx, tc, sc, pending); err != nil {
+	sent, err := r.cfg.Joiner.Join(ctx, tc, sc, pending, headLen)
+	if err == nil {
+		r.handedOff.add(1)
+		return true
+	}
+	if sent < 0 || sent > len(pending) {
 		sc.Close()
 		r.failed.add(1)
 		log.Warn("handoff", "err", err)
-		writeStatus(c, "502 Bad Gateway", "handoff failed")
-		lingerClose(c)
+		abort(c)
 		return false
 	}
-	r.handedOff.add(1)
-	return true
+	// Refused with both connections working: proxy the session.
+	log.Debug("handoff refused, proxying", "err", err)
+	r.fallbacks.add(1)
+	defer sc.Close()
+	stop := context.AfterFunc(ctx, func() { sc.Close() })
+	defer stop()
+	if _, err := sc.Write(pending[sent:]); err != nil {
+		r.failed.add(1)
+		abort(c)
+		return false
+	}
+	relay(c, sc)
+	return false
 }
 
 // relay copies both directions until both are done. A surrogate that fails

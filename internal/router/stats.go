@@ -16,8 +16,11 @@ type Stats struct {
 	Redirects  int64 // 302 answers
 	Proxied    int64 // sessions relayed (ModeProxy)
 	HandedOff  int64 // sessions joined (ModeHandoff)
-	Failed     int64 // sessions that got a 502 or a reset (surrogate unreachable, join failed)
-	PoolHits   int64 // pooled connections used
-	PoolMisses int64 // sessions that had to dial
-	PoolStale  int64 // pooled connections found closed or too old
+	// HandoffFallbacks: joins refused with both connections working; the
+	// router proxied those sessions.
+	HandoffFallbacks int64
+	Failed           int64 // sessions that got a 502 or a reset (surrogate unreachable, join failed)
+	PoolHits         int64 // pooled connections used
+	PoolMisses       int64 // sessions that had to dial
+	PoolStale        int64 // pooled connections found closed or too old
 }

@@ -328,6 +328,11 @@ func (s *Splicer) install(ab, ba Entry) error {
 	}
 	k1, k2 := tupleKey(ab.In), tupleKey(ba.In)
 	v1, v2 := ab.value(), ba.value()
+	// A new entry counts as active now: with LastNs 0 a sweep between the
+	// install and the first packet found it idle since boot and removed it
+	// (the router's handoff lost ~1% of its sessions that way).
+	v1.LastNs = uint64(monoNow())
+	v2.LastNs = v1.LastNs
 	if err := s.objs.Joins.Update(&k1, &v1, ebpf.UpdateNoExist); err != nil {
 		return installErr(ab.In, err)
 	}

@@ -1,0 +1,31 @@
+//go:build !(linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64))
+
+package router
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/xlate"
+)
+
+// XlateJoiner needs Linux.
+type XlateJoiner struct {
+	Splicer        *xlate.Splicer
+	QuiesceTimeout time.Duration
+	Linger         time.Duration
+	Ifindex        int
+}
+
+// ErrJoinRefused marks a join that did not happen; both connections work.
+var ErrJoinRefused = errors.New("router: join refused")
+
+// Join refuses: no kernel translation on this OS.
+func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte, headLen int) (int, error) {
+	return 0, ErrJoinRefused
+}
+
+// Wait returns at once.
+func (j *XlateJoiner) Wait() {}

@@ -1,0 +1,262 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/xlate"
+	"golang.org/x/sys/unix"
+)
+
+// XlateJoiner hands sessions off with internal/xlate on this host (the
+// router's host translates both directions; see docs/router.md for the
+// placement). Join:
+//
+//  1. sends the client's bytes but the last one to the surrogate, so the
+//     surrogate cannot answer yet, and waits until they are acknowledged;
+//  2. freezes both connections (TCP_REPAIR), reads their sequence numbers,
+//     and installs the two entries as if the last byte were sent (xlate.Pair
+//     on the states with the surrogate leg's snd_nxt + 1);
+//  3. closes the client leg in repair mode (silently) and sends the last
+//     byte on the surrogate leg, which the kernel retransmits if it is lost:
+//     the surrogate's answer (and ACK) are translated to the client, so the
+//     router's socket never sees them; it is closed in repair mode after
+//     Linger.
+//
+// A refusal before step 3 leaves both connections working (the router then
+// proxies the session).
+type XlateJoiner struct {
+	Splicer *xlate.Splicer
+	// QuiesceTimeout bounds step 1's wait; 0 means 5 s.
+	QuiesceTimeout time.Duration
+	// Linger keeps the surrogate leg alive after the join to retransmit
+	// the last byte; 0 means 3 s.
+	Linger time.Duration
+	// Ifindex, when set, is the device both directions leave from (the
+	// caller runs outside the router's network namespace, where xlate's
+	// route lookup would look); 0: from the routing table.
+	Ifindex int
+
+	wg sync.WaitGroup
+}
+
+// TCP_REPAIR_QUEUE values (linux/tcp.h).
+const (
+	tcpRecvQueue = 1
+	tcpSendQueue = 2
+)
+
+// ErrJoinRefused marks a join that did not happen; both connections work.
+var ErrJoinRefused = errors.New("router: join refused")
+
+// Join implements Joiner.
+func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte, headLen int) (int, error) {
+	n := len(pending)
+	if headLen < 2 || headLen > n {
+		return 0, fmt.Errorf("%w: head of %d bytes in %d pending", ErrJoinRefused, headLen, n)
+	}
+	// Everything but the first head's last byte: no complete request, so
+	// the surrogate cannot answer before the join.
+	sent := headLen - 1
+	if _, err := surrogate.Write(pending[:sent]); err != nil {
+		return -1, fmt.Errorf("router: send request to surrogate: %w", err)
+	}
+	qt := j.QuiesceTimeout
+	if qt == 0 {
+		qt = 5 * time.Second
+	}
+	if err := waitQuiet(ctx, surrogate, qt); err != nil {
+		return sent, err
+	}
+	cs, err := state(client)
+	if err != nil {
+		return sent, err
+	}
+	if cs.InQ != 0 || cs.OutQ != 0 || cs.Unacked != 0 {
+		return sent, fmt.Errorf("%w: client leg busy (%d unread)", ErrJoinRefused, cs.InQ)
+	}
+	var joinErr error
+	var sin xlate.Tuple
+	if err := control2(client, surrogate, func(cfd, sfd int) { sin, joinErr = j.freezeAndInstall(cfd, sfd, n-sent) }); err != nil {
+		return sent, fmt.Errorf("%w: %v", ErrJoinRefused, err)
+	}
+	if joinErr != nil {
+		return sent, joinErr
+	}
+	client.Close() // in repair mode: no FIN, no RST
+	if _, err := surrogate.Write(pending[sent:]); err != nil {
+		// The entries are in place; the session is lost (the client sees a
+		// reset from the surrogate or times out).
+		surrogate.Close()
+		return n, fmt.Errorf("router: send the request's last byte: %w", err)
+	}
+	linger := j.Linger
+	if linger == 0 {
+		linger = 3 * time.Second
+	}
+	j.wg.Go(func() { j.retire(ctx, surrogate, sin, linger) })
+	return n, nil
+}
+
+// retire keeps the surrogate leg alive for linger (it retransmits the bytes
+// sent after the install if they are lost), then silent in TCP_REPAIR mode
+// until the join is gone, so its local port is not reused by a new pooled
+// connection whose packets would match the join's entry.
+func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in xlate.Tuple, linger time.Duration) {
+	defer c.Close()
+	t := time.NewTimer(linger)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { setRepair(int(fd), 1) })
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for j.Splicer.Joined(in) {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Wait waits for the lingering surrogate legs to be closed (they close
+// when their linger ends or the context given to Join ends).
+func (j *XlateJoiner) Wait() { j.wg.Wait() }
+
+// freezeAndInstall installs the join with the surrogate leg's snd_nxt moved
+// by later (the bytes sent after the install); it returns the surrogate
+// leg's In tuple.
+func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int) (xlate.Tuple, error) {
+	if err := setRepair(cfd, 1); err != nil {
+		return xlate.Tuple{}, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
+	}
+	if err := setRepair(sfd, 1); err != nil {
+		setRepair(cfd, unix.TCP_REPAIR_OFF_NO_WP)
+		return xlate.Tuple{}, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
+	}
+	undo := func() {
+		setRepair(cfd, unix.TCP_REPAIR_OFF_NO_WP)
+		setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP)
+	}
+	cs, err1 := frozenState(cfd)
+	ss, err2 := frozenState(sfd)
+	if err := errors.Join(err1, err2); err != nil {
+		undo()
+		return xlate.Tuple{}, fmt.Errorf("%w: %v", ErrJoinRefused, err)
+	}
+	ss.SndNxt += uint32(later) // sent after the install
+	ab, ba, err := xlate.Pair(cs, ss)
+	ab.Ifindex, ba.Ifindex = j.Ifindex, j.Ifindex
+	if err == nil {
+		err = j.Splicer.Install(ab, ba)
+	}
+	if err != nil {
+		undo()
+		return xlate.Tuple{}, fmt.Errorf("%w: %v", ErrJoinRefused, err)
+	}
+	cs2, err1 := frozenState(cfd)
+	ss2, err2 := frozenState(sfd)
+	ss2.SndNxt += uint32(later)
+	if err1 != nil || err2 != nil || cs2.RcvNxt != cs.RcvNxt || ss2.RcvNxt != ss.RcvNxt || cs2.SndNxt != cs.SndNxt ||
+		ss2.SndNxt != ss.SndNxt || cs2.InQ+ss2.InQ+cs2.OutQ+ss2.OutQ != 0 {
+		j.Splicer.Remove(ab.In)
+		undo()
+		return xlate.Tuple{}, fmt.Errorf("%w: a leg moved during the install", ErrJoinRefused)
+	}
+	// The client leg stays in repair mode (closed silently by the caller);
+	// the surrogate leg leaves it to send the last byte.
+	if err := setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP); err != nil {
+		return xlate.Tuple{}, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
+	}
+	return ba.In, nil
+}
+
+// waitQuiet waits until everything sent on c is acknowledged; data from the
+// peer (an early answer) refuses the join.
+func waitQuiet(ctx context.Context, c *net.TCPConn, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for pause := 20 * time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
+		st, err := state(c)
+		if err != nil {
+			return err
+		}
+		if st.InQ != 0 {
+			return fmt.Errorf("%w: the surrogate answered before the join", ErrJoinRefused)
+		}
+		if st.OutQ == 0 && st.Unacked == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%w: request not acknowledged within %v", ErrJoinRefused, timeout)
+		}
+		time.Sleep(pause)
+	}
+}
+
+func state(c *net.TCPConn) (xlate.SockState, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return xlate.SockState{}, err
+	}
+	var st xlate.SockState
+	var serr error
+	if err := rc.Control(func(fd uintptr) { st, serr = xlate.ReadState(int(fd)) }); err != nil {
+		return st, err
+	}
+	return st, serr
+}
+
+// frozenState is xlate.ReadState plus the sequence numbers (the socket is
+// in TCP_REPAIR mode).
+func frozenState(fd int) (xlate.SockState, error) {
+	st, err := xlate.ReadState(fd)
+	if err != nil {
+		return st, err
+	}
+	for _, q := range []struct {
+		queue int
+		dst   *uint32
+	}{{tcpSendQueue, &st.SndNxt}, {tcpRecvQueue, &st.RcvNxt}} {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_QUEUE, q.queue); err != nil {
+			return st, fmt.Errorf("TCP_REPAIR_QUEUE: %w", err)
+		}
+		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+		if err != nil {
+			return st, fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
+		}
+		*q.dst = uint32(v)
+	}
+	return st, nil
+}
+
+func setRepair(fd, v int) error {
+	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, v)
+}
+
+// control2 runs fn with both connections' descriptors held.
+func control2(a, b *net.TCPConn, fn func(fa, fb int)) error {
+	ra, err := a.SyscallConn()
+	if err != nil {
+		return err
+	}
+	rb, err := b.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var inner error
+	err = ra.Control(func(fa uintptr) {
+		inner = rb.Control(func(fb uintptr) { fn(int(fa), int(fb)) })
+	})
+	return errors.Join(err, inner)
+}

@@ -1,0 +1,211 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package router
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
+	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/xlate"
+)
+
+// handoffWorld is client -- rr -- sur, every pair 1 ms one way.
+type handoffWorld struct {
+	w       *emu.World
+	rr      string // router's listen address
+	sur     string // surrogate's address
+	r       *Router
+	joiner  *XlateJoiner
+	splicer *xlate.Splicer
+	kill    func() // stops the surrogate
+}
+
+func startHandoffWorld(t *testing.T, slowSurrogate bool) *handoffWorld {
+	t.Helper()
+	d := 1.0
+	spec := &emu.Spec{Name: "rthandoff", Hosts: []emu.HostSpec{{Name: "client"}, {Name: "rr"}, {Name: "sur"}},
+		Links: []emu.LinkSpec{{A: "client", B: "rr", DelayMS: &d}, {A: "rr", B: "sur", DelayMS: &d}, {A: "client", B: "sur", DelayMS: &d}}}
+	w := emutest.Start(t, spec)
+	hw := &handoffWorld{w: w, rr: net.JoinHostPort(w.Addr("rr").String(), "80"), sur: net.JoinHostPort(w.Addr("sur").String(), "8080")}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	sln, err := w.Listen(ctx, "sur", "tcp", hw.sur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	hw.kill = scancel
+	if slowSurrogate {
+		// Answers a header and part of the body, then dies (reset).
+		wg.Go(func() {
+			context.AfterFunc(sctx, func() { sln.Close() })
+			for {
+				c, err := sln.Accept()
+				if err != nil {
+					return
+				}
+				wg.Go(func() {
+					br := bufio.NewReader(c)
+					if _, err := readHead(br); err != nil {
+						c.Close()
+						return
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n")
+					c.Write(make([]byte, 100000))
+					c.(*net.TCPConn).SetLinger(0)
+					c.Close()
+				})
+			}
+		})
+	} else {
+		wg.Go(func() { origin.New(origin.Config{}, nil).Serve(sctx, sln) })
+	}
+
+	var ifindex int
+	if err := w.Do("rr", func() error {
+		var err error
+		hw.splicer, err = xlate.Open(ctx, xlate.Config{})
+		if err != nil {
+			return err
+		}
+		ifs, err := net.Interfaces()
+		for _, ifi := range ifs {
+			if ifi.Flags&net.FlagLoopback == 0 {
+				ifindex = ifi.Index
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("xlate.Open in rr: %v", err)
+	}
+	t.Cleanup(func() { hw.splicer.Close() })
+	hw.joiner = &XlateJoiner{Splicer: hw.splicer, Ifindex: ifindex, Linger: time.Second}
+	p, err := NewPicker(PickConfig{Surrogates: []Surrogate{{"sur", hw.sur}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hw.r, err = New(Config{Mode: ModeHandoff, Picker: p, Joiner: hw.joiner, PoolSize: 4,
+		Dial: func(ctx context.Context, n, a string) (net.Conn, error) { return w.Dial(ctx, "rr", n, a) }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := w.Listen(ctx, "rr", "tcp", hw.rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { hw.r.Serve(ctx, ln); hw.joiner.Wait() })
+	return hw
+}
+
+func readHead(br *bufio.Reader) (string, error) {
+	var head []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return "", err
+		}
+		head = append(head, line...)
+		if string(line) == "\r\n" {
+			return string(head), nil
+		}
+	}
+}
+
+func (hw *handoffWorld) client(t *testing.T) *net.TCPConn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := hw.w.Dial(ctx, "client", "tcp", hw.rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	return c.(*net.TCPConn)
+}
+
+// 500 sessions with random object sizes, handed off, SHA-256 checked; a
+// second request on each handed-off connection is served by the surrogate
+// (keep-alive). The router never relays a byte.
+func TestHandoffSessions(t *testing.T) {
+	hw := startHandoffWorld(t, false)
+	const sessions = 500
+	r := rand.New(rand.NewPCG(7, 8))
+	sizes := make([]int, sessions)
+	for i := range sizes {
+		sizes[i] = r.IntN(512 << 10)
+	}
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, size := range sizes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c := hw.client(t)
+			io.WriteString(c, get(size))
+			br := bufio.NewReader(c)
+			readObject(t, br, size)
+			if i%10 == 0 {
+				io.WriteString(c, get(size/2+1))
+				readObject(t, br, size/2+1)
+			}
+		})
+	}
+	wg.Wait()
+	st := hw.r.Stats()
+	t.Logf("router stats %+v; xlate %+v", st, hw.splicer.Stats())
+	if st.HandedOff+st.HandoffFallbacks != sessions || st.Failed != 0 {
+		t.Fatalf("stats %+v; want %d sessions handed off or proxied, none failed", st, sessions)
+	}
+	if st.HandedOff < sessions*9/10 {
+		t.Errorf("%d of %d sessions handed off (%d proxied after a refusal); want at least 90%%", st.HandedOff, sessions, st.HandoffFallbacks)
+	}
+	if xs := hw.splicer.Stats(); xs.Passed != 0 || xs.Errors != 0 {
+		t.Errorf("xlate stats %+v; want no packet passed or failed", xs)
+	}
+}
+
+// Two pipelined requests before the handoff: both are answered by the
+// surrogate on the handed-off connection.
+func TestHandoffPipelined(t *testing.T) {
+	hw := startHandoffWorld(t, false)
+	c := hw.client(t)
+	io.WriteString(c, get(300000)+get(5000))
+	br := bufio.NewReader(c)
+	readObject(t, br, 300000)
+	readObject(t, br, 5000)
+	if st := hw.r.Stats(); st.HandedOff != 1 {
+		t.Errorf("stats %+v; want 1 handed off", st)
+	}
+}
+
+// A surrogate that dies mid-response: the client sees a reset (through the
+// translation), not a hang.
+func TestHandoffSurrogateDies(t *testing.T) {
+	hw := startHandoffWorld(t, true)
+	c := hw.client(t)
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(c, get(10000000))
+	start := time.Now()
+	n, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("client read %d bytes then %v after %v; want a reset", n, err, time.Since(start))
+	}
+	if st := hw.r.Stats(); st.HandedOff != 1 {
+		t.Errorf("stats %+v; want 1 handed off", st)
+	}
+	t.Logf("client: %d bytes, then %v", n, err)
+}

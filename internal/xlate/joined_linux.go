@@ -1,0 +1,15 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package xlate
+
+// Joined reports whether the entry keyed by in (either direction of a join)
+// is still installed. A caller that keeps a joined leg's socket open (in
+// TCP_REPAIR mode, silent) so that its local port is not reused by a new
+// connection while the join lives polls it to know when to close (the
+// request router does; see docs/router.md).
+func (s *Splicer) Joined(in Tuple) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pairs[in]
+	return ok
+}
