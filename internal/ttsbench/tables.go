@@ -1,0 +1,116 @@
+package ttsbench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/emu"
+)
+
+// TableResult holds the seed-table samples: Times[cc][row][mode] in
+// seconds, and failed transfers per (cc, row, mode).
+type TableResult struct {
+	Size   int64
+	Rows   []Row
+	CCs    []string
+	Modes  []Mode
+	Sample map[key][]float64
+	Failed map[key]int
+	Load   string // load average before and after
+}
+
+type key struct {
+	CC   string
+	Row  int
+	Mode Mode
+}
+
+// tableSpec is the seed's topology: client - relay - server, the pair
+// client-server routed through the relay.
+func tableSpec(r Row, cc string, rate float64) *emu.Spec {
+	return &emu.Spec{
+		Name:  "tts",
+		Hosts: []emu.HostSpec{{Name: "c"}, {Name: "r1"}, {Name: "s"}},
+		Links: []emu.LinkSpec{
+			linkSpec("c", "r1", r.D1, r.J1, r.L1, rate),
+			linkSpec("r1", "s", r.D2, r.J2, r.L2, rate),
+		},
+		Routes: []emu.RouteSpec{{From: "c", To: "s", Via: []string{"r1"}}},
+		TCP:    emu.TCP{Congestion: cc},
+	}
+}
+
+func (r Row) link(rate float64, first bool) emu.Link {
+	if first {
+		return emu.Link{DelayMS: r.D1, JitterMS: r.J1, LossPct: r.L1, RateMbit: rate, QueuePkts: 1000, Reorder: true}
+	}
+	return emu.Link{DelayMS: r.D2, JitterMS: r.J2, LossPct: r.L2, RateMbit: rate, QueuePkts: 1000, Reorder: true}
+}
+
+// RunTables runs the seed's rows: for every congestion control one world,
+// the rows one after another (links changed in place), trials x modes
+// interleaved in a random order per trial.
+func RunTables(ctx context.Context, cfg Config) (*TableResult, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	res := &TableResult{Size: cfg.Size, Rows: cfg.Rows, CCs: cfg.CCs, Modes: cfg.Modes, Sample: map[key][]float64{}, Failed: map[key]int{}}
+	for _, cc := range cfg.CCs {
+		if err := runTablesCC(ctx, &cfg, cc, res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) error {
+	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg.RateMbit), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
+	if err != nil {
+		return err
+	}
+	l := &lab{cfg: cfg, w: w, size: cfg.Size}
+	defer l.close()
+	for _, p := range []uint16{portTTS, portDirect} {
+		if err := l.serve(ctx, p); err != nil {
+			return err
+		}
+	}
+	s := w.Addr("s")
+	split := [2]netip.AddrPort{netip.AddrPortFrom(w.Addr("r1"), portSplit), netip.AddrPortFrom(s, portDirect)}
+	if err := l.proxy(ctx, "r1", proxyConf("r1", []int{portTTS}, &split, cc), split[0]); err != nil {
+		return err
+	}
+	target := map[Mode]netip.AddrPort{
+		E2E:   netip.AddrPortFrom(s, portDirect),
+		TTS:   netip.AddrPortFrom(s, portTTS),
+		Split: split[0],
+	}
+	for ri, row := range cfg.Rows {
+		if err := w.SetLink("c", "r1", row.link(cfg.RateMbit, true)); err != nil {
+			return err
+		}
+		if err := w.SetLink("r1", "s", row.link(cfg.RateMbit, false)); err != nil {
+			return err
+		}
+		start := time.Now()
+		for range cfg.Trials {
+			for _, m := range shuffled(cfg.Modes) {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				d, err := l.fetch(ctx, target[m])
+				k := key{cc, ri, m}
+				if err != nil {
+					res.Failed[k]++
+					cfg.Log.Warn("transfer failed", "cc", cc, "row", row.Name, "mode", m, "err", err)
+					continue
+				}
+				res.Sample[k] = append(res.Sample[k], secs(d))
+			}
+		}
+		fmt.Fprintf(cfg.Progress, "tables: %s %-16s %d trials in %v\n", cc, row.Name, cfg.Trials, time.Since(start).Round(time.Second))
+	}
+	return nil
+}
