@@ -13,6 +13,7 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 benchmarks:
   proxy     throughput and latency of the proxy data path
   transfer  direct vs mosto vs an nginx CDN front-end in an emulated world
+  tts       transparent segmentation: seed 002's tables and a loss x RTT grid
 
 Run 'mosto bench <benchmark> -h' for its flags.
 `)
@@ -26,6 +27,8 @@ Run 'mosto bench <benchmark> -h' for its flags.
 		return runBenchProxy(ctx, env, args[1:])
 	case "transfer":
 		return runBenchTransfer(ctx, env, args[1:])
+	case "tts":
+		return runBenchTTS(ctx, env, args[1:])
 	}
 	return usageErrorf("unknown benchmark %q (want proxy or transfer)", args[0])
 }

@@ -204,7 +204,7 @@ func startRelay(t *testing.T, w *emu.World, cfg Config) *testRelay {
 	var l *net.TCPListener
 	if err := w.Do("r", func() error {
 		var err error
-		l, err = ListenTransparent(ctx, fmt.Sprintf("0.0.0.0:%d", cfg.Port))
+		l, err = ListenTransparent(ctx, fmt.Sprintf("0.0.0.0:%d", cfg.Port), nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -374,7 +374,7 @@ func TestRelayHelper(t *testing.T) {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	l, err := ListenTransparent(ctx, fmt.Sprintf("0.0.0.0:%d", tpPort))
+	l, err := ListenTransparent(ctx, fmt.Sprintf("0.0.0.0:%d", tpPort), nil)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)

@@ -13,9 +13,15 @@ import (
 
 // ListenTransparent opens the IP_TRANSPARENT listener that TPROXY hands
 // intercepted flows to. The local address of an accepted connection is the
-// flow's original destination (OriginalDst).
-func ListenTransparent(ctx context.Context, addr string) (*net.TCPListener, error) {
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+// flow's original destination (OriginalDst). control, if not nil, sets
+// more options before bind.
+func ListenTransparent(ctx context.Context, addr string, control func(network, address string, c syscall.RawConn) error) (*net.TCPListener, error) {
+	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
+		if control != nil {
+			if err := control(network, address, c); err != nil {
+				return err
+			}
+		}
 		return setTransparent(c)
 	}}
 	l, err := lc.Listen(ctx, "tcp4", addr)

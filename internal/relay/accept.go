@@ -36,10 +36,11 @@ const (
 	kindService
 	kindSOCKS5
 	kindConnect
+	kindTProxy
 )
 
 func (k entryKind) String() string {
-	return [...]string{"hop", "service", "socks5", "http_connect"}[k]
+	return [...]string{"hop", "service", "socks5", "http_connect", "tproxy"}[k]
 }
 
 func (s *Server) bind() error {
@@ -78,6 +79,9 @@ func (s *Server) bind() error {
 		if err := listen(c.Listen, &listener{kind: kindConnect, allow: allow}); err != nil {
 			return err
 		}
+	}
+	if err := s.bindTProxy(); err != nil {
+		return err
 	}
 	if a := s.cfg.Metrics.Listen; a != "" {
 		ln, err := net.Listen("tcp", a)

@@ -52,6 +52,7 @@ type Config struct {
 	Services    []ServiceConfig `yaml:"services"`
 	SOCKS5      *SOCKS5Config   `yaml:"socks5"`
 	HTTPConnect *ConnectConfig  `yaml:"http_connect"`
+	TProxy      *TProxyConfig   `yaml:"tproxy"` // transparent interception (tproxy.go)
 
 	// Managed means a controller agent supplies chains, members and keys
 	// at run time (SetChains, SetMemberSource, SetKeySource), so members,
@@ -436,6 +437,11 @@ func (c *Config) Validate() error {
 			if len(u) == 0 || len(u) > 255 || len(p) == 0 || len(p) > 255 {
 				bad("socks5.users: user and password must be 1-255 bytes (user %q)", u)
 			}
+		}
+	}
+	if t := c.TProxy; t != nil {
+		if err := t.validate(c); err != nil {
+			bad("tproxy: %v", err)
 		}
 	}
 	if h := c.HTTPConnect; h != nil {

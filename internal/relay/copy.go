@@ -31,6 +31,10 @@ type pipe struct {
 	upBytes  prometheus.Counter
 	dnBytes  prometheus.Counter
 	bufs     *sync.Pool // of *[]byte of smallCopy bytes; nil: always splice
+	// abortOnEnd: both connections have SO_LINGER 0 (reset if the process
+	// dies); a direction that ends normally clears it on its destination
+	// before passing the EOF on (tproxy.go).
+	abortOnEnd bool
 }
 
 // run copies both directions until both ended and returns the flow outcome.
@@ -140,6 +144,9 @@ func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 // leaves it to the close that follows at once (a FIN all the same, one
 // syscall less).
 func (p *pipe) halfClose(dst *net.TCPConn) error {
+	if p.abortOnEnd {
+		dst.SetLinger(-1)
+	}
 	if p.ended.Add(1) == 2 {
 		return nil
 	}

@@ -55,6 +55,8 @@ func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) *ne
 		return s.serveSOCKS5(l, c, in)
 	case kindConnect:
 		return s.serveConnect(l, c, in)
+	case kindTProxy:
+		return s.serveTProxy(l, c, in)
 	}
 	return nil
 }

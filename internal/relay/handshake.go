@@ -99,6 +99,10 @@ func (s *Server) serveConn(j handshakeJob) {
 // relayConn owns an accepted connection for its copy phase.
 func (s *Server) relayConn(l *listener, c *net.TCPConn, src netip.AddrPort, role role, up *net.TCPConn) {
 	defer s.endConn(l, c, src)
+	if l.kind == kindTProxy {
+		s.relayTransparent(role, c, up)
+		return
+	}
 	s.relay(role, c, up)
 }
 

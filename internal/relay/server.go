@@ -199,6 +199,13 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.ran.Swap(true) {
 		return errors.New("relay: Run called twice")
 	}
+	stopIntercept, err := s.startIntercept()
+	if err != nil {
+		s.closeListeners()
+		s.flows.cancel()
+		return err
+	}
+	defer stopIntercept()
 	s.log.Info("proxy serving", "listeners", len(s.accept.listeners), "members", len(s.overlay.members.Load().src.Members()))
 	for _, l := range s.accept.listeners {
 		s.log.Info("listening", "entry", l.kind.String(), "addr", l.ln.Addr().String())

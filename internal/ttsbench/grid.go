@@ -129,7 +129,12 @@ func RunGrid(ctx context.Context, cfg Config, g GridConfig) (*GridResult, error)
 	for i := range gridHops {
 		spec.Links = append(spec.Links, linkSpec(names[i], names[i+1], 1, 0, 0, cfg.RateMbit))
 	}
-	spec.Routes = []emu.RouteSpec{{From: "c", To: "s", Via: names[1:4]}}
+	// Every non-adjacent pair goes along the line.
+	for i := range names {
+		for j := i + 2; j < len(names); j++ {
+			spec.Routes = append(spec.Routes, emu.RouteSpec{From: names[i], To: names[j], Via: names[i+1 : j]})
+		}
+	}
 	w, err := emu.UpWith(ctx, spec, cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
 	if err != nil {
 		return nil, err

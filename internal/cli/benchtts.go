@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/report"
+	"github.com/mosto-net/mosto/internal/transfer"
+	"github.com/mosto-net/mosto/internal/ttsbench"
+)
+
+// runBenchTTS reproduces seed 002's tables (E2E vs TTS vs explicit split
+// relay) and runs the loss x RTT grid with 1-3 segmentation points.
+func runBenchTTS(ctx context.Context, env *Env, args []string) error {
+	fs := newFlagSet(env, "bench tts")
+	trials := fs.Int("trials", 200, "trials per cell (the seed: 200)")
+	only := fs.String("only", "tables,grid", "parts to run: tables, grid")
+	sizeFlag := fs.String("size", "70MB", "file size of the seed's tables (70 MB: E2E takes ~5.9 s at 100 Mbit/s, as in the seed)")
+	ccs := fs.String("cc", "cubic,bbr", "congestion controls of the tables")
+	modes := fs.String("modes", "e2e,tts,split", "modes of the tables")
+	rowsFlag := fs.String("rows", "", "rows of the tables to run, 1-based indices (default: all 6)")
+	rate := fs.Float64("rate", 100, "link rate, Mbit/s (the seed: 100)")
+	gridRTTs := fs.String("grid-rtts", "2,20,100,400", "grid: end-to-end RTTs (ms)")
+	gridLoss := fs.String("grid-loss", "0,0.5,2,5", "grid: end-to-end loss (%)")
+	gridSize := fs.String("grid-size", "2MB", "grid: transfer size")
+	gridCC := fs.String("grid-cc", "cubic", "grid: congestion control")
+	timeout := fs.Duration("timeout", 5*time.Minute, "bound of one transfer (a slower one counts as failed)")
+	out := fs.String("out", "", "results folder (default results/tts-YYYYMMDD-HHMMSS)")
+	realtime := fs.Bool("emu-realtime", false, "emulator threads at real-time priority")
+	fs.Usage = func() {
+		fmt.Fprintln(env.Stderr, "usage: mosto bench tts [--trials N] [--only tables,grid] [flags]\n\nNeeds root. See docs/tts.md.")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected arguments %q", pos)
+	}
+	if *trials < 1 {
+		return usageErrorf("--trials must be at least 1")
+	}
+	if *rate <= 0 {
+		return usageErrorf("--rate must be > 0")
+	}
+	size, err := transfer.ParseSizes(*sizeFlag)
+	if err != nil || len(size) != 1 {
+		return usageErrorf("--size: want one size (%v)", err)
+	}
+	gsize, err := transfer.ParseSizes(*gridSize)
+	if err != nil || len(gsize) != 1 {
+		return usageErrorf("--grid-size: want one size (%v)", err)
+	}
+	doTables, doGrid := false, false
+	for _, p := range strings.Split(*only, ",") {
+		switch strings.TrimSpace(p) {
+		case "tables":
+			doTables = true
+		case "grid":
+			doGrid = true
+		default:
+			return usageErrorf("--only: unknown part %q (want tables, grid)", p)
+		}
+	}
+	rows := ttsbench.SeedRows()
+	if *rowsFlag != "" {
+		var pick []ttsbench.Row
+		for _, f := range strings.Split(*rowsFlag, ",") {
+			i, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || i < 1 || i > len(rows) {
+				return usageErrorf("--rows: %q is not a row 1-%d", f, len(rows))
+			}
+			pick = append(pick, rows[i-1])
+		}
+		rows = pick
+	}
+	var ms []ttsbench.Mode
+	for _, m := range strings.Split(*modes, ",") {
+		ms = append(ms, ttsbench.Mode(strings.TrimSpace(m)))
+	}
+	rtts, err := parseFloats(*gridRTTs)
+	if err != nil {
+		return usageErrorf("--grid-rtts: %v", err)
+	}
+	losses, err := parseFloats(*gridLoss)
+	if err != nil {
+		return usageErrorf("--grid-loss: %v", err)
+	}
+	for _, l := range losses {
+		if l < 0 || l >= 100 {
+			return usageErrorf("--grid-loss: %v%% is not in [0, 100)", l)
+		}
+	}
+	for _, r := range rtts {
+		if r <= 0 {
+			return usageErrorf("--grid-rtts: %v ms is not > 0", r)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir := *out
+	if dir == "" {
+		dir = filepath.Join("results", "tts-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	cfg := ttsbench.Config{
+		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
+		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
+		Realtime: *realtime, Log: env.Log, Progress: env.Stderr,
+	}
+	var md bytes.Buffer
+	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())
+	if doTables {
+		res, err := ttsbench.RunTables(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if err := res.WriteMarkdown(&md); err != nil {
+			return err
+		}
+		if err := writePlot(filepath.Join(dir, "tables.svg"), res.Plot()); err != nil {
+			return err
+		}
+	}
+	if doGrid {
+		res, err := ttsbench.RunGrid(ctx, cfg, ttsbench.GridConfig{RTTs: rtts, Losses: losses, Size: gsize[0], CC: *gridCC})
+		if err != nil {
+			return err
+		}
+		if err := res.WriteMarkdown(&md); err != nil {
+			return err
+		}
+		if err := writePlot(filepath.Join(dir, "grid.svg"), res.Plot()); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(&md, "\nload after: %s\n", loadAvg())
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), md.Bytes(), 0o644); err != nil {
+		return err
+	}
+	env.Stdout.Write(md.Bytes())
+	fmt.Fprintf(env.Stdout, "\nresults in %s (results.md, tables.svg, grid.svg, proxy configs and logs)\n", dir)
+	return nil
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range splitList(s) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty list")
+	}
+	return out, nil
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func writePlot(path string, p *report.Plot) error {
+	var b bytes.Buffer
+	if err := p.WriteSVG(&b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}

@@ -1,0 +1,233 @@
+package relay
+
+// Entry: transparent interception (seed 002, docs/tts.md). The proxy
+// installs nftables TPROXY rules (internal/intercept) that steer in-scope
+// flows crossing this host into an IP_TRANSPARENT listener; the original
+// destination is the flow's target, and the upstream connection binds the
+// client's address and port, so neither end sees the proxy.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/intercept"
+)
+
+// TProxyConfig is the transparent entry (`tproxy:`).
+type TProxyConfig struct {
+	// Listen is the transparent listener (IP_TRANSPARENT), e.g.
+	// 0.0.0.0:15001; the rules deliver intercepted flows to its port.
+	Listen string `yaml:"listen"`
+	// Name names the nftables table (mosto_tp_<name>); default: the
+	// proxy's id (characters other than letters, digits and '_' become
+	// '_'). A restart with the same name replaces a crashed run's rules.
+	Name string `yaml:"name"`
+	// Scope: source and destination prefixes (or addresses) and
+	// destination ports ("80,443,8000-8100"); empty: everything.
+	Sources []string `yaml:"sources"`
+	Dests   []string `yaml:"dests"`
+	Ports   string   `yaml:"ports"`
+	// Iface restricts interception to packets arriving on it.
+	Iface string `yaml:"iface"`
+	// FailClosed refuses in-scope flows (TCP reset) while the proxy is
+	// not running instead of letting them pass untouched (fail-open).
+	FailClosed bool `yaml:"fail_closed"`
+	// Mark and RouteTable of the policy route; 0: intercept's defaults.
+	Mark       uint32 `yaml:"mark"`
+	RouteTable int    `yaml:"route_table"`
+	Size       Size   `yaml:"size"` // size hint for chain choice
+}
+
+// interceptConfig turns the entry's config into intercept's.
+func (c *TProxyConfig) interceptConfig(id string) (intercept.Config, error) {
+	ic := intercept.Config{Name: c.Name, InIface: c.Iface, FailClosed: c.FailClosed, Mark: c.Mark, RouteTable: c.RouteTable}
+	if ic.Name == "" {
+		ic.Name = tableName(id)
+	}
+	_, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return ic, fmt.Errorf("listen: %w", err)
+	}
+	ports, err := intercept.ParsePorts(port)
+	if err != nil || len(ports) != 1 || ports[0].Lo != ports[0].Hi {
+		return ic, fmt.Errorf("listen: %q needs a fixed port", c.Listen)
+	}
+	ic.Port = ports[0].Lo
+	if ic.Sources, err = intercept.ParsePrefixes(c.Sources); err != nil {
+		return ic, fmt.Errorf("sources: %w", err)
+	}
+	if ic.Dests, err = intercept.ParsePrefixes(c.Dests); err != nil {
+		return ic, fmt.Errorf("dests: %w", err)
+	}
+	if c.Ports != "" {
+		if ic.Ports, err = intercept.ParsePorts(c.Ports); err != nil {
+			return ic, fmt.Errorf("ports: %w", err)
+		}
+	}
+	for _, r := range ic.Ports {
+		if ic.Port >= r.Lo && ic.Port <= r.Hi {
+			return ic, fmt.Errorf("ports: %s includes the listener's own port %d", r, ic.Port)
+		}
+	}
+	return ic, ic.Validate()
+}
+
+func tableName(id string) string {
+	var b strings.Builder
+	for _, r := range id {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+		if b.Len() == 32 {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return "proxy"
+	}
+	return b.String()
+}
+
+// validate checks the entry (Config.Validate calls it).
+func (c *TProxyConfig) validate(cfg *Config) error {
+	if c.Listen == "" {
+		return errors.New("listen: missing")
+	}
+	if err := checkHostPort(c.Listen, true); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if cfg.Workers > 1 {
+		return errors.New("not supported with workers > 1 (one process owns the rules)")
+	}
+	_, err := c.interceptConfig(cfg.ID)
+	return err
+}
+
+// bindTProxy opens the transparent listener.
+func (s *Server) bindTProxy() error {
+	c := s.cfg.TProxy
+	if c == nil {
+		return nil
+	}
+	ln, err := intercept.ListenTransparent(context.Background(), c.Listen, s.cfg.Socket.control(sockListen))
+	if err != nil {
+		return fmt.Errorf("listen tproxy: %w", err)
+	}
+	s.accept.listeners = append(s.accept.listeners, &listener{ln: ln, kind: kindTProxy})
+	return nil
+}
+
+// TProxyAddr returns the transparent listener's address, or nil.
+func (s *Server) TProxyAddr() net.Addr { return s.addr(kindTProxy, 0) }
+
+// startIntercept installs the interception rules; the returned function
+// removes them (after the flows drained: their packets need the rules).
+func (s *Server) startIntercept() (func(), error) {
+	c := s.cfg.TProxy
+	if c == nil {
+		return func() {}, nil
+	}
+	ic, err := c.interceptConfig(s.cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("tproxy: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	in, err := intercept.Install(ctx, ic, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("tproxy: %w", err)
+	}
+	return func() {
+		if err := in.Remove(); err != nil {
+			s.log.Error("remove interception rules", "err", err)
+		}
+	}, nil
+}
+
+// serveTProxy opens the upstream side of an intercepted flow: to its
+// original destination, from the client's address and port when this
+// proxy is the flow's egress (else through the chain, and the origin sees
+// the egress proxy). Both connections reset if the proxy dies mid-flow.
+func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) *net.TCPConn {
+	dst := in.Local // the original destination
+	if ln := addrPort(l.ln.Addr()); dst.Port() == ln.Port() {
+		// A connection to the listener itself, not an intercepted flow.
+		s.refuse(refuseEntryProto, c, in.Client, fmt.Errorf("direct connection to the transparent listener %s", dst))
+		return nil
+	}
+	in.Target = Target{Host: dst.Addr().Unmap().String(), Port: dst.Port()}
+	in.Size = int64(s.cfg.TProxy.Size)
+	var up *net.TCPConn
+	var err error
+	if s.origin.egress.lookup(in.Target) == s.self {
+		s.m.directFor("self_egress").Inc()
+		up, err = s.dialTransparent(in)
+	} else {
+		up, err = s.open(in, nil)
+	}
+	if err != nil {
+		s.entryFailed(c, in, err)
+		return nil
+	}
+	intercept.AbortOnClose(c, true)
+	intercept.AbortOnClose(up, true)
+	return up
+}
+
+// dialTransparent checks the destination policy and connects to the
+// target from the client's address.
+func (s *Server) dialTransparent(in Intent) (*net.TCPConn, error) {
+	dst, err := s.origin.policy.resolve(context.Background(), s.origin.res, in.Target)
+	if err != nil {
+		return nil, err
+	}
+	// No deferred SYN (TCP_FASTOPEN_CONNECT): a server that speaks first
+	// must see the connection at once.
+	d := s.out.dialer
+	d.Control = s.cfg.Socket.control(sockPoolDial)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(s.flows.ctx, d.Timeout)
+	defer cancel()
+	up, err := intercept.DialTransparent(ctx, in.Client, netip.AddrPortFrom(dst.Addr(), dst.Port()), d)
+	if err != nil {
+		return nil, err
+	}
+	pm := s.m.peer("origin")
+	pm.connect.Observe(time.Since(start).Seconds())
+	pm.dial.Inc()
+	if s.cfg.Socket.NoDelay != nil {
+		up.SetNoDelay(*s.cfg.Socket.NoDelay)
+	}
+	s.track(up)
+	return up, nil
+}
+
+// relayTransparent is relay for intercepted flows: their connections
+// reset when the process dies (SO_LINGER 0, set by serveTProxy) until
+// each direction ends normally (the pipe then clears it before the
+// half-close, so an orderly end is a FIN with every byte delivered).
+func (s *Server) relayTransparent(role role, down, up *net.TCPConn) {
+	defer s.untrack(up)
+	rm := s.m.roles[role]
+	rm.active.Inc()
+	defer rm.active.Dec()
+	p := &pipe{
+		down: down, up: up, idle: s.flows.idle,
+		upBytes:    rm.up,
+		dnBytes:    rm.down,
+		bufs:       &s.flows.bufs,
+		abortOnEnd: true,
+	}
+	outcome := p.run()
+	if s.flows.forcing.Load() && outcome != outcomeOK {
+		outcome = outcomeAborted
+	}
+	s.endFlow(role, outcome)
+}

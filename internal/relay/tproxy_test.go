@@ -1,0 +1,314 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
+	"github.com/mosto-net/mosto/internal/intercept"
+)
+
+func TestTProxyConfig(t *testing.T) {
+	base := "id: r-1\ndestinations: {allow: [\"*\"]}\n"
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"no listen", "tproxy: {ports: \"80\"}", "tproxy: listen: missing"},
+		{"bad ports", "tproxy: {listen: \":15001\", ports: \"80-70\"}", "tproxy: ports"},
+		{"own port", "tproxy: {listen: \":15001\", ports: \"15000-15002\"}", "listener's own port"},
+		{"zero port", "tproxy: {listen: \":0\"}", "fixed port"},
+		{"bad source", "tproxy: {listen: \":15001\", sources: [\"::1\"]}", "tproxy: sources"},
+		{"bad name", "tproxy: {listen: \":15001\", name: \"a b\"}", "bad name"},
+		{"workers", "workers: 2\ntproxy: {listen: \":15001\"}", "workers"},
+		{"unknown key", "tproxy: {listen: \":15001\", bogus: 1}", "bogus"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig(strings.NewReader(base+tt.yaml), ".")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ParseConfig = %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	cfg, err := ParseConfig(strings.NewReader(base+"tproxy: {listen: \"0.0.0.0:15001\", ports: \"80,8000-8100\", dests: [10.0.0.0/8], fail_closed: true}"), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := cfg.TProxy.interceptConfig(cfg.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ic.Name != "r_1" || ic.Port != 15001 || !ic.FailClosed || len(ic.Ports) != 2 || len(ic.Dests) != 1 {
+		t.Errorf("interceptConfig = %+v", ic)
+	}
+}
+
+// tproxyWorld: client c, proxy host r on the path, server s.
+func tproxyWorld(t *testing.T) *emu.World {
+	t.Helper()
+	spec, err := emu.ParseSpec([]byte(`
+hosts: [{name: c}, {name: r}, {name: s}]
+links: [{a: c, b: r, delay_ms: 1}, {a: r, b: s, delay_ms: 1}]
+routes: [{from: c, to: s, via: [r]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emutest.Start(t, spec)
+}
+
+// startTProxyChild runs `mosto proxy` with a tproxy entry as a child
+// process in host r and waits until its rules are installed.
+func startTProxyChild(t *testing.T, w *emu.World, cfgYAML string) *exec.Cmd {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte(cfgYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := w.Command(context.Background(), "r", os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "MOSTO_RELAY_CHILD="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	go io.Copy(io.Discard, out)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ts, err := intercept.Tables(context.Background(), w.NetNS("r"))
+		if err == nil && slices.Contains(ts, "mosto_tp_tt") {
+			// The policy route is added right after the table.
+			if o, _ := exec.Command("ip", "-n", w.NetNS("r"), "route", "show", "table", fmt.Sprint(intercept.DefaultRouteTable)).Output(); len(o) > 0 {
+				return cmd
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("interception rules not installed after 20 s (tables %v, %v)", ts, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func repairSeq(c *net.TCPConn, queue int) (uint32, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var seq int
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR, 1); serr != nil {
+			return
+		}
+		defer unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR, 0)
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR_QUEUE, queue); serr != nil {
+			return
+		}
+		seq, serr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_QUEUE_SEQ)
+	})
+	return uint32(seq), errors.Join(err, serr)
+}
+
+// TestTProxyEntry runs the proxy with a tproxy entry in a child process on
+// the path of c-s flows: intercepted flows are split and fully
+// transparent, out-of-scope flows untouched, 200 echo flows are
+// byte-exact; SIGKILL resets the live flow, a restart replaces the
+// leftover rules, SIGTERM removes them.
+func TestTProxyEntry(t *testing.T) {
+	w := tproxyWorld(t)
+	ctx := context.Background()
+	s := w.Addr("s")
+	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\"}\ntimeouts: {drain: 1s}\n", emu.Prefix)
+	child := startTProxyChild(t, w, conf)
+
+	// Echo server on 8080 (in scope) and 9090 (out of scope), recording
+	// the peers it sees.
+	type seen struct {
+		remote netip.AddrPort
+		conn   *net.TCPConn
+	}
+	accepted := make(chan seen, 512)
+	for _, port := range []uint16{8080, 9090} {
+		l, err := w.Listen(ctx, "s", "tcp4", netip.AddrPortFrom(s, port).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted <- seen{c.RemoteAddr().(*net.TCPAddr).AddrPort(), c.(*net.TCPConn)}
+				go func() {
+					io.Copy(c, c)
+					c.(*net.TCPConn).CloseWrite()
+				}()
+			}
+		}()
+	}
+	dial := func(port uint16) *net.TCPConn {
+		t.Helper()
+		c, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(s, port).String())
+		if err != nil {
+			t.Fatalf("dial s:%d: %v", port, err)
+		}
+		c.SetDeadline(time.Now().Add(60 * time.Second))
+		return c.(*net.TCPConn)
+	}
+	// sameSeq sends 10 bytes, waits for the echo and compares the client's
+	// send sequence with the server's receive sequence.
+	check := func(port uint16) (split bool) {
+		t.Helper()
+		c := dial(port)
+		defer c.Close()
+		if _, err := c.Write([]byte("0123456789")); err != nil {
+			t.Fatal(err)
+		}
+		var b [10]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		// The server's accept for this flow (earlier flows' may be queued).
+		var sv seen
+		timeout := time.After(30 * time.Second)
+	wait:
+		for {
+			select {
+			case sv = <-accepted:
+				if sv.remote == c.LocalAddr().(*net.TCPAddr).AddrPort() {
+					break wait
+				}
+			case <-timeout:
+				t.Fatalf("port %d: the server never accepted the client %v", port, c.LocalAddr())
+			}
+		}
+		if sv.remote != c.LocalAddr().(*net.TCPAddr).AddrPort() {
+			t.Errorf("port %d: server sees the client as %v; want %v", port, sv.remote, c.LocalAddr())
+		}
+		if got := c.RemoteAddr().(*net.TCPAddr).AddrPort(); got != netip.AddrPortFrom(s, port) {
+			t.Errorf("port %d: client sees the server as %v", port, got)
+		}
+		snd, err1 := repairSeq(c, 2)
+		rcv, err2 := repairSeq(sv.conn, 1)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("sequence numbers: %v %v", err1, err2)
+		}
+		return snd != rcv
+	}
+	if !check(8080) {
+		t.Error("in-scope flow: same sequence numbers at both ends; want it split by the proxy")
+	}
+	if check(9090) {
+		t.Error("out-of-scope flow: sequence numbers differ; want it untouched")
+	}
+
+	// 200 echo flows, SHA-256 checked.
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	sem := make(chan struct{}, 16)
+	for i := range 200 {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(s, 8080).String())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(60 * time.Second))
+			msg := make([]byte, 1+i*331)
+			rand.Read(msg)
+			go func() { c.Write(msg); c.(*net.TCPConn).CloseWrite() }()
+			h := sha256.New()
+			if _, err := io.Copy(h, c); err != nil {
+				errs <- err
+				return
+			}
+			if [32]byte(h.Sum(nil)) != sha256.Sum256(msg) {
+				errs <- fmt.Errorf("flow %d: echo differs", i)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	// SIGKILL mid-flow: the client sees a reset. Only the reader runs at
+	// the kill (a concurrent write would take the reset error and leave
+	// the read an EOF).
+	c := dial(8080)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 2<<20))
+		wrote <- err
+	}()
+	if _, err := io.CopyN(io.Discard, c, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
+	child.Wait()
+	_, err := io.Copy(io.Discard, c)
+	c.Close()
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("client after SIGKILL of the proxy: %v; want a reset", err)
+	}
+	if ts, _ := intercept.Tables(ctx, w.NetNS("r")); len(ts) != 1 {
+		t.Errorf("tables after SIGKILL = %v; want the leftover", ts)
+	}
+	// Fail-open while it is down: a new flow passes untouched.
+	if check(8080) {
+		t.Error("proxy dead (fail-open): flow not untouched")
+	}
+	// Restart: rules replaced, flows split again; SIGTERM removes them.
+	child = startTProxyChild(t, w, conf)
+	if ts, _ := intercept.Tables(ctx, w.NetNS("r")); len(ts) != 1 {
+		t.Errorf("tables after restart = %v; want one", ts)
+	}
+	if !check(8080) {
+		t.Error("after restart: flow not split")
+	}
+	syscall.Kill(child.Process.Pid, syscall.SIGTERM)
+	if err := child.Wait(); err != nil {
+		t.Fatalf("proxy exit after SIGTERM: %v", err)
+	}
+	if ts, _ := intercept.Tables(ctx, w.NetNS("r")); len(ts) != 0 {
+		t.Errorf("tables after SIGTERM = %v; want none", ts)
+	}
+	if out, _ := exec.Command("ip", "-n", w.NetNS("r"), "rule", "show").Output(); strings.Contains(string(out), "fwmark") {
+		t.Errorf("policy rules after SIGTERM:\n%s", out)
+	}
+}

@@ -1,0 +1,103 @@
+package ttsbench_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/cli"
+	"github.com/mosto-net/mosto/internal/testenv"
+	"github.com/mosto-net/mosto/internal/ttsbench"
+)
+
+// childEnv makes the test binary act as the mosto binary for the proxies.
+const childEnv = "MOSTO_TTSBENCH_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+func config(t *testing.T) ttsbench.Config {
+	t.Helper()
+	testenv.RequirePrivileged(t)
+	if testing.Short() {
+		t.Skip("emulator bench test")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ttsbench.Config{Mosto: []string{exe}, Env: []string{childEnv + "=1"}, Dir: t.TempDir(), Trials: 2, Timeout: 2 * time.Minute}
+}
+
+// TestTablesSmall runs the 1%-loss row with every mode and both congestion
+// controls on a small file: every transfer completes through its path and
+// the report carries the row.
+func TestTablesSmall(t *testing.T) {
+	cfg := config(t)
+	cfg.Size = 2_000_000
+	cfg.Rows = ttsbench.SeedRows()[:1]
+	res, err := ttsbench.RunTables(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cc := range []string{"cubic", "bbr"} {
+		for _, m := range []ttsbench.Mode{ttsbench.E2E, ttsbench.TTS, ttsbench.Split} {
+			c, ok := res.Compare(cc, 0, m)
+			if m == ttsbench.E2E {
+				continue
+			}
+			if !ok || c.E2E.N != 2 || c.Other.N != 2 {
+				t.Errorf("%s %s: samples %+v; want 2 per mode (failed: %v)", cc, m, c, res.Failed)
+			}
+		}
+	}
+	var md bytes.Buffer
+	if err := res.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "lossy L2=1%") || !strings.Contains(md.String(), "E2E vs TTS") {
+		t.Errorf("report lacks the row or the mode:\n%s", md.String())
+	}
+}
+
+// TestGridSmall runs a 2-cell grid: every number of segmentation points
+// completes its transfers, and the model predicts segmentation helps the
+// lossy cell.
+func TestGridSmall(t *testing.T) {
+	cfg := config(t)
+	cfg.Trials = 1
+	res, err := ttsbench.RunGrid(context.Background(), cfg, ttsbench.GridConfig{RTTs: []float64{8}, Losses: []float64{0, 2}, Size: 500_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Cells) != 2 {
+		t.Fatalf("%d cells; want 2", len(res.Cells))
+	}
+	for _, c := range res.Cells {
+		for p := range 4 {
+			if len(c.Sample[p]) != 1 {
+				t.Errorf("cell RTT %v loss %v: %d points: %d samples, %d failed; want 1", c.RTT, c.Loss, p, len(c.Sample[p]), c.Failed[p])
+			}
+		}
+	}
+	if lossy := res.Cells[1]; !(lossy.Predicted[3] < lossy.Predicted[0]) {
+		t.Errorf("model: 3 points %v s, E2E %v s at 2%% loss; want segmentation faster", lossy.Predicted[3], lossy.Predicted[0])
+	}
+	var md bytes.Buffer
+	if err := res.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", md.String())
+}
