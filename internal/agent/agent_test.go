@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/probe"
 	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // fakeBackend is a controller with just enough behaviour for the agent:
@@ -501,29 +501,20 @@ func TestCorruptPersistedTableIgnored(t *testing.T) {
 	}
 }
 
-// TestAgentStopsEverything checks that Run leaves no goroutine behind.
+// TestAgentStopsEverything checks that Run leaves no goroutine and no open
+// file behind.
 func TestAgentStopsEverything(t *testing.T) {
-	before := runtime.NumGoroutine()
-	func() {
-		c := newController(t)
-		c.fb.targets["fra"] = nil
-		a, stop := startAgent(t, fepConfig(c, t.TempDir(), c.token(t, pki.TokenOptions{})))
-		keys, _ := pki.NewOverlayKeys(time.Now())
-		c.fb.publish(testTable(t, "fra", 1, keys))
-		eventually(t, "version 1", func() bool { return a.Version() == 1 })
-		if err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		c.srv.Close()
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
+	testenv.CheckLeaks(t)
+	c := newController(t)
+	c.fb.targets["fra"] = nil
+	a, stop := startAgent(t, fepConfig(c, t.TempDir(), c.token(t, pki.TokenOptions{})))
+	keys, _ := pki.NewOverlayKeys(time.Now())
+	c.fb.publish(testTable(t, "fra", 1, keys))
+	eventually(t, "version 1", func() bool { return a.Version() == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
+	c.srv.Close()
 }
 
 // The relay takes the agent as its chain source.

@@ -22,6 +22,7 @@ import (
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"gopkg.in/yaml.v3"
 )
 
@@ -175,46 +176,14 @@ func freePortPair(t *testing.T) int {
 func TestProxyFollowsAgentTable(t *testing.T) {
 	secret := make([]byte, pki.OverlayKeySize)
 	rand.Read(secret)
-	keys := map[string]any{"current": map[string]any{"id": int(pki.KeyID(secret)), "secret_hex": hex.EncodeToString(secret)}}
 
-	origin, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer origin.Close()
-	go func() {
-		for {
-			c, err := origin.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-				c.(*net.TCPConn).CloseWrite()
-			}()
-		}
-	}()
-
+	origin := relaytest.NewOrigin(t, relaytest.Echo)
 	startRelay := func(id string, members map[string]string) *relay.Server {
 		t.Helper()
-		y, _ := yaml.Marshal(map[string]any{
-			"id": id, "hop": map[string]string{"listen": "127.0.0.1:0"}, "keys": keys, "members": members,
-			"destinations": map[string]any{"allow": []string{"127.0.0.0/8"}},
-		})
-		cfg, err := relay.ParseConfig(bytes.NewReader(y), ".")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := relay.New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { s.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return s
+		cfg := relaytest.Config(id)
+		cfg.Members = members
+		cfg.Keys.Current = &relay.KeyConfig{ID: pki.KeyID(secret), SecretHex: hex.EncodeToString(secret)}
+		return relaytest.Start(t, cfg)
 	}
 	c := startRelay("c", nil)
 	b := startRelay("b", map[string]string{"c": c.HopAddr().String()})
@@ -238,7 +207,7 @@ func TestProxyFollowsAgentTable(t *testing.T) {
 	y, _ := yaml.Marshal(map[string]any{
 		"id":       "a",
 		"egress":   map[string]string{"default": "c"},
-		"services": []map[string]string{{"listen": svc, "origin": origin.Addr().String()}},
+		"services": []map[string]string{{"listen": svc, "origin": origin.Addr()}},
 		"controller": map[string]string{"url": "http://127.0.0.1:1", "data_dir": "data",
 			"hop_addr": "127.0.0.1:7", "probe_addr": "127.0.0.1:9", "probe_listen": "off"},
 		"timeouts": map[string]string{"drain": "1s"},
@@ -254,6 +223,7 @@ func TestProxyFollowsAgentTable(t *testing.T) {
 		exit <- Run(ctx, []string{"proxy", "--config", cfgPath}, strings.NewReader(""), io.Discard, &stderr)
 	}()
 	var conn net.Conn
+	var err error
 	for deadline := time.Now().Add(10 * time.Second); conn == nil; {
 		if conn, err = net.Dial("tcp", svc); err != nil {
 			if time.Now().After(deadline) {

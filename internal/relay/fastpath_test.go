@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/evloop"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // TestLoopsServeServiceFlows checks who carries a service flow: with
@@ -22,7 +23,7 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 		loops int
 	}{{"default", 0}, {"two", 2}, {"off", -1}} {
 		t.Run(tc.name, func(t *testing.T) {
-			leakCheck(t)
+			testenv.CheckLeaks(t)
 			o := newOrigin(t, echo)
 			w := newWorld(t, o.addr(), func(c *Config) { c.Loops = tc.loops })
 			var loops *evloop.Loops
@@ -64,7 +65,7 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 // first hop of its chain refuses the connection, as the goroutine path
 // does, and that the client's bytes sent meanwhile are not lost.
 func TestLoopsFirstHopDown(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), nil)
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
@@ -89,7 +90,7 @@ func TestLoopsFirstHopDown(t *testing.T) {
 // TestLoopsRefuseOverLimit checks admission on the loop path: a source
 // over its limit is refused with a reset and counted.
 func TestLoopsRefuseOverLimit(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) { c.Limits.MaxConnsPerSource = 1 })
 	first, err := net.Dial("tcp", w.a.ServiceAddr(0).String())

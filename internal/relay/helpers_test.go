@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -244,44 +242,6 @@ func roundTrip(t testing.TB, addr string, msg []byte) []byte {
 		t.Fatalf("read: %v", err)
 	}
 	return got
-}
-
-// leakCheck records goroutines and fds now and, at cleanup (registered
-// first so it runs last), fails if they did not come back.
-func leakCheck(t *testing.T) {
-	t.Helper()
-	g0, f0 := runtime.NumGoroutine(), countFDs(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			return
-		}
-		var g, f int
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			runtime.GC()
-			g, f = runtime.NumGoroutine(), countFDs(t)
-			if g <= g0 && f <= f0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if g > g0 {
-			buf := make([]byte, 1<<20)
-			n := runtime.Stack(buf, true)
-			t.Errorf("goroutines: %d before, %d after\n%s", g0, g, buf[:n])
-		}
-		if f > f0 {
-			t.Errorf("open fds: %d before, %d after", f0, f)
-		}
-	})
-}
-
-func countFDs(t testing.TB) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatalf("count fds: %v", err)
-	}
-	return len(ents)
 }
 
 func isReset(err error) bool {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/evloop"
+	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -28,7 +29,7 @@ func TestLoopsServeHopFlows(t *testing.T) {
 		pool  int
 	}{{"loops", 0, 0}, {"loops+pool", 0, 2}, {"goroutines", -1, 0}, {"goroutines+pool", -1, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
-			leakCheck(t)
+			testenv.CheckLeaks(t)
 			o := newOrigin(t, echo)
 			w := newWorld(t, o.addr(), func(c *Config) {
 				c.Loops, c.Pool.Hop = tc.loops, tc.pool
@@ -104,7 +105,7 @@ func TestLoopsServeHopFlows(t *testing.T) {
 // name (resolved on the goroutine path) with the request sent together with
 // the header. The bytes after the header reach the origin intact.
 func TestHopFlowTakenByGoroutines(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	_, port, _ := net.SplitHostPort(o.addr())
 	w := newWorld(t, "origin.test:"+port, nil, func(s *Server) {
@@ -195,7 +196,7 @@ func TestMemberPreambleBothPaths(t *testing.T) {
 	kr := testKeyring(t)
 	for _, loops := range []int{0, -1} {
 		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
-			leakCheck(t)
+			testenv.CheckLeaks(t)
 			o := newOrigin(t, echo)
 			cfg := baseConfig("c", "a", "b")
 			cfg.Loops = loops

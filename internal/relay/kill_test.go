@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // TestMain lets the test binary run a proxy daemon as a child process
@@ -85,7 +87,7 @@ func TestHopKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a child process")
 	}
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	// The origin streams to clients that send "d" and swallows the
 	// uploads of clients that send "u".
 	o := newOrigin(t, func(c *net.TCPConn) {

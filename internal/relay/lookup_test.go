@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // lopWorld is an InP "a" without a table whose LoP is "l", the LoP "l"
@@ -61,7 +62,7 @@ func upstream(s *running, peer string) float64 {
 // TestRemoteLoP sends a flow from an InP without a table through its LoP
 // and checks, on every proxy's counters, which chain the flow took.
 func TestRemoteLoP(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	viaT := map[string]map[string]float64{ // proxy -> next hop -> flows
 		"a": {"l": 1}, "l": {"t": 1, "e": 0}, "t": {"e": 1}, "e": {"origin": 1},
@@ -120,7 +121,7 @@ func TestRemoteLoP(t *testing.T) {
 // TestRemoteLoPIsEgP: when the EgP is the LoP itself the InP asks no
 // lookup and the LoP exits to the origin.
 func TestRemoteLoPIsEgP(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newLoPWorldEgress(t, o.addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}}, "l")
 	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("to l")); string(got) != "to l" {
@@ -139,7 +140,7 @@ func TestRemoteLoPIsEgP(t *testing.T) {
 // down: one hop straight to the EgP, and to the origin when the EgP is down
 // too.
 func TestRemoteLoPUnreachable(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newLoPWorld(t, o.addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}})
 	dead := closedAddr(t)
@@ -177,7 +178,7 @@ func TestRemoteLoPUnreachable(t *testing.T) {
 // straight to the LoP: each is refused with its counter and the connection
 // closed, and the LoP keeps serving real flows.
 func TestLookupRefusals(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newLoPWorld(t, o.addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}})
 	kr := testKeyring(t)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func poolCount(s *Server, pool, result string) float64 {
@@ -38,7 +40,7 @@ func hashTrip(t testing.TB, addr string, n int) {
 // InP and the TrP), bytes arrive intact, and pooled connections idle longer
 // than the peer's header timeout are not killed by it (member_idle).
 func TestHopPoolChain(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) {
 		c.Timeouts.Header = Duration(300 * time.Millisecond)
@@ -96,7 +98,7 @@ func TestHopPoolChain(t *testing.T) {
 // waits past the header timeout; one from any other address is refused by
 // the header timeout (no slowloris through member_idle).
 func TestMemberIdleOnlyForMembers(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	cfg := baseConfig("b", "a")
 	cfg.Timeouts.Header = Duration(300 * time.Millisecond)
 	cfg.Hop.MemberIdle = Duration(20 * time.Second)
@@ -140,7 +142,7 @@ func TestMemberIdleOnlyForMembers(t *testing.T) {
 // TestPoolRefillAndExpiry: the pool keeps size connections per target,
 // replaces them before max idle age, and discards ones the peer closed.
 func TestPoolRefillAndExpiry(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func TestPoolRefillAndExpiry(t *testing.T) {
 // closed (its keep-alive timeout) is discarded at use, and the flow still
 // gets the origin's bytes over a fresh connection.
 func TestOriginPoolDiscardsClosed(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	// The origin closes connections that stay silent for 200 ms, and
 	// answers "hello" otherwise.
 	o := newOrigin(t, func(c *net.TCPConn) {
@@ -333,7 +335,7 @@ func TestEarlyWait(t *testing.T) {
 // MaxPooledMembers others, a proxy keeps no pools up front and pools the
 // next hops its flows use.
 func TestHopPoolLearnedInLargeOverlay(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) {
 		c.Timeouts.Header = Duration(300 * time.Millisecond)

@@ -8,13 +8,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // TestPoolWithoutMemberIdle: members at the default hop.member_idle (0)
 // keep pooled connections idle past their header timeout, because the pool
 // hello asks for it; no header timeout is counted and flows use the pools.
 func TestPoolWithoutMemberIdle(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) {
 		c.Timeouts.Header = Duration(300 * time.Millisecond)
@@ -86,7 +88,7 @@ func newOldPeer(t *testing.T) *oldPeer {
 // pooled (counted unsupported once, no redial storm) and a flow to it is a
 // plain pool miss that dials.
 func TestPoolHelloOldPeer(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	peer := newOldPeer(t)
 	s, err := New(baseConfig("a"), nil)
 	if err != nil {
@@ -119,7 +121,7 @@ func TestPoolHelloOldPeer(t *testing.T) {
 // life (its member_idle, or DefaultPoolGrant), and a garbled answer is
 // refused.
 func TestPoolHelloGrant(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	for _, tc := range []struct {
 		name       string
 		memberIdle time.Duration
@@ -177,7 +179,7 @@ func TestPoolHelloGrant(t *testing.T) {
 // later, so its pool refills at once when it listens again; while it
 // refuses, the pool does not spin.
 func TestPoolRetriesSoon(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

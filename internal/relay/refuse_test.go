@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // signed returns a header for route signed under kr.
@@ -42,7 +43,7 @@ func TestRefusals(t *testing.T) {
 }
 
 func testRefusals(t *testing.T, loops int) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Header = Duration(time.Second); c.Loops = loops },
 		func(s *Server) { s.origin.res = fakeResolver{"mail.example.com": {netip.MustParseAddr("10.0.0.25")}} })
@@ -142,7 +143,7 @@ func isTimeoutErr(err error) bool {
 // limits are refused and counted, and the daemon serves again once
 // connections close.
 func TestLimits(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, func(c *net.TCPConn) { io.Copy(c, c) })
 	for _, tc := range []struct {
 		name       string
@@ -210,7 +211,7 @@ func TestLimits(t *testing.T) {
 // TestSOCKS5 runs SOCKS5 CONNECT with username/password through the chain,
 // and checks the refusals for a bad password and a disallowed destination.
 func TestSOCKS5(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) {
 		if c.ID == "a" {
@@ -288,7 +289,7 @@ func TestSOCKS5(t *testing.T) {
 // TestHTTPConnect runs CONNECT with Basic auth and pipelined early data
 // through the chain, and checks 407 and 403.
 func TestHTTPConnect(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) {
 		if c.ID == "a" {

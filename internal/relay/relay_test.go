@@ -17,10 +17,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func TestChainEcho(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), nil)
 	msg := make([]byte, 1<<20)
@@ -55,7 +57,7 @@ func testutilSum(s *running, name string) float64 {
 }
 
 func TestDirectWhenNoChain(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), nil)
 	w.a.SetChains(nil)
@@ -88,7 +90,7 @@ func testutilDirect(s *running, reason string) float64 {
 // TestHalfClose checks that an EOF in one direction is passed on while the
 // other direction keeps flowing, for each direction.
 func TestHalfClose(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	// The origin speaks first, half-closes, then reads the client's reply.
 	serverFirst := func(c *net.TCPConn) {
 		c.Write([]byte("greeting"))
@@ -141,7 +143,7 @@ func TestHalfClose(t *testing.T) {
 // TestResetPropagates checks that an origin's reset reaches the client as a
 // reset promptly.
 func TestResetPropagates(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, func(c *net.TCPConn) {
 		c.Read(make([]byte, 10))
 		c.SetLinger(0)
@@ -180,8 +182,8 @@ func TestConcurrentFlows(t *testing.T) {
 	// proxy) plus splice pipes while bytes move.
 	const fdsPerFlow = 10
 	limit := raiseNoFile(t, uint64(fdsPerFlow*n+1024))
-	leakCheck(t)
-	conc := min(n, (int(limit)-countFDs(t)-512)/fdsPerFlow)
+	testenv.CheckLeaks(t)
+	conc := min(n, (int(limit)-testenv.OpenFDs(t)-512)/fdsPerFlow)
 	if conc < 100 {
 		t.Skipf("RLIMIT_NOFILE %d allows only %d concurrent flows", limit, conc)
 	}
@@ -338,7 +340,7 @@ func raiseNoFile(t *testing.T, want uint64) uint64 {
 }
 
 func TestMetricsAndHealth(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), func(c *Config) { c.Metrics.Listen = "127.0.0.1:0" })
 	roundTrip(t, w.a.ServiceAddr(0).String(), []byte("x"))
@@ -435,7 +437,7 @@ func TestPProfOptIn(t *testing.T) {
 // this covers the EOF passed on without a goroutine, the bytes read before
 // the copy goroutine starts, and the switch to splicing.
 func TestRequestThenHalfClose(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), nil)
 	single := baseConfig("s")
@@ -463,7 +465,7 @@ func TestRequestThenHalfClose(t *testing.T) {
 // worker each, at most maxIdleWorkers of them stay once the burst is over,
 // the proxy keeps serving, and stopping the proxy ends every worker.
 func TestHandshakeWorkers(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	cfg := baseConfig("s")
 	cfg.Timeouts.Header = Duration(300 * time.Millisecond)
@@ -508,7 +510,7 @@ func TestHandshakeWorkers(t *testing.T) {
 // (so the proxy's writes block) still ends after the idle timeout, with a
 // reset towards the client.
 func TestIdleTimeoutStuckWriter(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	const idle = 500 * time.Millisecond
 	release := make(chan struct{})
 	defer close(release)
@@ -542,7 +544,7 @@ func TestIdleTimeoutStuckWriter(t *testing.T) {
 // TestIdleTimeout checks that a quiet flow is closed after the idle
 // timeout, while a slow but steady flow is not.
 func TestIdleTimeout(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	const idle = 600 * time.Millisecond
 	o := newOrigin(t, func(c *net.TCPConn) {
 		b := make([]byte, 1)
@@ -607,7 +609,7 @@ func TestIdleTimeout(t *testing.T) {
 // TestDrain checks shutdown: listeners close at once, a flow in progress
 // may finish within the drain timeout, and one that does not is reset.
 func TestDrain(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	release := make(chan struct{})
 	o := newOrigin(t, func(c *net.TCPConn) {
 		b := make([]byte, 5)
@@ -680,7 +682,7 @@ func TestDrain(t *testing.T) {
 }
 
 func TestProxyProtocolToOrigin(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	got := make(chan []byte, 1)
 	o := newOrigin(t, func(c *net.TCPConn) {
 		b := make([]byte, 16+12+2)
@@ -713,7 +715,7 @@ func TestProxyProtocolToOrigin(t *testing.T) {
 }
 
 func TestPolicyRefusesPrivateTarget(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	// The EgP allows only 127.0.0.2: the origin on 127.0.0.1 is private
 	// and not named, so the flow must be refused and counted there.

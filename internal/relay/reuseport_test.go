@@ -46,7 +46,7 @@ func TestReusePortHandoff(t *testing.T) {
 		}
 		return
 	}
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	svc := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
 	cfg := func() *Config {

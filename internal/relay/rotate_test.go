@@ -7,6 +7,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,7 +15,7 @@ import (
 // with the old key, b already signs with the new one and accepts both, c
 // knows only the new key.
 func TestKeyRotation(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	oldKey := &KeyConfig{ID: 1, SecretHex: hexOf("0123456789abcdef0123456789abcdef")}
 	newKey := &KeyConfig{ID: 2, SecretHex: hexOf("fedcba9876543210fedcba9876543210")}
@@ -103,7 +104,7 @@ func (f *fakeAgent) Keys() *hop.Keyring         { return f.kr }
 // TestSources runs the daemons from an agent-like source of chains,
 // members and keys, including a key the config files never held.
 func TestSources(t *testing.T) {
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	o := newOrigin(t, echo)
 	w := newWorld(t, o.addr(), nil)
 	kr, err := hop.NewKeyring(hop.Key{ID: 9, Secret: []byte("distributed by the controller...")}, nil)

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // Child processes of TestWorkers10kFlows: the test binary re-executes
@@ -198,7 +200,7 @@ func TestWorkers10kFlows(t *testing.T) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < flows+500 {
 		t.Skipf("RLIMIT_NOFILE %d (%v): the client process needs %d fds", lim.Cur, err, flows+500)
 	}
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	startTime := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -341,7 +343,7 @@ metrics: {listen: '127.0.0.1:0'}
 		t.Logf("worker %d of %s at the peak: active flows %v, open fds %v, goroutines %v",
 			i%workers, ids[i/workers], peak[i]["mosto_relay_active_flows"], peak[i]["process_open_fds"], peak[i]["go_goroutines"])
 	}
-	t.Logf("%d flows open at once %v after the first dial; client fds %d", flows, openAt.Round(time.Millisecond), countFDs(t))
+	t.Logf("%d flows open at once %v after the first dial; client fds %d", flows, openAt.Round(time.Millisecond), testenv.OpenFDs(t))
 	if _, err := io.WriteString(originIn, "go\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +531,7 @@ func TestSupervisor(t *testing.T) {
 			t.Skipf("no %s: %v", c, err)
 		}
 	}
-	leakCheck(t)
+	testenv.CheckLeaks(t)
 	var starts atomic.Int64
 	for _, tc := range []struct {
 		name    string
