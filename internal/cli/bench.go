@@ -14,6 +14,7 @@ benchmarks:
   proxy     throughput and latency of the proxy data path
   transfer  direct vs mosto vs an nginx CDN front-end in an emulated world
   tts       transparent segmentation: seed 002's tables and a loss x RTT grid
+  offload   leaving the data path after slow start: Fig. 3 traces, veth throughput and CPU
 
 Run 'mosto bench <benchmark> -h' for its flags.
 `)
@@ -29,6 +30,8 @@ Run 'mosto bench <benchmark> -h' for its flags.
 		return runBenchTransfer(ctx, env, args[1:])
 	case "tts":
 		return runBenchTTS(ctx, env, args[1:])
+	case "offload":
+		return runBenchOffload(ctx, env, args[1:])
 	}
 	return usageErrorf("unknown benchmark %q (want proxy or transfer)", args[0])
 }

@@ -19,6 +19,7 @@ type Config struct {
 	IdleTimeout   time.Duration
 	CloseLinger   time.Duration
 	SweepInterval time.Duration
+	NoKick        bool
 	Log           *slog.Logger
 }
 

@@ -40,7 +40,11 @@ type Config struct {
 	CloseLinger time.Duration
 	// SweepInterval is how often entries are checked; 0 means 1 s.
 	SweepInterval time.Duration
-	Log           *slog.Logger
+	// NoKick skips the window probes sent to both peers after a join (for
+	// experiments that show what they prevent: a sender stalled by a zero
+	// window waits for its persist timer).
+	NoKick bool
+	Log    *slog.Logger
 }
 
 // Splicer owns the loaded program, its maps and attachments in one network
@@ -548,6 +552,9 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 	// waiting for its persist timer. Then back into repair mode for a
 	// silent close.
 	for _, fd := range []int{fa, fb} {
+		if s.cfg.NoKick {
+			break
+		}
 		if setRepair(fd, unix.TCP_REPAIR_OFF) == nil {
 			setRepair(fd, 1)
 		}

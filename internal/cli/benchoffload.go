@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/offloadbench"
+	"github.com/mosto-net/mosto/internal/report"
+)
+
+// runBenchOffload runs `mosto bench offload fig3|veth`.
+func runBenchOffload(ctx context.Context, env *Env, args []string) error {
+	if len(args) == 0 || (args[0] != "fig3" && args[0] != "veth") {
+		fmt.Fprint(env.Stderr, `usage: mosto bench offload fig3|veth [flags]
+
+  fig3  goodput over time of one flow through a relay offloaded mid-flow (emulator; root)
+  veth  direct TCP vs splice relay vs offloaded relay vs HAProxy on veths (root)
+`)
+		return usageErrorf("want fig3 or veth")
+	}
+	if args[0] == "veth" {
+		return runBenchOffloadVeth(ctx, env, args[1:])
+	}
+	fs := newFlagSet(env, "bench offload fig3")
+	rtts := fs.String("rtt", "50ms,100ms", "end-to-end RTTs (each leg has half)")
+	ccs := fs.String("cc", "cubic,bbr", "congestion controls")
+	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), mosto (window probes at the join)")
+	dur := fs.Duration("duration", 8*time.Second, "flow duration")
+	at := fs.Duration("at", 4*time.Second, "offload time")
+	rate := fs.Float64("rate", 200, "rate of both links, Mbit/s (0: unlimited)")
+	queue := fs.Float64("queue-ms", 20, "queue of both links, ms at rate")
+	verbose := fs.Bool("v", false, "print every trace")
+	svg := fs.String("svg", "", "write the goodput traces of the first RTT as SVG to this file")
+	pos, err := parseFlags(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("unexpected arguments %q", pos)
+	}
+	if *at <= 0 || *at >= *dur {
+		return usageErrorf("-at must be inside (0, -duration)")
+	}
+	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "handover"},
+		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	plots := map[string]*report.Plot{}
+	var order []string
+	for _, rs := range strings.Split(*rtts, ",") {
+		rtt, err := time.ParseDuration(strings.TrimSpace(rs))
+		if err != nil || rtt <= 0 {
+			return usageErrorf("-rtt %q: want durations", *rtts)
+		}
+		for _, cc := range strings.Split(*ccs, ",") {
+			for _, mode := range strings.Split(*modes, ",") {
+				cfg := offloadbench.Fig3Config{RTT: rtt, CC: strings.TrimSpace(cc), Mode: strings.TrimSpace(mode),
+					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue}
+				tr, err := offloadbench.RunFig3(ctx, cfg)
+				if err != nil {
+					return fmt.Errorf("fig3 %v %s %s: %w", rtt, cc, mode, err)
+				}
+				if *verbose {
+					fmt.Fprintf(env.Stderr, "%v %s %s:", rtt, cfg.CC, cfg.Mode)
+					for i, v := range tr.Mbps {
+						if i == tr.OffloadIdx {
+							fmt.Fprint(env.Stderr, " |")
+						}
+						fmt.Fprintf(env.Stderr, " %.0f", v)
+					}
+					fmt.Fprintln(env.Stderr)
+				}
+				rtos := fmt.Sprint(tr.RTOs)
+				if tr.RTOs < 0 {
+					rtos = "?"
+				}
+				ho := "-"
+				if tr.Handover > 0 {
+					ho = tr.Handover.Round(time.Millisecond).String()
+				}
+				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), ho)
+				key := fmt.Sprintf("%v %s", rtt, cfg.CC)
+				p, ok := plots[key]
+				if !ok {
+					p = &report.Plot{Title: fmt.Sprintf("Goodput at peer1, %v RTT split in half, %s, offload at %v", rtt, cfg.CC, *at),
+						XLabel: "time (s)", YLabel: "goodput (Mbit/s, 100 ms)"}
+					plots[key] = p
+					order = append(order, key)
+				}
+				s := report.Series{Name: cfg.Mode}
+				for i, v := range tr.Mbps {
+					s.Points = append(s.Points, report.Point{X: float64(i+1) * cfg.Interval.Seconds(), Y: v})
+				}
+				if cfg.Interval == 0 {
+					s.Points = s.Points[:0]
+					for i, v := range tr.Mbps {
+						s.Points = append(s.Points, report.Point{X: float64(i+1) / 10, Y: v})
+					}
+				}
+				p.Series = append(p.Series, s)
+			}
+		}
+	}
+	fmt.Fprintf(env.Stdout, "Fig. 3: one flow peer2 -> relay -> peer1, links %.0f Mbit/s, queue %.0f ms, offload at %v of %v\n\n", *rate, *queue, *at, *dur)
+	if err := tab.WriteMarkdown(env.Stdout); err != nil {
+		return err
+	}
+	if *svg != "" {
+		for i, key := range order {
+			name := *svg
+			if i > 0 {
+				name = strings.TrimSuffix(*svg, ".svg") + "-" + strings.NewReplacer(" ", "-").Replace(key) + ".svg"
+			}
+			f, err := os.Create(name)
+			if err != nil {
+				return err
+			}
+			err = plots[key].WriteSVG(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.Stdout, "\nwrote %s (%s)\n", name, key)
+		}
+	}
+	return nil
+}
+
+func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
+	return usageErrorf("veth: not built yet")
+}

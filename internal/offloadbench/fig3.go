@@ -1,0 +1,275 @@
+package offloadbench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/xlate"
+	"golang.org/x/sys/unix"
+)
+
+// Modes of a Fig. 3 run.
+const (
+	ModeRelay   = "relay"   // never offloaded
+	ModePlain   = "plain"   // offloaded, no mitigation (no window probes after the join)
+	ModeMosto   = "mosto"   // offloaded with the join's window probes
+	ModeGradual = "gradual" // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
+)
+
+// Fig3Config is one run.
+type Fig3Config struct {
+	RTT       time.Duration // end to end; each leg has half
+	CC        string        // congestion control of every host
+	Mode      string
+	Duration  time.Duration // whole flow
+	OffloadAt time.Duration // when the relay leaves
+	RateMbit  float64       // rate of both links (0: unlimited)
+	QueueMS   float64       // queue of both links
+	Interval  time.Duration // goodput interval
+	Log       *slog.Logger
+}
+
+// Trace is the goodput of one run.
+type Trace struct {
+	Cfg        Fig3Config
+	Mbps       []float64 // goodput per interval at peer1
+	OffloadIdx int       // first interval after the handover started (or the ramp)
+	Pre        float64   // mean goodput over the second before
+	MinRatio   float64   // worst interval after OffloadIdx / Pre
+	RTOs       int       // retransmission timeouts at the sender (tcpi_total_rto), -1 unknown
+	Retrans    int       // segments retransmitted by the sender
+	Handover   time.Duration
+}
+
+const relayPort, serverPort = 9100, 9101
+
+// RunFig3 brings up a 3-host world (peer1, relay, peer2), streams from peer2
+// to peer1 through a splice relay and offloads it at OffloadAt.
+func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
+	if cfg.Interval == 0 {
+		cfg.Interval = 100 * time.Millisecond
+	}
+	tr := Trace{Cfg: cfg, RTOs: -1}
+	oneWay := float64(cfg.RTT.Microseconds()) / 4000
+	link := emu.Link{DelayMS: oneWay, RateMbit: cfg.RateMbit, QueueMS: cfg.QueueMS}
+	direct := link
+	direct.DelayMS *= 2
+	spec := &emu.Spec{
+		Name:  "fig3",
+		Hosts: []emu.HostSpec{{Name: "p1"}, {Name: "relay"}, {Name: "p2"}},
+		// p1-p2 is never used: peer1 talks to the relay's address, and after
+		// the join the relay's program sends the packets on to peer2.
+		Links: []emu.LinkSpec{linkSpec("p1", "relay", link), linkSpec("relay", "p2", link), linkSpec("p1", "p2", direct)},
+		TCP:   emu.TCP{Congestion: cfg.CC},
+	}
+	w, err := emu.Up(ctx, spec, cfg.Log)
+	if err != nil {
+		return tr, fmt.Errorf("emu: %w", err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var sp *xlate.Splicer
+	if cfg.Mode != ModeRelay {
+		if err := w.Do("relay", func() (err error) {
+			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, Log: cfg.Log})
+			return err
+		}); err != nil {
+			return tr, err
+		}
+		defer sp.Close()
+	}
+	srv, err := w.Listen(ctx, "p2", "tcp", fmt.Sprintf(":%d", serverPort))
+	if err != nil {
+		return tr, err
+	}
+	defer srv.Close()
+	rl, err := w.Listen(ctx, "relay", "tcp", fmt.Sprintf(":%d", relayPort))
+	if err != nil {
+		return tr, err
+	}
+	defer rl.Close()
+
+	// peer2 streams until the end.
+	sender := make(chan *net.TCPConn, 1)
+	go serve(ctx, srv, sender)
+	c1, err := w.Dial(ctx, "p1", "tcp", fmt.Sprintf("%s:%d", w.Addr("relay"), relayPort))
+	if err != nil {
+		return tr, err
+	}
+	defer c1.Close()
+	ca, err := rl.Accept()
+	if err != nil {
+		return tr, err
+	}
+	defer ca.Close()
+	cb, err := w.Dial(ctx, "relay", "tcp", fmt.Sprintf("%s:%d", w.Addr("p2"), serverPort))
+	if err != nil {
+		return tr, err
+	}
+	defer cb.Close()
+	a, b := ca.(*net.TCPConn), cb.(*net.TCPConn)
+	copies := make(chan error, 2)
+	go copyHalf(b, a, copies)
+	go copyHalf(a, b, copies)
+
+	var got atomic.Int64
+	go drain(c1, &got)
+	snd := <-sender
+
+	tick := time.NewTicker(cfg.Interval)
+	defer tick.Stop()
+	n := int(cfg.Duration / cfg.Interval)
+	offIdx := int(cfg.OffloadAt / cfg.Interval)
+	tr.OffloadIdx = offIdx
+	ramp := cfg.Mode == ModeGradual
+	var steps []float64
+	if ramp {
+		// From RTT/4 to RTT/2 one way per link: +5 ms one way = +10 ms
+		// on a leg's RTT per step, one step every 3 RTTs of the leg.
+		for d := oneWay + 5; d < 2*oneWay; d += 5 {
+			steps = append(steps, d)
+		}
+		steps = append(steps, 2*oneWay)
+	}
+	stepEvery := max(1, int((3*cfg.RTT/2)/cfg.Interval))
+	rampStart := offIdx - len(steps)*stepEvery
+	if ramp {
+		tr.OffloadIdx = rampStart
+	}
+	handover := make(chan error, 1)
+	var last int64
+	for i := 0; i < n; i++ {
+		select {
+		case <-ctx.Done():
+			return tr, ctx.Err()
+		case <-tick.C:
+		}
+		cur := got.Load()
+		tr.Mbps = append(tr.Mbps, float64(cur-last)*8/cfg.Interval.Seconds()/1e6)
+		last = cur
+		if ramp && i+1 >= rampStart && i+1 < offIdx && (i+1-rampStart)%stepEvery == 0 {
+			d := steps[(i+1-rampStart)/stepEvery]
+			l := link
+			l.DelayMS = d
+			w.SetLink("p1", "relay", l)
+			w.SetLink("relay", "p2", l)
+		}
+		if i+1 == offIdx && cfg.Mode != ModeRelay {
+			go func() {
+				t0 := time.Now()
+				a.SetReadDeadline(time.Now())
+				b.SetReadDeadline(time.Now())
+				for range 2 {
+					if err := <-copies; !errors.Is(err, os.ErrDeadlineExceeded) {
+						handover <- fmt.Errorf("relay copy: %v", err)
+						return
+					}
+				}
+				err := w.Do("relay", func() error {
+					hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+					defer hcancel()
+					_, err := sp.Handover(hctx, a, b)
+					return err
+				})
+				tr.Handover = time.Since(t0)
+				if err == nil && ramp {
+					w.SetLink("p1", "relay", link)
+					w.SetLink("relay", "p2", link)
+				}
+				handover <- err
+			}()
+		}
+	}
+	if cfg.Mode != ModeRelay {
+		if err := <-handover; err != nil {
+			return tr, fmt.Errorf("handover: %w", err)
+		}
+	}
+	tr.RTOs, tr.Retrans = senderStats(snd)
+	lo, hi := max(0, tr.OffloadIdx-int(time.Second/cfg.Interval)), tr.OffloadIdx
+	for _, v := range tr.Mbps[lo:hi] {
+		tr.Pre += v
+	}
+	tr.Pre /= float64(max(1, hi-lo))
+	tr.MinRatio = 1e9
+	for _, v := range tr.Mbps[tr.OffloadIdx:] {
+		tr.MinRatio = min(tr.MinRatio, v/tr.Pre)
+	}
+	return tr, nil
+}
+
+func linkSpec(a, b string, l emu.Link) emu.LinkSpec {
+	return emu.LinkSpec{A: a, B: b, DelayMS: &l.DelayMS, RateMbit: &l.RateMbit, QueueMS: &l.QueueMS}
+}
+
+// serve accepts one connection and writes to it until it fails.
+func serve(ctx context.Context, l net.Listener, sender chan<- *net.TCPConn) {
+	c, err := l.Accept()
+	if err != nil {
+		close(sender)
+		return
+	}
+	tc := c.(*net.TCPConn)
+	sender <- tc
+	buf := make([]byte, 256<<10)
+	for ctx.Err() == nil {
+		if _, err := tc.Write(buf); err != nil {
+			return
+		}
+	}
+}
+
+func drain(c net.Conn, got *atomic.Int64) {
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := c.Read(buf)
+		got.Add(int64(n))
+		if err != nil {
+			return
+		}
+	}
+}
+
+// copyHalf copies src to dst until src fails (the read deadline that stops
+// it for the handover, or EOF).
+func copyHalf(dst, src *net.TCPConn, done chan<- error) {
+	_, err := io.Copy(dst, src)
+	done <- err
+}
+
+// senderStats reads tcpi_total_rto (Linux 6.7+) and tcpi_total_retrans.
+func senderStats(c *net.TCPConn) (rtos, retrans int) {
+	rtos, retrans = -1, -1
+	if c == nil {
+		return
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Control(func(fd uintptr) {
+		var info [512]byte
+		n := uint32(len(info))
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 {
+			return
+		}
+		retrans = int(binary.NativeEndian.Uint32(info[100:]))
+		if n >= 244 {
+			rtos = int(binary.NativeEndian.Uint16(info[240:]))
+		}
+	})
+	return
+}
