@@ -67,6 +67,8 @@ type Config struct {
 	Metrics  MetricsConfig `yaml:"metrics"`
 	// Pool keeps pre-established connections to members and origins.
 	Pool PoolConfig `yaml:"pool"`
+	// Offload leaves the data path of flows after slow start (offload.go).
+	Offload OffloadConfig `yaml:"offload"`
 
 	// dir is the directory relative file names are resolved against.
 	dir string
@@ -490,6 +492,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers < 0 || c.Workers > MaxWorkers {
 		bad("workers: %d, want 0-%d", c.Workers, MaxWorkers)
+	}
+	if err := c.Offload.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ package relay
 // directions end (splice for bulk, a small buffer for the first bytes).
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -35,6 +36,9 @@ type pipe struct {
 	// dies); a direction that ends normally clears it on its destination
 	// before passing the EOF on (tproxy.go).
 	abortOnEnd bool
+	off        *offloader // nil: never offloaded (offload.go)
+	pausing    atomic.Bool
+	log        func(string, ...any)
 }
 
 // run copies both directions until both ended and returns the flow outcome.
@@ -47,14 +51,29 @@ func (p *pipe) run() outcome {
 		p.last.Store(time.Now().UnixNano())
 		p.timer.Store(time.AfterFunc(p.idle, p.checkIdle))
 	}
+	var watchWG sync.WaitGroup
+	stopWatch := func() {}
+	if p.off != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		stopWatch = cancel
+		watchWG.Add(1)
+		go p.off.watch(ctx, p, &watchWG)
+	}
 	errc := make(chan error, 1)
 	p.startUpstream(errc)
 	errDown := p.copyHalf(p.down, p.up, p.dnBytes)
 	errUp := <-errc
+	stopWatch()
+	watchWG.Wait()
+	if p.off != nil {
+		errDown, errUp = p.off.afterCopies(p, errDown, errUp, p.log)
+	}
 	if t := p.timer.Load(); t != nil {
 		t.Stop()
 	}
 	switch {
+	case errors.Is(errDown, errOffloaded):
+		return outcomeOffloaded
 	case p.idled.Load():
 		return outcomeIdle
 	case errDown != nil || errUp != nil:
@@ -133,6 +152,9 @@ func (p *pipe) copyUpstream(errc chan<- error, bp *[]byte, n int) {
 // EOF on). On error it aborts the flow.
 func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 	err := p.copyData(dst, src, bytes)
+	if p.pausedErr(err) {
+		return errPaused
+	}
 	if err != nil {
 		p.abort()
 		return err
@@ -362,6 +384,8 @@ func (s *Server) relay(role role, down, up *net.TCPConn) {
 		upBytes: rm.up,
 		dnBytes: rm.down,
 		bufs:    &s.flows.bufs,
+		off:     s.offload.Load(),
+		log:     s.log.Debug,
 	}
 	outcome := p.run()
 	if s.flows.forcing.Load() && outcome != outcomeOK {

@@ -28,6 +28,7 @@ const (
 	outcomeOK        outcome = "ok"         // both directions ended with EOF
 	outcomeReset     outcome = "reset"      // an error or reset on either side
 	outcomeIdle      outcome = "idle"       // idle timeout
+	outcomeOffloaded outcome = "offloaded"  // joined in the kernel (offload.go)
 	outcomeAborted   outcome = "aborted"    // closed by shutdown after the drain timeout
 	outcomeDialError outcome = "dial_error" // next hop or origin unreachable
 	outcomeEntry     outcome = "entry_error"

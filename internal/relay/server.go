@@ -43,6 +43,7 @@ type Server struct {
 	flows   flowState                    // every running flow (server.go, copy.go)
 	admin   adminHTTP                    // metrics and health HTTP (admin.go)
 	loops   atomic.Pointer[evloop.Loops] // nil: no event loops (fastpath_linux.go)
+	offload atomic.Pointer[offloader]    // nil: flows stay relayed (offload.go)
 
 	// Lifecycle (this file).
 	draining atomic.Bool // Run is draining: refuse new work
@@ -228,6 +229,10 @@ func (s *Server) Run(ctx context.Context) error {
 			go s.runPool(&poolWG, poolCtx, p)
 		}
 	}
+	if err := s.startOffload(poolCtx); err != nil {
+		s.log.Warn("offload unavailable, every flow stays relayed", "err", err)
+	}
+	defer s.stopOffload()
 	if err := s.startLoops(); err != nil {
 		s.log.Warn("event loops unavailable, serving every flow on goroutines", "err", err)
 	}

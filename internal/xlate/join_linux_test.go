@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/testenv"
+	"github.com/mosto-net/mosto/internal/xlate/xlatetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,16 +56,16 @@ type relayed struct {
 
 // relayPair opens the two legs and moves a few bytes each way through the
 // relay, as a relay would before offloading.
-func relayPair(t *testing.T, l *line) relayed {
+func relayPair(t *testing.T, l *xlatetest.Line) relayed {
 	t.Helper()
 	var ln2, lnr net.Listener
-	mustIn(t, l.p2, func() (err error) { ln2, err = net.Listen("tcp", net.JoinHostPort(l.p2Addr, "80")); return })
+	xlatetest.MustIn(t, l.P2, func() (err error) { ln2, err = net.Listen("tcp", net.JoinHostPort(l.P2Addr, "80")); return })
 	defer ln2.Close()
-	mustIn(t, l.r, func() (err error) { lnr, err = net.Listen("tcp", net.JoinHostPort(l.rAddr1, "8080")); return })
+	xlatetest.MustIn(t, l.R, func() (err error) { lnr, err = net.Listen("tcp", net.JoinHostPort(l.RAddr1, "8080")); return })
 	defer lnr.Close()
 	var r relayed
-	mustIn(t, l.p1, func() error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(l.rAddr1, "8080"), 5*time.Second)
+	xlatetest.MustIn(t, l.P1, func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(l.RAddr1, "8080"), 5*time.Second)
 		if err == nil {
 			r.c1 = c.(*net.TCPConn)
 		}
@@ -75,8 +76,8 @@ func relayPair(t *testing.T, l *line) relayed {
 		t.Fatal(err)
 	}
 	r.a = ca.(*net.TCPConn)
-	mustIn(t, l.r, func() error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(l.p2Addr, "80"), 5*time.Second)
+	xlatetest.MustIn(t, l.R, func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(l.P2Addr, "80"), 5*time.Second)
 		if err == nil {
 			r.b = c.(*net.TCPConn)
 		}
@@ -124,7 +125,7 @@ func joinWhenQuiet(t *testing.T, s *Splicer, ns string, a, b *net.TCPConn) *Spli
 	defer tick.Stop()
 	for {
 		var sp *Splice
-		err := in(t, ns, func() (err error) { sp, err = s.Join(a, b); return })
+		err := xlatetest.In(t, ns, func() (err error) { sp, err = s.Join(a, b); return })
 		var re *RefusedError
 		switch {
 		case err == nil:
@@ -164,15 +165,15 @@ func TestJoinLive(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			testenv.RequirePrivileged(t)
-			l := newLine(t, v6)
+			l := xlatetest.NewLine(t, v6)
 			var s *Splicer
-			mustIn(t, l.r, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+			xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
 			defer s.Close()
 			r := relayPair(t, l)
 			var rsts0 int64
-			mustIn(t, l.r, func() (err error) { rsts0, err = tcpSNMP("OutRsts"); return })
+			xlatetest.MustIn(t, l.R, func() (err error) { rsts0, err = tcpSNMP("OutRsts"); return })
 
-			sp := joinWhenQuiet(t, s, l.r, r.a, r.b)
+			sp := joinWhenQuiet(t, s, l.R, r.a, r.b)
 
 			// The relay's sockets are gone without a trace.
 			if _, err := r.a.Write([]byte("x")); err == nil {
@@ -224,7 +225,7 @@ func TestJoinLive(t *testing.T) {
 				})
 			}
 			var rsts1 int64
-			mustIn(t, l.r, func() (err error) { rsts1, err = tcpSNMP("OutRsts"); return })
+			xlatetest.MustIn(t, l.R, func() (err error) { rsts1, err = tcpSNMP("OutRsts"); return })
 			if rsts1 != rsts0 {
 				t.Errorf("relay sent %d RSTs after the join", rsts1-rsts0)
 			}
@@ -248,9 +249,9 @@ func copyHalf(dst, src *net.TCPConn, done chan<- error) {
 // and every byte arrives once, in order.
 func TestHandoverBulk(t *testing.T) {
 	testenv.RequirePrivileged(t)
-	l := newLine(t, false)
+	l := xlatetest.NewLine(t, false)
 	var s *Splicer
-	mustIn(t, l.r, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+	xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
 	defer s.Close()
 	r := relayPair(t, l)
 
@@ -289,7 +290,7 @@ func TestHandoverBulk(t *testing.T) {
 		}
 	}
 	var sp *Splice
-	mustIn(t, l.r, func() (err error) {
+	xlatetest.MustIn(t, l.R, func() (err error) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
 		sp, err = s.Handover(ctx, r.a, r.b)

@@ -69,7 +69,7 @@ func readState(fd int, repair bool) (SockState, error) {
 	ne := binary.NativeEndian
 	st.SndMSS = ne.Uint32(info[16:])
 	st.Unacked = ne.Uint32(info[24:])
-	st.AdvMSS = ne.Uint32(info[80:])
+	st.AdvMSS = ne.Uint32(info[84:])
 	st.LastDataRecv = time.Duration(ne.Uint32(info[52:])) * time.Millisecond
 	st.RTT = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
 	st.RcvWnd = -1

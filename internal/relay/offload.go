@@ -1,0 +1,228 @@
+package relay
+
+// Stage: offload. Once a flow has left slow start (or moved enough bytes)
+// the relay leaves its data path: the copies pause, xlate.Handover brings
+// both connections to the quiescent point and joins them in the kernel
+// (internal/xlate), and the flow ends here with outcome "offloaded" while its
+// packets keep flowing through the eBPF translation. A refused handover
+// resumes the copies; nothing is lost either way.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/mosto-net/mosto/internal/xlate"
+	"golang.org/x/sys/unix"
+)
+
+// OffloadConfig is the `offload:` section.
+type OffloadConfig struct {
+	// Mode: "off" (default), "slow-start" (after the flow's sending leg
+	// left slow start: ssthresh set, or cwnd grew less than 1.5x in an RTT)
+	// or "bytes" (after AfterBytes relayed).
+	Mode string `yaml:"mode"`
+	// AfterBytes is the threshold of mode "bytes"; in mode "slow-start" a
+	// flow is also offloaded once it reaches it (the flow's size class).
+	AfterBytes int64 `yaml:"after_bytes"`
+	// Interfaces carry the relayed flows (the program attaches to their
+	// ingress); empty: every up, non-loopback interface.
+	Interfaces []string `yaml:"interfaces"`
+	// Timeout bounds one handover (default 5s).
+	Timeout Duration `yaml:"timeout"`
+	// MaxFlows bounds the joined flows at once (default 32768).
+	MaxFlows int `yaml:"max_flows"`
+}
+
+// Offload modes.
+const (
+	OffloadOff       = "off"
+	OffloadSlowStart = "slow-start"
+	OffloadBytes     = "bytes"
+)
+
+func (c OffloadConfig) enabled() bool { return c.Mode == OffloadSlowStart || c.Mode == OffloadBytes }
+
+func (c OffloadConfig) validate() error {
+	switch c.Mode {
+	case "", OffloadOff, OffloadSlowStart:
+	case OffloadBytes:
+		if c.AfterBytes <= 0 {
+			return errors.New("offload.after_bytes: must be > 0 with mode bytes")
+		}
+	default:
+		return fmt.Errorf("offload.mode: %q, want off, slow-start or bytes", c.Mode)
+	}
+	if c.AfterBytes < 0 || c.MaxFlows < 0 || c.Timeout < 0 {
+		return errors.New("offload: after_bytes, max_flows and timeout must not be negative")
+	}
+	return nil
+}
+
+// offloader owns the splicer of a Server.
+type offloader struct {
+	cfg OffloadConfig
+	sp  *xlate.Splicer
+}
+
+// errPaused ends a copy direction paused for a handover.
+var errPaused = errors.New("relay: copy paused for offload")
+
+// errOffloaded marks a flow that left the relay.
+var errOffloaded = errors.New("relay: flow offloaded")
+
+// startOffload loads and attaches the program (Run calls it).
+func (s *Server) startOffload(ctx context.Context) error {
+	c := s.cfg.Offload
+	if !c.enabled() {
+		return nil
+	}
+	if !xlate.Supported {
+		return errors.New("offload: eBPF splicing is not supported on this OS")
+	}
+	max := c.MaxFlows
+	if max == 0 {
+		max = 32768
+	}
+	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * max, Log: s.log})
+	if err != nil {
+		return err
+	}
+	s.offload.Store(&offloader{cfg: c, sp: sp})
+	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes)
+	return nil
+}
+
+func (s *Server) stopOffload() {
+	if o := s.offload.Load(); o != nil {
+		o.sp.Close()
+	}
+}
+
+// watch samples both connections' TCP_INFO about once per RTT and pauses
+// the flow's copies when it should leave the relay. It returns when ctx
+// ends or after pausing.
+func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup) {
+	defer wg.Done()
+	var prev [2]ccSample
+	for {
+		wait := 10 * time.Millisecond
+		due := false
+		for i, c := range []*net.TCPConn{p.down, p.up} {
+			cur, ok := readCC(c)
+			if !ok {
+				return
+			}
+			if cur.rtt > wait {
+				wait = min(cur.rtt, 200*time.Millisecond)
+			}
+			if o.cfg.AfterBytes > 0 && int64(cur.bytesAcked) >= o.cfg.AfterBytes {
+				due = true
+			}
+			if o.cfg.Mode == OffloadSlowStart && cur.bytesAcked > 1<<20 {
+				// Left slow start: ssthresh set by a loss, or the cwnd of a
+				// cwnd-limited sender grew less than 1.5x over an RTT.
+				if cur.ssthresh < 0x7fffffff {
+					due = true
+				}
+				if prev[i].cwnd > 0 && cur.bytesAcked > prev[i].bytesAcked && 2*cur.cwnd < 3*prev[i].cwnd {
+					due = true
+				}
+			}
+			prev[i] = cur
+		}
+		if due {
+			p.pausing.Store(true)
+			p.down.SetReadDeadline(time.Now())
+			p.up.SetReadDeadline(time.Now())
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// afterCopies runs when both copy directions returned: if they were paused
+// it hands the flow over, and resumes the copies when that is refused.
+func (o *offloader) afterCopies(p *pipe, errDown, errUp error, log func(string, ...any)) (error, error) {
+	if !errors.Is(errDown, errPaused) && !errors.Is(errUp, errPaused) {
+		return errDown, errUp
+	}
+	timeout := time.Duration(o.cfg.Timeout)
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	_, err := o.sp.Handover(ctx, p.down, p.up)
+	cancel()
+	if err == nil {
+		return errOffloaded, errOffloaded
+	}
+	log("offload refused, relaying on", "err", err)
+	// Resume: the handover consumed exactly what it forwarded.
+	p.pausing.Store(false)
+	p.down.SetReadDeadline(time.Time{})
+	p.up.SetReadDeadline(time.Time{})
+	var wg sync.WaitGroup
+	if errors.Is(errUp, errPaused) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errUp = p.copyHalf(p.up, p.down, p.upBytes)
+		}()
+	}
+	if errors.Is(errDown, errPaused) {
+		errDown = p.copyHalf(p.down, p.up, p.dnBytes)
+	}
+	wg.Wait()
+	return errDown, errUp
+}
+
+// pausedErr reports whether err is the deadline that paused a copy.
+func (p *pipe) pausedErr(err error) bool {
+	return p.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+type ccSample struct {
+	rtt        time.Duration
+	cwnd       uint32
+	ssthresh   uint32
+	bytesAcked uint64
+}
+
+// readCC reads the congestion state of c (TCP_INFO).
+func readCC(c *net.TCPConn) (ccSample, bool) {
+	var s ccSample
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return s, false
+	}
+	ok := false
+	raw.Control(func(fd uintptr) {
+		var info [256]byte
+		n := uint32(len(info))
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 || n < 128 {
+			return
+		}
+		ne := binary.NativeEndian
+		s.rtt = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
+		s.ssthresh = ne.Uint32(info[76:])
+		s.cwnd = ne.Uint32(info[80:])
+		s.bytesAcked = ne.Uint64(info[120:])
+		ok = true
+	})
+	return s, ok
+}
+
+// offloadReady reports whether offload is configured and attached (tests).
+func (s *Server) offloadReady() bool { return s.offload.Load() != nil }

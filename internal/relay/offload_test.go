@@ -1,0 +1,107 @@
+package relay
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
+	"github.com/mosto-net/mosto/internal/xlate"
+	"github.com/mosto-net/mosto/internal/xlate/xlatetest"
+)
+
+const offloadChild = "MOSTO_RELAY_OFFLOAD_CHILD"
+
+// TestOffloadService relays a service flow between namespaces (client --
+// relay -- origin over veths) with offload after 1 MB, on goroutines and on
+// the event loops: the flow leaves the relay (outcome offloaded, entries
+// joined) and 24 MB echo back intact. The relay runs in a child process
+// inside the relay namespace, so that every socket it dials is there.
+func TestOffloadService(t *testing.T) {
+	if !xlate.Supported {
+		t.Skip("xlate not supported on this OS")
+	}
+	if env := os.Getenv(offloadChild); env != "" {
+		offloadChildBody(t, strings.Split(env, ","))
+		return
+	}
+	testenv.RequirePrivileged(t)
+	for _, loops := range []string{"-1", "0"} {
+		t.Run("loops="+loops, func(t *testing.T) {
+			l := xlatetest.NewLine(t, false)
+			cmd := exec.CommandContext(t.Context(), "ip", "netns", "exec", l.R, os.Args[0], "-test.run=^TestOffloadService$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), offloadChild+"="+strings.Join([]string{l.P1, l.P2, l.RAddr1, l.P2Addr, loops}, ","))
+			out, err := cmd.CombinedOutput()
+			t.Logf("relay child:\n%s", out)
+			if err != nil {
+				t.Fatalf("child: %v", err)
+			}
+			if !strings.Contains(string(out), "--- PASS: TestOffloadService") {
+				t.Fatal("child did not pass")
+			}
+		})
+	}
+}
+
+func offloadChildBody(t *testing.T, args []string) {
+	p1, p2, relayAddr, originAddr, loops := args[0], args[1], args[2], args[3], args[4]
+	var oln net.Listener
+	xlatetest.MustIn(t, p2, func() (err error) { oln, err = net.Listen("tcp", net.JoinHostPort(originAddr, "80")); return })
+	defer oln.Close()
+	go func() {
+		for {
+			c, err := oln.Accept()
+			if err != nil {
+				return
+			}
+			go echo(c.(*net.TCPConn))
+		}
+	}()
+	cfg := baseConfig("a")
+	cfg.Destinations.Allow = []string{"10.71.0.0/16"}
+	cfg.Services = []ServiceConfig{{Name: "svc", Listen: net.JoinHostPort(relayAddr, "8080"), Origin: net.JoinHostPort(originAddr, "80")}}
+	cfg.Offload = OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20}
+	if loops == "-1" {
+		cfg.Loops = -1
+	}
+	r := start(t, cfg)
+	waitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
+
+	var c *net.TCPConn
+	xlatetest.MustIn(t, p1, func() error {
+		nc, err := net.DialTimeout("tcp", net.JoinHostPort(relayAddr, "8080"), 5*time.Second)
+		if err == nil {
+			c = nc.(*net.TCPConn)
+		}
+		return err
+	})
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	const n = 24 << 20
+	got := make(chan [32]byte, 1)
+	go func() {
+		h := sha256.New()
+		io.Copy(h, c)
+		got <- [32]byte(h.Sum(nil))
+	}()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, n)); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	c.CloseWrite()
+	if <-got != [32]byte(h.Sum(nil)) {
+		t.Fatal("echo differs")
+	}
+	waitFor(t, 10*time.Second, "the flow offloaded", func() bool { return flows(r.Server, roleInP, outcomeOffloaded) == 1 })
+	st := r.offload.Load().sp.Stats()
+	if st.Joined != 1 || st.Bytes == 0 {
+		t.Errorf("splicer stats %+v: want 1 join and translated bytes", st)
+	}
+	t.Logf("offloaded: %d bytes translated by the program", st.Bytes)
+}
