@@ -15,6 +15,7 @@ benchmarks:
   transfer  direct vs mosto vs an nginx CDN front-end in an emulated world
   tts       transparent segmentation: seed 002's tables and a loss x RTT grid
   offload   leaving the data path after slow start: Fig. 3 traces, veth throughput and CPU
+  get       mosto get vs aria2c and curl: seed 003's multi-source, failure and multipath scenarios
 
 Run 'mosto bench <benchmark> -h' for its flags.
 `)
@@ -32,6 +33,8 @@ Run 'mosto bench <benchmark> -h' for its flags.
 		return runBenchTTS(ctx, env, args[1:])
 	case "offload":
 		return runBenchOffload(ctx, env, args[1:])
+	case "get":
+		return runBenchGet(ctx, env, args[1:])
 	}
 	return usageErrorf("unknown benchmark %q (want proxy or transfer)", args[0])
 }

@@ -95,7 +95,7 @@ flags:
 		for _, p := range use {
 			src := mget.Source{URL: u, Path: p.name}
 			if p.entry != "" {
-				src.Dial = mget.ViaSOCKS5(p.entry)
+				src.Dial = mget.ViaSOCKS5(p.entry, nil)
 			}
 			cfg.Sources = append(cfg.Sources, src)
 		}

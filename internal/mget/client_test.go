@@ -356,7 +356,7 @@ func TestGetViaSOCKS5(t *testing.T) {
 	}()
 	url := a + fmt.Sprintf("/obj?size=%d", size)
 	out := filepath.Join(t.TempDir(), "f")
-	st, err := Get(context.Background(), Config{Sources: []Source{{URL: url}, {URL: url, Path: "via", Dial: ViaSOCKS5(ln.Addr().String())}}, Out: out, Block: 64 << 10})
+	st, err := Get(context.Background(), Config{Sources: []Source{{URL: url}, {URL: url, Path: "via", Dial: ViaSOCKS5(ln.Addr().String(), nil)}}, Out: out, Block: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

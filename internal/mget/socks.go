@@ -10,13 +10,20 @@ import (
 	"time"
 )
 
+// DialFunc opens a connection.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // ViaSOCKS5 returns a Dial that reaches addr through the SOCKS5 entry at
 // entry (no authentication): the local mosto proxy, which carries the flow
-// over the overlay's chain to the source.
-func ViaSOCKS5(entry string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+// over the overlay's chain to the source. dial reaches the entry; nil
+// dials directly.
+func ViaSOCKS5(entry string, dial DialFunc) DialFunc {
+	if dial == nil {
 		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", entry)
+		dial = d.DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, "tcp", entry)
 		if err != nil {
 			return nil, fmt.Errorf("socks5 entry %s: %w", entry, err)
 		}

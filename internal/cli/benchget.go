@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mosto-net/mosto/internal/getbench"
+)
+
+// runBenchGet is `mosto bench get`: seed 003's scenarios in the emulator.
+func runBenchGet(ctx context.Context, env *Env, args []string) error {
+	fs := newFlagSet(env, "bench get")
+	runs1 := fs.Int("runs-multisource", 30, "iterations of the multi-source scenario (seed: 30)")
+	runs2 := fs.Int("runs-failure", 20, "iterations of the failure scenario (seed: 20)")
+	runs3 := fs.Int("runs-multipath", 40, "iterations of the multipath scenario (seed: 4 x 10)")
+	quick := fs.Int("quick", 0, "if > 0, this many iterations of every scenario")
+	only := fs.String("scenarios", "", "comma-separated subset of multisource,failure,multipath")
+	out := fs.String("out", "", "write the markdown report here (default: stdout)")
+	svg := fs.String("svg", "", "write the per-sub-flow rate plot of a failure run here (seed Fig. 5)")
+	jsonOut := fs.String("json", "", "write every download (with mosto get's stats) here")
+	dir := fs.String("dir", "", "work directory (default: a temporary one)")
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg := getbench.Config{Runs: [3]int{*runs1, *runs2, *runs3}, Log: env.Log, Progress: env.Stderr}
+	if *quick > 0 {
+		cfg.Runs = [3]int{*quick, *quick, *quick}
+	}
+	if *only != "" {
+		cfg.Scenarios = strings.Split(*only, ",")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench get: %w", err)
+	}
+	cfg.Mosto = exe
+	cfg.Dir = *dir
+	if cfg.Dir == "" {
+		if cfg.Dir, err = os.MkdirTemp("", "mosto-bench-get-"); err != nil {
+			return fmt.Errorf("bench get: %w", err)
+		}
+		defer os.RemoveAll(cfg.Dir)
+	}
+	rs, err := getbench.Run(ctx, cfg)
+	if len(rs) > 0 {
+		w := env.Stdout
+		if *out != "" {
+			f, ferr := os.Create(*out)
+			if ferr != nil {
+				return fmt.Errorf("bench get: %w", ferr)
+			}
+			defer f.Close()
+			w = f
+		}
+		fmt.Fprintf(w, "Command: `mosto bench get %s`\n\n", strings.Join(args, " "))
+		if werr := getbench.WriteMarkdown(w, rs); werr != nil && err == nil {
+			err = werr
+		}
+		if *svg != "" {
+			if p, ok := getbench.RatePlot(rs, "failure", "mosto get, Paris silent", "mosto get, 50 MB from 3 sources, Paris silent for 7 s from 20%"); ok {
+				if serr := writeSVG(*svg, p.WriteSVG); serr != nil && err == nil {
+					err = serr
+				}
+			}
+		}
+		if *jsonOut != "" {
+			b, _ := json.MarshalIndent(rs, "", " ")
+			if jerr := os.WriteFile(*jsonOut, b, 0o644); jerr != nil && err == nil {
+				err = jerr
+			}
+		}
+	}
+	return err
+}
+
+func writeSVG(path string, write func(w io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

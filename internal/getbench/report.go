@@ -1,0 +1,158 @@
+package getbench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/mosto-net/mosto/internal/report"
+	"github.com/mosto-net/mosto/internal/stats"
+)
+
+// summary is one mode's times.
+type summary struct {
+	n, errs     int
+	mean, sd, v float64
+	min, max    float64
+}
+
+func summarize(rs []Result, sc, mode string) summary {
+	var xs []float64
+	s := summary{}
+	for _, r := range rs {
+		if r.Scenario != sc || r.Mode != mode {
+			continue
+		}
+		if r.Err != "" {
+			s.errs++
+			continue
+		}
+		xs = append(xs, r.Seconds)
+	}
+	s.n = len(xs)
+	if s.n == 0 {
+		return s
+	}
+	s.mean, s.sd = stats.Mean(xs), stats.SD(xs)
+	s.v = s.sd * s.sd
+	s.min, s.max = math.Inf(1), 0
+	for _, x := range xs {
+		s.min, s.max = min(s.min, x), max(s.max, x)
+	}
+	return s
+}
+
+func modes(rs []Result, sc string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if r.Scenario == sc && !seen[r.Mode] {
+			seen[r.Mode] = true
+			out = append(out, r.Mode)
+		}
+	}
+	return out
+}
+
+func f2(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
+
+// WriteMarkdown writes one table per scenario and the ratios the issue asks
+// for.
+func WriteMarkdown(w io.Writer, rs []Result) error {
+	sizes := map[string]float64{"multisource": 12e6, "failure": 50e6, "multipath": 50e6}
+	for _, sc := range []string{"multisource", "failure", "multipath"} {
+		ms := modes(rs, sc)
+		if len(ms) == 0 {
+			continue
+		}
+		t := report.Table{Header: []string{"mode", "runs", "errors", "mean s", "sd s", "variance", "min s", "max s", "MB/s"},
+			Align: []report.Align{report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
+		sum := map[string]summary{}
+		for _, m := range ms {
+			s := summarize(rs, sc, m)
+			sum[m] = s
+			mbps := 0.0
+			if s.mean > 0 {
+				mbps = sizes[sc] / s.mean / 1e6
+			}
+			t.AddRow(m, strconv.Itoa(s.n), strconv.Itoa(s.errs), f2(s.mean), f2(s.sd), f2(s.v), f2(s.min), f2(s.max), f2(mbps))
+		}
+		fmt.Fprintf(w, "### %s\n\n", sc)
+		if err := t.WriteMarkdown(w); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+		switch sc {
+		case "multisource":
+			best, bestMode := math.Inf(1), ""
+			for _, m := range ms {
+				if len(m) > 7 && m[:7] == "single " && sum[m].n > 0 && sum[m].mean < best {
+					best, bestMode = sum[m].mean, m
+				}
+			}
+			mg := sum["mosto get"]
+			if mg.n > 0 && bestMode != "" {
+				fmt.Fprintf(w, "- mosto get vs the best single source (%s): **%.2fx** faster (goal >= 1.56x); variance %.3f vs %.3f\n", bestMode, best/mg.mean, mg.v, sum[bestMode].v)
+				fmt.Fprintf(w, "- share of what the sum of the source rates allows (%.2f s for 12 MB at %.0f Mbit/s): **%.2f** (goal >= 0.9)\n", Ideal(12e6), sumMbit(), Ideal(12e6)/mg.mean)
+				if a := sum["aria2c"]; a.n > 0 {
+					fmt.Fprintf(w, "- mosto get vs aria2c with the same mirrors: **%.2fx** (aria2c %.2f s)\n", a.mean/mg.mean, a.mean)
+				}
+				if c := sum["curl Paris"]; c.n > 0 {
+					fmt.Fprintf(w, "- mosto get vs curl from the best source: **%.2fx** (curl %.2f s)\n", c.mean/mg.mean, c.mean)
+				}
+			}
+		case "failure":
+			for _, tool := range []string{"mosto get", "aria2c"} {
+				n, f := sum[tool], sum[tool+", Paris silent"]
+				if n.n > 0 && f.n > 0 {
+					fmt.Fprintf(w, "- %s: failure %.2f s vs %.2f s without: **%+.1f%%** (seed: +17%%)\n", tool, f.mean, n.mean, 100*(f.mean/n.mean-1))
+				}
+			}
+		case "multipath":
+			one, two := sum["1 path per source"], sum["2 paths per source"]
+			if one.n > 0 && two.n > 0 {
+				fmt.Fprintf(w, "- two paths per source: **%.1f%%** faster than one (goal >= 17%%)\n", 100*(1-two.mean/one.mean))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+func sumMbit() float64 {
+	var m float64
+	for _, s := range sources {
+		m += s.mbit
+	}
+	return m
+}
+
+// RatePlot returns the per-sub-flow rate over time of the first successful
+// download of scenario sc in mode (seed 003's Fig. 5 for the failure run).
+func RatePlot(rs []Result, sc, mode, title string) (*report.Plot, bool) {
+	for _, r := range rs {
+		if r.Scenario != sc || r.Mode != mode || r.Err != "" || r.Stats == nil || len(r.Stats.Samples) == 0 {
+			continue
+		}
+		p := &report.Plot{Title: title, XLabel: "time (s)", YLabel: "rate (MB/s), 300 ms moving average"}
+		for i, sf := range r.Stats.Subflows {
+			s := report.Series{Name: sf.URL + " " + sf.Path}
+			samples := r.Stats.Samples
+			for k := range samples {
+				var acc float64
+				var n int
+				for j := max(0, k-1); j <= min(len(samples)-1, k+1); j++ {
+					if i < len(samples[j].MBps) {
+						acc += samples[j].MBps[i]
+						n++
+					}
+				}
+				s.Points = append(s.Points, report.Point{X: samples[k].T, Y: acc / float64(max(n, 1))})
+			}
+			p.Series = append(p.Series, s)
+		}
+		return p, true
+	}
+	return nil, false
+}
