@@ -448,4 +448,3 @@ func Ideal(size int64) float64 {
 	}
 	return float64(size) * 8 / (mbit * 1e6)
 }
-
