@@ -35,7 +35,7 @@ flags:
 	}
 	out := fs.String("o", "", "output file (default: the last element of the first URL's path)")
 	cont := fs.Bool("continue", false, "resume a partial download of the same version (OUT.mget)")
-	sum := fs.String("sha256", "", "expected SHA-256 (hex): checked at the end; mirrors then need only agree on length")
+	sum := fs.String("sha256", "", "expected SHA-256 (hex), checked at the end")
 	jsonOut := fs.Bool("json", false, "print the stats as JSON on stdout")
 	var via listFlag
 	fs.Var(&via, "via", "SOCKS5 entry of a local mosto proxy (host:port); repeatable: one path each")

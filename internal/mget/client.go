@@ -35,7 +35,7 @@ type Config struct {
 	Sources  []Source
 	Out      string // file written in place
 	Continue bool   // resume from Out and its state file Out+".mget"
-	SHA256   []byte // when set, the file must hash to it; mirrors then need only agree on length
+	SHA256   []byte // when set, the file must hash to it
 	Block    int64  // range size; 0: 256 KiB
 	// Stall is how long a sub-flow with requests in flight may receive
 	// nothing before its ranges go back to the pool; 0: 2 s.
@@ -490,7 +490,7 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 		s.srtt = rtt
 	}
 	d.mu.Unlock()
-	if err := sameObject(ref, id, d.cfg.SHA256 != nil); err != nil {
+	if err := sameObject(ref, id); err != nil {
 		return err
 	}
 	if resp.Close {

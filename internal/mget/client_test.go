@@ -314,7 +314,7 @@ func TestHelperGet(t *testing.T) {
 // paths to one source.
 func TestGetViaSOCKS5(t *testing.T) {
 	const size = 2 << 20
-	_, a := startOrigin(t, 0)
+	_, a := startOrigin(t, 4<<20) // 0.5 s: both paths get to run
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -15,8 +15,8 @@
 // Content-Range is dropped; a truncated response is retried. Bytes are
 // written in place; a resume file (OUT.mget) records which bytes of which
 // version are on disk, so Config.Continue resumes after a killed client.
-// With Config.SHA256 the mirrors need only agree on length and the file's
-// hash is checked at the end.
+// With Config.SHA256 the file's hash is checked at the end (a mismatch is
+// an error and leaves no resume file).
 //
 // The package owns the goroutines of one Get call (one per sub-flow, all
 // stopped before Get returns) and the output and resume files; it knows

@@ -102,7 +102,7 @@ func checkPart(status int, h http.Header, off, end int64, id Identity) (upto int
 	}
 	got = identityOf(h, complete)
 	if id.Size >= 0 {
-		if err := sameObject(id, got, false); err != nil {
+		if err := sameObject(id, got); err != nil {
 			return 0, got, err
 		}
 	}
@@ -111,14 +111,10 @@ func checkPart(status int, h http.Header, off, end int64, id Identity) (upto int
 
 // sameObject reports whether a mirror's identity got matches the reference
 // want: equal length, and equal validators where both sides have them
-// (ETag first, else Last-Modified). lengthOnly skips the validators (a
-// --sha256 checks the bytes instead).
-func sameObject(want, got Identity, lengthOnly bool) error {
+// (ETag first, else Last-Modified).
+func sameObject(want, got Identity) error {
 	if want.Size != got.Size {
 		return fmt.Errorf("%w: length %d, reference %d", ErrMismatch, got.Size, want.Size)
-	}
-	if lengthOnly {
-		return nil
 	}
 	// Weak tags promise equal meaning, not equal bytes: only strong ones
 	// count.
