@@ -111,3 +111,22 @@ func FuzzParsePorts(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParsePrefixes(f *testing.F) {
+	for _, s := range []string{"10.0.0.1", "10.0.0.0/8", "::1", "1.2.3.4/33", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ps, err := ParsePrefixes([]string{s})
+		if err != nil {
+			return
+		}
+		if len(ps) != 1 || !ps[0].Addr().Is4() || ps[0] != ps[0].Masked() {
+			t.Fatalf("ParsePrefixes(%q) = %v", s, ps)
+		}
+		cfg := Config{Name: "f", Port: 1, Sources: ps, Dests: ps}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("prefix %v from ParsePrefixes fails Validate: %v", ps[0], err)
+		}
+	})
+}

@@ -164,8 +164,13 @@ func (m LossModel) BestSplit(hops []LossHop, size int64, maxPoints int) ([]bool,
 	if maxPoints <= 0 || maxPoints > n {
 		maxPoints = n
 	}
-	var best []bool
-	bestT, bestN := math.Inf(1), 0
+	type cand struct {
+		active []bool
+		t      float64
+		ones   int
+	}
+	var cands []cand
+	minT := math.Inf(1)
 	for mask := uint32(0); mask < 1<<n; mask++ {
 		ones := bits.OnesCount32(mask)
 		if ones > maxPoints {
@@ -179,10 +184,19 @@ func (m LossModel) BestSplit(hops []LossHop, size int64, maxPoints int) ([]bool,
 		if err != nil {
 			return nil, 0, err
 		}
-		// Fewer relays win ties (within 0.1%).
-		if best == nil || t < bestT*0.999 || (t <= bestT*1.001 && ones < bestN) {
-			best, bestT, bestN = active, t, ones
+		cands = append(cands, cand{active, t, ones})
+		minT = math.Min(minT, t)
+	}
+	// Among the choices within 0.1% of the fastest, the fewest relays
+	// (then the fastest).
+	var best cand
+	for i, c := range cands {
+		if c.t > minT*1.001 {
+			continue
+		}
+		if best.active == nil || c.ones < best.ones || (c.ones == best.ones && c.t < best.t) {
+			best = cands[i]
 		}
 	}
-	return best, bestT, nil
+	return best.active, best.t, nil
 }

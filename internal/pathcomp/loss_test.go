@@ -112,3 +112,33 @@ func TestBestSplit(t *testing.T) {
 		t.Error("Time(size 0) = nil error; want one")
 	}
 }
+
+// FuzzBestSplit: the chosen split is never slower than end to end or than
+// any single relay, and times are finite and positive.
+func FuzzBestSplit(f *testing.F) {
+	f.Add(10.0, 0.01, 50.0, 0.0, 5.0, 0.02, int64(1_000_000), 100.0)
+	f.Add(1.0, 0.0, 1.0, 0.0, 1.0, 0.0, int64(1), 0.0)
+	f.Fuzz(func(t *testing.T, r1, p1, r2, p2, r3, p3 float64, size int64, rate float64) {
+		hops := []LossHop{{r1, p1}, {r2, p2}, {r3, p3}}
+		if checkHops(hops) != nil || size <= 0 || size > 1<<40 || !(rate >= 0 && rate < 1e6) {
+			return
+		}
+		m := LossModel{RateMbit: rate}
+		act, best, err := m.BestSplit(hops, size, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.IsNaN(best) || math.IsInf(best, 0) || best <= 0 {
+			t.Fatalf("BestSplit time %v", best)
+		}
+		for _, a := range [][]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			tm, err := m.Time(Merge(hops, a), size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if best > tm*1.0011 {
+				t.Fatalf("BestSplit chose %v (%v ms) but %v takes %v ms", act, best, a, tm)
+			}
+		}
+	})
+}

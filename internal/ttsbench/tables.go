@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/emu"
@@ -95,7 +96,9 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 			return err
 		}
 		start := time.Now()
-		for range cfg.Trials {
+		for trial := range cfg.Trials {
+			var line strings.Builder
+			fmt.Fprintf(&line, "tables: %s %s trial %d:", cc, row.Name, trial+1)
 			for _, m := range shuffled(cfg.Modes) {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -105,10 +108,13 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 				if err != nil {
 					res.Failed[k]++
 					cfg.Log.Warn("transfer failed", "cc", cc, "row", row.Name, "mode", m, "err", err)
+					fmt.Fprintf(&line, " %s failed", m)
 					continue
 				}
 				res.Sample[k] = append(res.Sample[k], secs(d))
+				fmt.Fprintf(&line, " %s %.3f s", m, secs(d))
 			}
+			fmt.Fprintln(cfg.Progress, line.String())
 		}
 		fmt.Fprintf(cfg.Progress, "tables: %s %-16s %d trials in %v\n", cc, row.Name, cfg.Trials, time.Since(start).Round(time.Second))
 	}
