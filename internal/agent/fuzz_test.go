@@ -17,6 +17,14 @@ func FuzzSnapshot(f *testing.F) {
 	f.Add([]byte(`{"lop":"fra","version":1,"table":{"locations":["fra"],"chains":[]}}`))
 	f.Add([]byte(`{"lop":"fra","version":1,"keys":{"current":"zz"},"table":{"locations":[],"chains":[]}}`))
 	f.Add([]byte(`{}`))
+	withNext := testTableB(f, keys)
+	next, _ := pki.NewOverlayKey(keys.Current.ID)
+	withNext.Keys.Next, withNext.Epoch = next.Hex(), "00ff"
+	b, _ := json.Marshal(withNext)
+	f.Add(b)
+	withNext.Keys.Next = keys.Current.Hex() // the next key equals the current one
+	b, _ = json.Marshal(withNext)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tab, err := decodeTable(b)
 		if err != nil {

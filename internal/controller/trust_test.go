@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,4 +78,54 @@ func TestReportLoadLimits(t *testing.T) {
 	if _, err := c.Report(ctx, api.Report{FEP: "c", Samples: []api.Sample{{Peer: "a", RTTMS: 5, At: now}}}); err != nil {
 		t.Errorf("another FEP's report: %v", err)
 	}
+}
+
+// FuzzBackendDecoders feeds arbitrary JSON bodies through the API's strict
+// decoder into the real controller's registration, report and join paths
+// (issue 13): never a panic, and what the controller accepts is valid.
+func FuzzBackendDecoders(f *testing.F) {
+	f.Add([]byte(`{"id":"e","hop_addr":"127.0.0.1:7000","probe_addr":"127.0.0.1:7001","lat":50,"lon":8}`))
+	f.Add([]byte(`{"id":"a","hop_addr":"127.0.0.1:7000","probe_addr":"127.0.0.1:7001","lat":50,"lon":8,"cert_serial":"1f"}`))
+	f.Add([]byte(`{"fep":"a","samples":[{"peer":"b","rtt_ms":9.5},{"peer":"zz","rtt_ms":1}]}`))
+	f.Add([]byte(`{"fep":"a","samples":[{"peer":"b","unreachable":true}],"destinations":[{"dest":"x","rtt_ms":3}]}`))
+	f.Add([]byte(`{"token":"mosto1.000000000000.00000000000000000000000000000000.00","fep":{"id":"a"},"csr_pem":"x"}`))
+	f.Add([]byte(`{"fep":"a","samples":[{"peer":"b","rtt_ms":1e-300}]}`))
+	f.Add([]byte(`null`))
+	st := openBolt(f)
+	now := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	c, err := New(Config{Store: st, LightBound: true, ReportBurst: 1 << 30, Now: func() time.Time { return now }})
+	if err != nil {
+		f.Fatal(err)
+	}
+	setup(f, st, line, nil)
+	ctx := context.Background()
+	if err := c.reloadFEPs(ctx); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if fep, err := api.DecodeJSON[api.FEP](bytes.NewReader(body)); err == nil {
+			if err := c.RegisterFEP(ctx, fep); err == nil {
+				if fep.Validate() != nil {
+					t.Fatalf("registered an invalid FEP %+v", fep)
+				}
+				c.DeleteFEP(ctx, fep.ID)
+				setup(t, st, line, nil)
+				c.reloadFEPs(ctx)
+			}
+		}
+		if rep, err := api.DecodeJSON[api.Report](bytes.NewReader(body)); err == nil {
+			res, err := c.Report(ctx, rep)
+			if err == nil {
+				if rep.Validate(now) != nil {
+					t.Fatalf("accepted an invalid report %+v", rep)
+				}
+				if res.Accepted+res.Refused > len(rep.Samples)+len(rep.Destinations) {
+					t.Fatalf("report of %d samples: %+v", len(rep.Samples)+len(rep.Destinations), res)
+				}
+			}
+		}
+		if jr, err := api.DecodeJSON[api.JoinRequest](bytes.NewReader(body)); err == nil {
+			_ = jr.Validate()
+		}
+	})
 }
