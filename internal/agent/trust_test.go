@@ -483,3 +483,50 @@ func TestReportsOnlyForAssignedTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberAddressesValidated (issue 13 item 5): a FEP cannot register a
+// hop address another FEP has, and with the controller's member check a
+// name, a special-purpose address (loopback, private, link-local...) or
+// an address other than the one it registers from is refused unless the
+// operator allowed its range.
+func TestMemberAddressesValidated(t *testing.T) {
+	ctx := context.Background()
+	open := newTrustWorld(t, ctlpkg.Config{})
+	if _, err := open.join(t, open.token(t, pki.TokenOptions{FEP: "fra"}), trustFEPs["fra"]); err != nil {
+		t.Fatal(err)
+	}
+	par := trustFEPs["par"]
+	par.HopAddr = trustFEPs["fra"].HopAddr
+	if _, err := open.join(t, open.token(t, pki.TokenOptions{FEP: "par"}), par); err == nil {
+		t.Error("par joined with fra's hop address")
+	}
+	if got, _ := open.fep(t, "fra"); got.HopAddr != trustFEPs["fra"].HopAddr {
+		t.Errorf("fra's hop_addr = %q", got.HopAddr)
+	}
+	if err := open.admin.RegisterFEP(ctx, par); err == nil {
+		t.Error("the admin registered par with fra's hop address")
+	}
+
+	strict := newTrustWorld(t, trustMemberConfig(nil))
+	for _, tc := range []struct{ name, hop string }{
+		{"loopback", "127.0.0.1:7001"},
+		{"name", "localhost:7001"},
+		{"private", "10.1.2.3:7001"},
+		{"link-local (metadata service)", "169.254.169.254:80"},
+		{"not the registering address", "192.0.2.10:7001"},
+	} {
+		f := trustFEPs["fra"]
+		f.HopAddr, f.ProbeAddr = tc.hop, "192.0.2.10:8001"
+		_, err := strict.join(t, strict.token(t, pki.TokenOptions{FEP: "fra"}), f)
+		var se *api.StatusError
+		if !errors.As(err, &se) || se.Code != http.StatusBadRequest {
+			t.Errorf("%s hop_addr %s: err = %v; want 400", tc.name, tc.hop, err)
+		}
+	}
+	allowed := newTrustWorld(t, trustMemberConfig([]string{"192.0.2.0/24"}))
+	f := trustFEPs["fra"]
+	f.HopAddr, f.ProbeAddr = "192.0.2.10:7001", "192.0.2.10:8001"
+	if _, err := allowed.join(t, allowed.token(t, pki.TokenOptions{FEP: "fra"}), f); err != nil {
+		t.Errorf("hop_addr in an allowed range: %v", err)
+	}
+}

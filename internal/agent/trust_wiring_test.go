@@ -2,6 +2,7 @@ package agent
 
 import (
 	"crypto/tls"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -33,4 +34,12 @@ func trustRotationConfig() ctlpkg.Config {
 func trustLightConfig(c ctlpkg.Config) ctlpkg.Config {
 	c.LightBound = true
 	return c
+}
+
+func trustMemberConfig(allow []string) ctlpkg.Config {
+	p := ctlpkg.MemberPolicy{Enforce: true}
+	for _, a := range allow {
+		p.Allow = append(p.Allow, netip.MustParsePrefix(a))
+	}
+	return ctlpkg.Config{Members: p}
 }

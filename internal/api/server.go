@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,6 +161,29 @@ func tlsIdentity(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return r.TLS.VerifiedChains[0][0].Subject.CommonName, true
+}
+
+type sourceKey struct{}
+
+// WithSource returns ctx carrying the address a FEP registers from (the
+// API sets it for a join and for a FEP registering itself, never for the
+// admin), so that the Backend can check the FEP's hop address against it.
+func WithSource(ctx context.Context, ip netip.Addr) context.Context {
+	return context.WithValue(ctx, sourceKey{}, ip)
+}
+
+// Source returns the address set by WithSource.
+func Source(ctx context.Context) (netip.Addr, bool) {
+	ip, ok := ctx.Value(sourceKey{}).(netip.Addr)
+	return ip, ok
+}
+
+func remoteIP(r *http.Request) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
 }
 
 // CertSerial returns the serial number (lowercase hex) of the verified
@@ -326,7 +350,11 @@ func (s *server) join(w http.ResponseWriter, r *http.Request) {
 			req.FEP.CertSerial = c.SerialNumber.Text(16)
 		}
 	}
-	if err := s.cfg.Backend.RegisterFEP(r.Context(), req.FEP); err != nil {
+	rctx := r.Context()
+	if ip, ok := remoteIP(r); ok {
+		rctx = WithSource(rctx, ip)
+	}
+	if err := s.cfg.Backend.RegisterFEP(rctx, req.FEP); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -363,10 +391,14 @@ func (s *server) registerFEP(w http.ResponseWriter, r *http.Request) {
 	// The certificate serial is the controller's to set: the FEP's own
 	// certificate when it registers itself, else the one on record.
 	f.CertSerial = ""
+	rctx := r.Context()
 	if who, ok := s.cfg.Identity(r); ok && who == f.ID {
 		f.CertSerial = CertSerial(r)
+		if ip, ok := remoteIP(r); ok {
+			rctx = WithSource(rctx, ip)
+		}
 	}
-	if err := s.cfg.Backend.RegisterFEP(r.Context(), f); err != nil {
+	if err := s.cfg.Backend.RegisterFEP(rctx, f); err != nil {
 		s.fail(w, r, err)
 		return
 	}

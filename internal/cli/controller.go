@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,6 +56,8 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	lopMap := fs.String("lop-map", "", "YAML file: lops (the FEPs acting as LoPs), inp (InP -> LoP overrides), egress (destination prefixes)")
 	rotate := fs.Duration("key-rotation", 24*time.Hour, "rotate the hop HMAC key this often (0 disables)")
 	keySwitch := fs.Duration("key-switch-after", 2*time.Minute, "a rotation publishes the new key (accept only) and signs with it once every LoP has it, or this long after")
+	memberCheck := fs.Bool("member-check", true, "refuse member addresses (hop_addr, probe_addr) that are names, special-purpose addresses, or not the address the FEP registers from (see --allow-member-net)")
+	allowMembers := fs.String("allow-member-net", "", "comma-separated CIDR prefixes where member addresses may be anything (private networks, labs, NAT)")
 	lightBound := fs.Bool("light-bound", true, "refuse RTT reports below the speed of light in fibre between the two FEPs' coordinates")
 	near := fs.Int("near", 8, "each FEP measures its N nearest peers")
 	far := fs.Int("far", 2, "plus N far peers chosen by a stable hash")
@@ -173,6 +177,17 @@ func runController(ctx context.Context, env *Env, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	members := controller.MemberPolicy{Enforce: *memberCheck}
+	for _, p := range strings.Split(*allowMembers, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			return fmt.Errorf("--allow-member-net %q: %w", p, err)
+		}
+		members.Allow = append(members.Allow, pfx.Masked())
+	}
 	ctl, err := controller.New(controller.Config{
 		Store:          st,
 		Period:         *period,
@@ -185,6 +200,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		KeyRotation:    keyRotation,
 		KeySwitchAfter: *keySwitch,
 		LightBound:     *lightBound,
+		Members:        members,
 		InitialKeys:    initial,
 		Log:            env.Log,
 		Metrics:        reg,

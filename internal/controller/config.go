@@ -64,6 +64,9 @@ type Config struct {
 	// in fibre (2/3 c) between the two FEPs' registered coordinates. The
 	// controller command turns it on; tests on loopback leave it off.
 	LightBound bool
+	// Members checks the addresses FEPs register (hop_addr, probe_addr),
+	// which every other FEP will connect to.
+	Members MemberPolicy
 	// ReportRate and ReportBurst limit the reports of each FEP (a token
 	// bucket); defaults 5/s and 20. A report over the limit gets 429.
 	ReportRate  float64
@@ -74,6 +77,73 @@ type Config struct {
 	Log         *slog.Logger
 	Metrics     prometheus.Registerer // nil: metrics are not registered
 	Now         func() time.Time
+}
+
+// MemberPolicy says which member addresses the controller accepts. hop_addr
+// is always unique among the FEPs. With Enforce, both addresses must be IP
+// literals (no name another FEP would resolve), outside the special ranges
+// (loopback, private, link-local, CGNAT, multicast, unspecified, ...)
+// unless within Allow, and a FEP registering itself (or joining) must
+// register the hop address it connects from, unless within Allow.
+type MemberPolicy struct {
+	Enforce bool
+	Allow   []netip.Prefix
+}
+
+func (p MemberPolicy) allowed(ip netip.Addr) bool {
+	for _, n := range p.Allow {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// special reports whether ip is in a range no public FEP address is in.
+func special(ip netip.Addr) bool {
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsMulticast() || ip.IsUnspecified() || ip.IsInterfaceLocalMulticast() {
+		return true
+	}
+	for _, p := range specialNets {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+var specialNets = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),  // CGNAT
+	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
+	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking
+	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, broadcast
+	netip.MustParsePrefix("169.254.0.0/16"), // link local (also IMDS)
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("2001:db8::/32"),  // documentation
+}
+
+// check returns why f's addresses are refused, or nil. src is the address
+// f registers from (ok=false: the admin or a test, no check).
+func (p MemberPolicy) check(f api.FEP, src netip.Addr, fromFEP bool) error {
+	if !p.Enforce {
+		return nil
+	}
+	for _, a := range []struct{ name, addr string }{{"hop_addr", f.HopAddr}, {"probe_addr", f.ProbeAddr}} {
+		ap, err := netip.ParseAddrPort(a.addr)
+		if err != nil {
+			return fmt.Errorf("fep %s %s %q: want an IP address and port (member addresses are not names)", f.ID, a.name, a.addr)
+		}
+		ip := ap.Addr().Unmap()
+		if special(ip) && !p.allowed(ip) {
+			return fmt.Errorf("fep %s %s %s: a special-purpose address (allow its range on the controller to use it)", f.ID, a.name, ip)
+		}
+		if a.name == "hop_addr" && fromFEP && ip != src.Unmap() && !p.allowed(ip) {
+			return fmt.Errorf("fep %s hop_addr %s: not the address %s it registers from (allow its range on the controller if it differs)", f.ID, ip, src)
+		}
+	}
+	return nil
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -640,10 +640,29 @@ func (c *Controller) RegisterFEP(ctx context.Context, f api.FEP) error {
 	if err := f.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
+	src, fromFEP := api.Source(ctx)
+	if err := c.cfg.Members.check(f, src, fromFEP); err != nil {
+		c.m.refused.WithLabelValues("member_address").Inc()
+		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
+	}
 	old, had, err := c.lookupFEP(ctx, f.ID)
 	if err != nil {
 		return err
 	}
+	// Two FEPs never share a hop address: a FEP cannot make the others
+	// send another member's traffic to itself by registering its address.
+	if err := c.reloadFEPs(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for _, g := range c.feps {
+		if g.ID != f.ID && g.HopAddr == f.HopAddr {
+			c.mu.Unlock()
+			c.m.refused.WithLabelValues("member_address").Inc()
+			return fmt.Errorf("%w: fep %s hop_addr %s is already fep %s's", api.ErrInvalid, f.ID, f.HopAddr, g.ID)
+		}
+	}
+	c.mu.Unlock()
 	if f.CertSerial == "" {
 		f.CertSerial = old.CertSerial
 	} else if had && old.CertSerial != "" && old.CertSerial != f.CertSerial {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
 )
@@ -136,7 +137,8 @@ func (s *Scenario) runController() error {
 	n := strconv.Itoa(len(s.roles.FEPs))
 	args := []string{"controller",
 		"--data", c.dir, "--listen", s.addr(c.host, controllerPort), "--sizes", strings.Join(sizes, ","),
-		"--debounce", cc.Debounce.String(), "--period", "1h", "--near", n, "--far", "0"}
+		"--debounce", cc.Debounce.String(), "--period", "1h", "--near", n, "--far", "0",
+		"--allow-member-net", emu.Prefix.String()}
 	if m := s.cfg.Model; m.ICW > 0 {
 		args = append(args, "--icw", strconv.Itoa(m.ICW))
 	}
