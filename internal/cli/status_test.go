@@ -26,7 +26,7 @@ func TestStatusAgainstController(t *testing.T) {
 	done := make(chan int, 1)
 	var errb bytes.Buffer
 	go func() {
-		done <- Run(ctx, []string{"controller", "--data", t.TempDir(), "--insecure", "--listen", apiAddr,
+		done <- Run(ctx, []string{"controller", "--data", t.TempDir(), "--insecure", "--listen", apiAddr, "--allow-member-net", "10.0.0.0/8",
 			"--debounce", "50ms", "--ui-listen", uiAddr, "--ui-auth-file", auth, "--ui-poll", "100ms"},
 			strings.NewReader(""), &bytes.Buffer{}, &errb)
 	}()
