@@ -155,7 +155,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		*id = host + ":" + ln.Addr().String()
 	}
 
-	var st controller.Store
+	var st store.Store
 	if *etcd != "" {
 		tlsCfg, err := etcdTLSFlags.config()
 		if err != nil {

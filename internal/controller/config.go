@@ -31,7 +31,7 @@ const DefaultMaxProxies = 4
 
 // Config configures a Controller.
 type Config struct {
-	Store Store
+	Store store.Store
 	// Period between two computations when nothing changes; default 5 min.
 	Period time.Duration
 	// Debounce is the shortest time between two computations caused by

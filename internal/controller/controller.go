@@ -22,7 +22,7 @@ import (
 // with Run; its api.Backend methods may be called before and while Run runs.
 type Controller struct {
 	cfg   Config
-	st    Store
+	st    store.Store
 	log   *slog.Logger
 	m     *metrics
 	cache *tableCache

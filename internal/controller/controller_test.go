@@ -22,7 +22,7 @@ import (
 	"github.com/mosto-net/mosto/internal/store/boltstore"
 )
 
-func openBolt(t testing.TB) Store {
+func openBolt(t testing.TB) store.Store {
 	t.Helper()
 	s, err := boltstore.Open(filepath.Join(t.TempDir(), "mosto.db"), time.Second)
 	if err != nil {
@@ -50,7 +50,7 @@ func sample(from, to string, ms float64) store.RTT {
 	return store.RTT{From: from, To: to, MS: ms, At: time.Now().UTC()}
 }
 
-func setup(t testing.TB, st Store, feps []api.FEP, rtts []store.RTT) {
+func setup(t testing.TB, st store.Store, feps []api.FEP, rtts []store.RTT) {
 	t.Helper()
 	ctx := testCtx(t)
 	for _, f := range feps {
@@ -652,7 +652,7 @@ func TestAppendMillis(t *testing.T) {
 // followerStore never leads, and its first watch ends at once, as an etcd
 // watch does after a compaction.
 type followerStore struct {
-	Store
+	store.Store
 	watches atomic.Int32
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/store"
 )
 
 // TestReportAboutNewPeer: a sample about a FEP the store has but this
@@ -54,7 +55,7 @@ func TestReportAboutNewPeer(t *testing.T) {
 // only after release is closed: a reload that read the store just before a
 // registration and installs its list just after it.
 type slowFEPs struct {
-	Store
+	store.Store
 	armed   chan struct{} // closed by the test: the next FEPs read waits
 	read    chan struct{} // closed when the waiting read has read
 	release chan struct{}
@@ -120,4 +121,4 @@ func TestReloadKeepsConcurrentRegistration(t *testing.T) {
 	}
 }
 
-var _ Store = (*slowFEPs)(nil)
+var _ store.Store = (*slowFEPs)(nil)

@@ -21,7 +21,7 @@ var shopDest = api.Destination{ID: "shop", Prefix: "198.51.100.0/24", Lat: 50, L
 
 // runNode runs a controller on st until the returned stop is called (stop
 // waits for Run to return; calling it twice is harmless).
-func runNode(t *testing.T, st Store, cfg Config) (*Controller, func()) {
+func runNode(t *testing.T, st store.Store, cfg Config) (*Controller, func()) {
 	t.Helper()
 	cfg.Store = st
 	c, err := New(cfg)
@@ -168,7 +168,7 @@ func TestDestinationsSurviveRestart(t *testing.T) {
 }
 
 // brokenStore fails every destination write.
-type brokenStore struct{ Store }
+type brokenStore struct{ store.Store }
 
 var errBroken = errors.New("disk on fire")
 

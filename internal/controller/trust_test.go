@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/store"
 )
 
 // countingStore counts the full FEP reads.
 type countingStore struct {
-	Store
+	store.Store
 	fepReads atomic.Int64
 }
 

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mosto-net/mosto/internal/controller"
+	"github.com/mosto-net/mosto/internal/store"
 	"github.com/mosto-net/mosto/internal/store/boltstore"
 	"github.com/mosto-net/mosto/internal/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) controller.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		s, err := boltstore.Open(filepath.Join(t.TempDir(), "mosto.db"), time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -33,4 +33,4 @@ func TestSecondOpenFails(t *testing.T) {
 	}
 }
 
-var _ controller.Store = (*boltstore.Store)(nil)
+var _ store.Store = (*boltstore.Store)(nil)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
-	"github.com/mosto-net/mosto/internal/controller"
 	"github.com/mosto-net/mosto/internal/etcdhttp"
 	"github.com/mosto-net/mosto/internal/store"
 	"github.com/mosto-net/mosto/internal/store/etcdstore"
@@ -18,12 +17,12 @@ import (
 	"github.com/mosto-net/mosto/internal/store/storetest"
 )
 
-var _ controller.Store = (*etcdstore.Store)(nil)
+var _ store.Store = (*etcdstore.Store)(nil)
 
 func TestConformance(t *testing.T) {
 	eps := etcdtest.Start(t)
 	n := 0
-	storetest.Run(t, func(t *testing.T) controller.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		n++
 		s, err := etcdstore.Open(context.Background(), etcdstore.Config{Endpoints: eps, Prefix: fmt.Sprintf("/t%d/", n), ID: "c1"})
 		if err != nil {

@@ -1,3 +1,3 @@
-// Package storetest is the conformance suite every controller.Store
+// Package storetest is the conformance suite every store.Store
 // implementation must pass: call Run from the implementation's tests.
 package storetest

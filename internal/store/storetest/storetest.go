@@ -10,18 +10,17 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
-	"github.com/mosto-net/mosto/internal/controller"
 	"github.com/mosto-net/mosto/internal/store"
 )
 
 // Factory opens a fresh, empty store for one subtest; the suite closes it.
-type Factory func(t *testing.T) controller.Store
+type Factory func(t *testing.T) store.Store
 
 // Run runs the conformance suite against stores made by open.
 func Run(t *testing.T, open Factory) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s controller.Store)
+		fn   func(t *testing.T, s store.Store)
 	}{
 		{"FEPs", testFEPs},
 		{"DeleteFEPRemovesRTTs", testDeleteFEP},
@@ -64,7 +63,7 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func testFEPs(t *testing.T, s controller.Store) {
+func testFEPs(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	got, err := s.FEPs(ctx)
 	must(t, err)
@@ -85,7 +84,7 @@ func testFEPs(t *testing.T, s controller.Store) {
 	}
 }
 
-func testDeleteFEP(t *testing.T, s controller.Store) {
+func testDeleteFEP(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	for _, id := range []string{"a", "b", "c"} {
@@ -111,7 +110,7 @@ func testDeleteFEP(t *testing.T, s controller.Store) {
 	}
 }
 
-func testRTTs(t *testing.T, s controller.Store) {
+func testRTTs(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	must(t, s.PutRTTs(ctx, []store.RTT{{From: "a", To: "b", MS: 10, At: t0}}))
@@ -143,7 +142,7 @@ func testRTTs(t *testing.T, s controller.Store) {
 	}
 }
 
-func rttOf(t *testing.T, s controller.Store, from, to string) store.RTT {
+func rttOf(t *testing.T, s store.Store, from, to string) store.RTT {
 	t.Helper()
 	rtts, err := s.RTTs(ctxT(t))
 	must(t, err)
@@ -156,7 +155,7 @@ func rttOf(t *testing.T, s controller.Store, from, to string) store.RTT {
 	return store.RTT{}
 }
 
-func testVersions(t *testing.T, s controller.Store) {
+func testVersions(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	var mu sync.Mutex
 	seen := map[uint64]bool{}
@@ -197,7 +196,7 @@ func testVersions(t *testing.T, s controller.Store) {
 	}
 }
 
-func testTables(t *testing.T, s controller.Store) {
+func testTables(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	n, err := s.PutTables(ctx, []store.Table{
 		{LoP: "a", Version: 5, Data: []byte("a5")},
@@ -252,7 +251,7 @@ func dest(id string) api.Destination {
 	return api.Destination{ID: id, Prefix: "198.51.100.0/24", Lat: 37.3, Lon: -121.9, ProbeAddr: "198.51.100.10:443"}
 }
 
-func testDests(t *testing.T, s controller.Store) {
+func testDests(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	got, err := s.Destinations(ctx)
 	must(t, err)
@@ -291,7 +290,7 @@ func testDests(t *testing.T, s controller.Store) {
 	}
 }
 
-func testDeleteDest(t *testing.T, s controller.Store) {
+func testDeleteDest(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	for _, id := range []string{"a", "b"} {
@@ -329,7 +328,7 @@ func testDeleteDest(t *testing.T, s controller.Store) {
 	}
 }
 
-func testKeys(t *testing.T, s controller.Store) {
+func testKeys(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	if _, err := s.Keys(ctx); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Keys of empty store: err = %v; want ErrNotFound", err)
@@ -343,7 +342,7 @@ func testKeys(t *testing.T, s controller.Store) {
 	}
 }
 
-func testTokens(t *testing.T, s controller.Store) {
+func testTokens(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	must(t, s.PutToken(ctx, store.Token{ID: "t1", FEP: "fra", Expires: now.Add(time.Hour)}))
@@ -386,7 +385,7 @@ func testTokens(t *testing.T, s controller.Store) {
 	}
 }
 
-func testWatch(t *testing.T, s controller.Store) {
+func testWatch(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	wctx, cancel := context.WithCancel(ctx)
 	ch := s.Watch(wctx)
@@ -441,7 +440,7 @@ func testWatch(t *testing.T, s controller.Store) {
 
 // testWatchDests: two concurrent watchers both see a destination added
 // and deleted.
-func testWatchDests(t *testing.T, s controller.Store) {
+func testWatchDests(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	a, b := s.Watch(ctx), s.Watch(ctx)
 	time.Sleep(50 * time.Millisecond) // an asynchronous watch (etcd) gets going
@@ -477,7 +476,7 @@ func WaitChange(t *testing.T, ch <-chan store.Change, want store.Change, d time.
 	}
 }
 
-func testLead(t *testing.T, s controller.Store) {
+func testLead(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	lctx, cancel := context.WithCancel(ctx)
 	leadCtx, err := s.Lead(lctx)
@@ -504,7 +503,7 @@ func testLead(t *testing.T, s controller.Store) {
 	}
 }
 
-func testRevocations(t *testing.T, s controller.Store) {
+func testRevocations(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	got, err := s.Revocations(ctx)
 	must(t, err)
