@@ -16,6 +16,7 @@ benchmarks:
   tts       transparent segmentation: seed 002's tables and a loss x RTT grid
   offload   leaving the data path after slow start: Fig. 3 traces, veth throughput and CPU
   get       mosto get vs aria2c and curl: seed 003's multi-source, failure and multipath scenarios
+  router    request router: handoff vs 302 vs proxy vs DNS vs nginx L7 (seed 004)
 
 Run 'mosto bench <benchmark> -h' for its flags.
 `)
@@ -35,6 +36,8 @@ Run 'mosto bench <benchmark> -h' for its flags.
 		return runBenchOffload(ctx, env, args[1:])
 	case "get":
 		return runBenchGet(ctx, env, args[1:])
+	case "router":
+		return runBenchRouter(ctx, env, args[1:])
 	}
-	return usageErrorf("unknown benchmark %q (want proxy or transfer)", args[0])
+	return usageErrorf("unknown benchmark %q (want proxy, transfer, tts, offload, get or router)", args[0])
 }

@@ -13,10 +13,9 @@ import (
 
 // XlateJoiner needs Linux.
 type XlateJoiner struct {
-	Splicer        *xlate.Splicer
-	QuiesceTimeout time.Duration
-	Linger         time.Duration
-	Ifindex        int
+	Splicer *xlate.Splicer
+	Linger  time.Duration
+	Ifindex int
 }
 
 // ErrJoinRefused marks a join that did not happen; both connections work.

@@ -16,27 +16,30 @@ import (
 
 // XlateJoiner hands sessions off with internal/xlate on this host (the
 // router's host translates both directions; see docs/router.md for the
-// placement). Join:
+// placement). Join, as the seed's controller does, installs the
+// translation before the request leaves, so the surrogate's first answer
+// already finds it:
 //
-//  1. sends the client's bytes but the last one to the surrogate, so the
-//     surrogate cannot answer yet, and waits until they are acknowledged;
-//  2. freezes both connections (TCP_REPAIR), reads their sequence numbers,
-//     and installs the two entries as if the last byte were sent (xlate.Pair
-//     on the states with the surrogate leg's snd_nxt + 1);
-//  3. closes the client leg in repair mode (silently) and sends the last
-//     byte on the surrogate leg, which the kernel retransmits if it is lost:
-//     the surrogate's answer (and ACK) are translated to the client, so the
-//     router's socket never sees them; it is closed in repair mode after
-//     Linger.
+//  1. freezes both connections (TCP_REPAIR): the client leg has nothing
+//     unread or unacknowledged, the pooled surrogate leg has carried
+//     nothing; reads their sequence numbers, and installs the two entries
+//     as if the client's bytes were already sent to the surrogate
+//     (xlate.Pair on the states with the surrogate leg's snd_nxt + the
+//     pending bytes);
+//  2. closes the client leg in repair mode (no FIN, no RST) and sends the
+//     pending bytes on the surrogate leg, which leaves repair mode: the
+//     kernel transmits them and retransmits them if they are lost. The
+//     surrogate's ACKs and answer are translated to the client, so the
+//     router's socket never sees them; it keeps retransmitting (harmless
+//     duplicates) until it is silenced in repair mode after Linger, and is
+//     held open while the join lives so its port is not reused.
 //
-// A refusal before step 3 leaves both connections working (the router then
-// proxies the session).
+// A refusal leaves both connections working (the router then proxies the
+// session).
 type XlateJoiner struct {
 	Splicer *xlate.Splicer
-	// QuiesceTimeout bounds step 1's wait; 0 means 5 s.
-	QuiesceTimeout time.Duration
 	// Linger keeps the surrogate leg alive after the join to retransmit
-	// the last byte; 0 means 3 s.
+	// the request; 0 means 3 s.
 	Linger time.Duration
 	// Ifindex, when set, is the device both directions leave from (the
 	// caller runs outside the router's network namespace, where xlate's
@@ -58,25 +61,13 @@ var ErrJoinRefused = errors.New("router: join refused")
 // Join implements Joiner.
 func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte, headLen int) (int, error) {
 	n := len(pending)
-	if headLen < 2 || headLen > n {
-		return 0, fmt.Errorf("%w: head of %d bytes in %d pending", ErrJoinRefused, headLen, n)
+	if n == 0 {
+		return 0, fmt.Errorf("%w: nothing to send", ErrJoinRefused)
 	}
-	// Everything but the first head's last byte: no complete request, so
-	// the surrogate cannot answer before the join.
-	sent := headLen - 1
-	if _, err := surrogate.Write(pending[:sent]); err != nil {
-		return -1, fmt.Errorf("router: send request to surrogate: %w", err)
-	}
-	qt := j.QuiesceTimeout
-	if qt == 0 {
-		qt = 5 * time.Second
-	}
-	if err := waitQuiet(ctx, surrogate, qt); err != nil {
-		return sent, err
-	}
+	sent := 0
 	cs, err := state(client)
 	if err != nil {
-		return sent, err
+		return sent, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	if cs.InQ != 0 || cs.OutQ != 0 || cs.Unacked != 0 {
 		return sent, fmt.Errorf("%w: client leg busy (%d unread)", ErrJoinRefused, cs.InQ)
@@ -94,7 +85,7 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 		// The entries are in place; the session is lost (the client sees a
 		// reset from the surrogate or times out).
 		surrogate.Close()
-		return n, fmt.Errorf("router: send the request's last byte: %w", err)
+		return -1, fmt.Errorf("router: send the request after the join: %w", err)
 	}
 	linger := j.Linger
 	if linger == 0 {
@@ -180,28 +171,6 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int) (xlate.Tuple, error)
 		return xlate.Tuple{}, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
 	}
 	return ba.In, nil
-}
-
-// waitQuiet waits until everything sent on c is acknowledged; data from the
-// peer (an early answer) refuses the join.
-func waitQuiet(ctx context.Context, c *net.TCPConn, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for pause := 20 * time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
-		st, err := state(c)
-		if err != nil {
-			return err
-		}
-		if st.InQ != 0 {
-			return fmt.Errorf("%w: the surrogate answered before the join", ErrJoinRefused)
-		}
-		if st.OutQ == 0 && st.Unacked == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%w: request not acknowledged within %v", ErrJoinRefused, timeout)
-		}
-		time.Sleep(pause)
-	}
 }
 
 func state(c *net.TCPConn) (xlate.SockState, error) {

@@ -1,0 +1,440 @@
+package routerbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/stats"
+)
+
+// Modes, in the order they are reported.
+var Modes = []string{"direct", "dns", "302", "proxy", "handoff", "nginx-lb"}
+
+// Config configures a run.
+type Config struct {
+	Hops     []int   // client-side path lengths; default 1,2,4,8
+	HopMS    float64 // one-way delay of every segment; default 0.5
+	OriginMS float64 // one-way delay surrogate <-> origin; default 10
+	Runs     int     // fetches per mode and hop count; default 30
+	Size     int64   // object of the latency fetches; default 10 KB
+	BulkSize int64   // object of the bulk fetches; default 100 MB
+	BulkRuns int     // bulk fetches per mode; default 3 (0: none)
+	Requests int     // requests per session in the L7 scenarios; default 20
+	Modes    []string
+	Mosto    string // the mosto binary (runs `mosto router` in the world)
+	Dir      string // work directory (nginx configs, logs)
+	Log      *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if len(c.Hops) == 0 {
+		c.Hops = []int{1, 2, 4, 8}
+	}
+	for _, h := range c.Hops {
+		if h < 1 || h > 8 {
+			return fmt.Errorf("routerbench: %d hops; want 1-8", h)
+		}
+	}
+	if c.HopMS == 0 {
+		c.HopMS = 0.5
+	}
+	if c.OriginMS == 0 {
+		c.OriginMS = 10
+	}
+	if c.Runs == 0 {
+		c.Runs = 30
+	}
+	if c.Size == 0 {
+		c.Size = 10_000
+	}
+	if c.BulkSize == 0 {
+		c.BulkSize = 100_000_000
+	}
+	if c.Requests == 0 {
+		c.Requests = 20
+	}
+	if len(c.Modes) == 0 {
+		c.Modes = Modes
+	}
+	for _, m := range c.Modes {
+		if !slices.Contains(Modes, m) {
+			return fmt.Errorf("routerbench: unknown mode %q (want %s)", m, strings.Join(Modes, ", "))
+		}
+	}
+	if c.Mosto == "" {
+		return errors.New("routerbench: no mosto binary")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+type bench struct {
+	cfg     Config
+	w       *emu.World
+	procs   map[string]*proc // by mode: the process doing the RR's work
+	results map[string][]sample
+}
+
+// Run brings the world up, measures and writes a markdown report to out.
+func Run(ctx context.Context, cfg Config, out io.Writer) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	spec := worldSpec(cfg.Hops, cfg.HopMS, cfg.OriginMS)
+	w, err := emu.UpWith(ctx, spec, cfg.Log, emu.UpOptions{})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	b := &bench{cfg: cfg, w: w, procs: map[string]*proc{}, results: map[string][]sample{}}
+	defer func() {
+		for _, p := range b.procs {
+			p.stop()
+		}
+	}()
+	if err := b.start(ctx); err != nil {
+		return err
+	}
+	if err := b.warm(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved.\n\n",
+		slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs)
+	if err := b.latency(ctx, out); err != nil {
+		return err
+	}
+	if err := b.sessions(ctx, out); err != nil {
+		return err
+	}
+	if cfg.BulkRuns > 0 {
+		if err := b.bulk(ctx, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) start(ctx context.Context) error {
+	w := b.w
+	ln, err := w.Listen(ctx, "origin", "tcp", hostPort(w, "origin", portOrigin))
+	if err != nil {
+		return err
+	}
+	go origin.New(origin.Config{}, nil).Serve(ctx, ln)
+	for _, s := range []string{"s1", "s2"} {
+		p, err := startNginx(ctx, w, s, surrogateConf, confData{Dir: filepath.Join(b.cfg.Dir, s), Listen: hostPort(w, s, portCache), Origin: hostPort(w, "origin", portOrigin)})
+		if err != nil {
+			return err
+		}
+		b.procs["cache-"+s] = p
+	}
+	lb, err := startNginx(ctx, w, "rr", lbConf, confData{Dir: filepath.Join(b.cfg.Dir, "lb"), Listen: hostPort(w, "rr", portLB), S1: hostPort(w, "s1", portCache), S2: hostPort(w, "s2", portCache)})
+	if err != nil {
+		return err
+	}
+	b.procs["nginx-lb"] = lb
+	surr := []string{"--surrogate", "s1=" + hostPort(w, "s1", portCache), "--surrogate", "s2=" + hostPort(w, "s2", portCache)}
+	for _, m := range []struct {
+		mode string
+		port int
+		args []string
+	}{
+		{"handoff", portHandoff, nil},
+		{"302", portRedirect, []string{"--dns", hostPort(w, "rr", portDNS), "--dns-name", dnsName}},
+		{"proxy", portProxy, nil},
+	} {
+		args := append([]string{"router", "--listen", hostPort(w, "rr", m.port), "--mode", m.mode}, surr...)
+		args = append(args, m.args...)
+		cmd := w.Command(ctx, "rr", b.cfg.Mosto, args...)
+		f, err := os.Create(filepath.Join(b.cfg.Dir, "router-"+m.mode+".log"))
+		if err != nil {
+			return err
+		}
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start mosto router %s: %w", m.mode, err)
+		}
+		b.procs[m.mode] = &proc{name: "router-" + m.mode, cmd: cmd}
+	}
+	b.procs["dns"] = b.procs["302"]
+	// Wait for every listener.
+	client := clientName(b.cfg.Hops[0])
+	deadline := time.Now().Add(20 * time.Second)
+	for _, a := range []string{hostPort(w, "s1", portCache), hostPort(w, "s2", portCache), hostPort(w, "rr", portLB),
+		hostPort(w, "rr", portHandoff), hostPort(w, "rr", portRedirect), hostPort(w, "rr", portProxy)} {
+		for {
+			c, err := w.Dial(ctx, client, "tcp", a)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s not listening: %w (logs in %s)", a, err, b.cfg.Dir)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func target(seed int, size int64) string {
+	return "/obj?size=" + strconv.FormatInt(size, 10) + "&seed=" + strconv.Itoa(seed)
+}
+
+// warm fetches every object once from both surrogates.
+func (b *bench) warm(ctx context.Context) error {
+	var targets []string
+	for r := range b.cfg.Runs {
+		targets = append(targets, target(r, b.cfg.Size))
+	}
+	for r := range b.cfg.Requests {
+		targets = append(targets, target(1000+r, b.cfg.Size))
+	}
+	if b.cfg.BulkRuns > 0 {
+		targets = append(targets, target(2000, b.cfg.BulkSize))
+	}
+	return b.w.Do(clientName(b.cfg.Hops[0]), func() error {
+		for _, s := range []string{"s1", "s2"} {
+			cl := &client{dial: (&net.Dialer{}).DialContext, keepAlive: true}
+			for _, t := range targets {
+				size, _ := strconv.ParseInt(strings.TrimPrefix(strings.Split(t, "&")[0], "/obj?size="), 10, 64)
+				fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+				_, err := cl.fetch(fctx, hostPort(b.w, s, portCache), t, size)
+				cancel()
+				if err != nil {
+					cl.close()
+					return fmt.Errorf("warm %s%s: %w", s, t, err)
+				}
+			}
+			cl.close()
+		}
+		return nil
+	})
+}
+
+// addr returns where mode's client connects (resolving for dns).
+func (b *bench) addr(ctx context.Context, mode string) (string, error) {
+	w := b.w
+	switch mode {
+	case "direct":
+		return hostPort(w, "s1", portCache), nil
+	case "dns":
+		ip, err := resolve(ctx, (&net.Dialer{}).DialContext, hostPort(w, "rr", portDNS))
+		if err != nil {
+			return "", err
+		}
+		return net.JoinHostPort(ip.String(), strconv.Itoa(portCache)), nil
+	case "302":
+		return hostPort(w, "rr", portRedirect), nil
+	case "proxy":
+		return hostPort(w, "rr", portProxy), nil
+	case "handoff":
+		return hostPort(w, "rr", portHandoff), nil
+	case "nginx-lb":
+		return hostPort(w, "rr", portLB), nil
+	}
+	return "", fmt.Errorf("mode %q", mode)
+}
+
+// one measures one fetch of mode from the calling thread's namespace.
+func (b *bench) one(ctx context.Context, mode, tgt string, size int64) (sample, error) {
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	a, err := b.addr(fctx, mode)
+	if err != nil {
+		return sample{}, err
+	}
+	lookup := time.Since(start)
+	cl := &client{dial: (&net.Dialer{}).DialContext}
+	s, err := cl.fetch(fctx, a, tgt, size)
+	s.Total += lookup
+	return s, err
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (b *bench) latency(ctx context.Context, out io.Writer) error {
+	ttfb := map[string]map[int][]float64{} // mode -> hops -> ms
+	for _, m := range b.cfg.Modes {
+		ttfb[m] = map[int][]float64{}
+	}
+	for _, h := range b.cfg.Hops {
+		hs := map[string][]float64{}
+		tot := map[string][]float64{}
+		err := b.w.Do(clientName(h), func() error {
+			for r := range b.cfg.Runs {
+				order := slices.Clone(b.cfg.Modes)
+				rot := r % len(order)
+				order = append(order[rot:], order[:rot]...)
+				for _, m := range order {
+					s, err := b.one(ctx, m, target(r, b.cfg.Size), b.cfg.Size)
+					if err != nil {
+						return fmt.Errorf("%d hops, %s, run %d: %w", h, m, r, err)
+					}
+					hs[m] = append(hs[m], ms(s.Handshake))
+					ttfb[m][h] = append(ttfb[m][h], ms(s.TTFB))
+					tot[m] = append(tot[m], ms(s.Total))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "## %d hop(s) between client and rr/surrogates\n\n", h)
+		fmt.Fprintf(out, "| mode | handshake ms (median) | GET to first byte ms (median, p10-p90) | total ms (median) | TTFB A12 handoff vs mode | Mann-Whitney p |\n|---|---|---|---|---|---|\n")
+		for _, m := range b.cfg.Modes {
+			x := ttfb[m][h]
+			a12, p := "", ""
+			if m != "handoff" && len(ttfb["handoff"][h]) > 0 {
+				a12 = fmt.Sprintf("%.2f", stats.A12(ttfb["handoff"][h], x))
+				if mw, err := stats.MannWhitneyU(ttfb["handoff"][h], x); err == nil {
+					p = fmt.Sprintf("%.2g", mw.P)
+				}
+			}
+			fmt.Fprintf(out, "| %s | %.3f | %.3f (%.3f-%.3f) | %.3f | %s | %s |\n", m, stats.Median(hs[m]), stats.Median(x),
+				stats.Percentile(x, 10), stats.Percentile(x, 90), stats.Median(tot[m]), a12, p)
+		}
+		fmt.Fprintln(out)
+	}
+	if len(b.cfg.Hops) > 1 {
+		fmt.Fprintf(out, "## Start-transfer delay (GET to first byte, median ms) by hop count\n\n| mode |")
+		for _, h := range b.cfg.Hops {
+			fmt.Fprintf(out, " %d |", h)
+		}
+		fmt.Fprintf(out, "\n|---|%s\n", strings.Repeat("---|", len(b.cfg.Hops)))
+		for _, m := range b.cfg.Modes {
+			fmt.Fprintf(out, "| %s |", m)
+			for _, h := range b.cfg.Hops {
+				fmt.Fprintf(out, " %.3f |", stats.Median(ttfb[m][h]))
+			}
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintln(out)
+	}
+	return nil
+}
+
+// sessions: the seed's L7 scenarios, Requests objects per session with a
+// connection per request or one keep-alive connection.
+func (b *bench) sessions(ctx context.Context, out io.Writer) error {
+	h := b.cfg.Hops[0]
+	modes := []string{}
+	for _, m := range b.cfg.Modes {
+		if m != "dns" {
+			modes = append(modes, m)
+		}
+	}
+	res := map[bool]map[string][]float64{false: {}, true: {}}
+	err := b.w.Do(clientName(h), func() error {
+		for r := range b.cfg.Runs {
+			for _, ka := range []bool{false, true} {
+				order := slices.Clone(modes)
+				rot := r % len(order)
+				order = append(order[rot:], order[:rot]...)
+				for _, m := range order {
+					a, err := b.addr(ctx, m)
+					if err != nil {
+						return err
+					}
+					fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+					start := time.Now()
+					cl := &client{dial: (&net.Dialer{}).DialContext, keepAlive: ka}
+					for q := range b.cfg.Requests {
+						if _, err := cl.fetch(fctx, a, target(1000+q, b.cfg.Size), b.cfg.Size); err != nil {
+							cl.close()
+							cancel()
+							return fmt.Errorf("session %s keep-alive=%v run %d: %w", m, ka, r, err)
+						}
+					}
+					res[ka][m] = append(res[ka][m], ms(time.Since(start)))
+					cl.close()
+					cancel()
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "## L7 scenarios: %d requests of %d B per session, %d hop(s), %d sessions per mode\n\n", b.cfg.Requests, b.cfg.Size, h, b.cfg.Runs)
+	fmt.Fprintf(out, "| mode | connection per request: ms (median) | A12 handoff vs mode | p | keep-alive: ms (median) | A12 handoff vs mode | p |\n|---|---|---|---|---|---|---|\n")
+	for _, m := range modes {
+		fmt.Fprintf(out, "| %s |", m)
+		for _, ka := range []bool{false, true} {
+			x := res[ka][m]
+			a12, p := "", ""
+			if m != "handoff" {
+				a12 = fmt.Sprintf("%.2f", stats.A12(res[ka]["handoff"], x))
+				if mw, err := stats.MannWhitneyU(res[ka]["handoff"], x); err == nil {
+					p = fmt.Sprintf("%.2g", mw.P)
+				}
+			}
+			fmt.Fprintf(out, " %.2f | %s | %s |", stats.Median(x), a12, p)
+		}
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+// bulk: BulkSize downloads, time and the RR's CPU per GB.
+func (b *bench) bulk(ctx context.Context, out io.Writer) error {
+	h := b.cfg.Hops[0]
+	tm := map[string][]float64{}
+	cpu := map[string][]float64{}
+	err := b.w.Do(clientName(h), func() error {
+		for r := range b.cfg.BulkRuns {
+			order := slices.Clone(b.cfg.Modes)
+			rot := r % len(order)
+			order = append(order[rot:], order[:rot]...)
+			for _, m := range order {
+				p := b.procs[m]
+				c0 := p.cpu()
+				s, err := b.one(ctx, m, target(2000, b.cfg.BulkSize), b.cfg.BulkSize)
+				if err != nil {
+					return fmt.Errorf("bulk %s run %d: %w", m, r, err)
+				}
+				tm[m] = append(tm[m], s.Total.Seconds())
+				cpu[m] = append(cpu[m], (p.cpu()-c0).Seconds()/(float64(b.cfg.BulkSize)/1e9))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "## Bulk: %d B, %d hop(s), %d runs per mode\n\n", b.cfg.BulkSize, h, b.cfg.BulkRuns)
+	fmt.Fprintf(out, "| mode | time s (median) | vs direct | Mbit/s | RR process CPU s per GB (median) |\n|---|---|---|---|---|\n")
+	direct := stats.Median(tm["direct"])
+	for _, m := range b.cfg.Modes {
+		t := stats.Median(tm[m])
+		vs := ""
+		if direct > 0 {
+			vs = fmt.Sprintf("%.3f", t/direct)
+		}
+		rrcpu := "-"
+		if m != "direct" {
+			rrcpu = fmt.Sprintf("%.3f", stats.Median(cpu[m]))
+		}
+		fmt.Fprintf(out, "| %s | %.3f | %s | %.0f | %s |\n", m, t, vs, float64(b.cfg.BulkSize)*8/t/1e6, rrcpu)
+	}
+	fmt.Fprintln(out)
+	return nil
+}

@@ -1,0 +1,192 @@
+package routerbench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/template"
+
+	"github.com/mosto-net/mosto/internal/emu"
+)
+
+// Ports inside the world.
+const (
+	portHandoff  = 80
+	portRedirect = 81
+	portProxy    = 82
+	portLB       = 8000
+	portDNS      = 53
+	portCache    = 8080
+	portOrigin   = 9000
+	dnsName      = "cdn.mosto.test"
+)
+
+// worldSpec: clients c1..cN (one per hop count), forwarding hosts h1..h8,
+// rr, s1, s2, origin. Client cK reaches rr, s1 and s2 through h1..hK;
+// every segment, and every other pair, has hopMS one way, except the
+// surrogates' path to the origin (originMS).
+func worldSpec(hops []int, hopMS, originMS float64) *emu.Spec {
+	maxHops := 0
+	for _, h := range hops {
+		maxHops = max(maxHops, h)
+	}
+	var hosts []emu.HostSpec
+	for _, h := range hops {
+		hosts = append(hosts, emu.HostSpec{Name: clientName(h)})
+	}
+	for i := 1; i <= maxHops; i++ {
+		hosts = append(hosts, emu.HostSpec{Name: "h" + strconv.Itoa(i)})
+	}
+	hosts = append(hosts, emu.HostSpec{Name: "rr"}, emu.HostSpec{Name: "s1"}, emu.HostSpec{Name: "s2"}, emu.HostSpec{Name: "origin"})
+	routed := map[[2]string]bool{}
+	var routes []emu.RouteSpec
+	for _, h := range hops {
+		var via []string
+		for i := 1; i <= h; i++ {
+			via = append(via, "h"+strconv.Itoa(i))
+		}
+		for _, to := range []string{"rr", "s1", "s2"} {
+			routes = append(routes, emu.RouteSpec{From: clientName(h), To: to, Via: via})
+			routed[[2]string{clientName(h), to}] = true
+			routed[[2]string{to, clientName(h)}] = true
+		}
+	}
+	var links []emu.LinkSpec
+	for i := range hosts {
+		for j := i + 1; j < len(hosts); j++ {
+			a, b := hosts[i].Name, hosts[j].Name
+			if routed[[2]string{a, b}] {
+				continue
+			}
+			d := hopMS
+			if (a == "s1" || a == "s2" || b == "s1" || b == "s2") && (a == "origin" || b == "origin") {
+				d = originMS
+			}
+			links = append(links, emu.LinkSpec{A: a, B: b, DelayMS: &d})
+		}
+	}
+	return &emu.Spec{Name: "rtbench", Hosts: hosts, Links: links, Routes: routes}
+}
+
+func clientName(hops int) string { return "c" + strconv.Itoa(hops) }
+
+func hostPort(w *emu.World, host string, port int) string {
+	return net.JoinHostPort(w.Addr(host).String(), strconv.Itoa(port))
+}
+
+// surrogateConf is a surrogate: nginx caching the origin's objects (which
+// say no-store: the cache ignores that, as a CDN configured to cache them).
+const surrogateConf = `worker_processes 1;
+error_log {{.Dir}}/error.log warn;
+pid {{.Dir}}/nginx.pid;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path {{.Dir}}/body;
+    proxy_temp_path {{.Dir}}/proxy;
+    fastcgi_temp_path {{.Dir}}/fastcgi;
+    uwsgi_temp_path {{.Dir}}/uwsgi;
+    scgi_temp_path {{.Dir}}/scgi;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_timeout 60s;
+    keepalive_requests 100000;
+    proxy_cache_path {{.Dir}}/cache levels=1:2 keys_zone=c:10m max_size=20g inactive=1h use_temp_path=off;
+    upstream origin { server {{.Origin}}; keepalive 16; }
+    server {
+        listen {{.Listen}} backlog=4096;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache c;
+            proxy_cache_key $request_uri;
+            proxy_cache_valid 200 1h;
+            proxy_ignore_headers Cache-Control Expires Set-Cookie;
+            proxy_max_temp_file_size 0;
+            proxy_cache_lock on;
+            add_header X-Cache $upstream_cache_status;
+        }
+    }
+}
+`
+
+// lbConf is nginx as an L7 load balancer on rr: consistent hashing of the
+// URL over the surrogates (as the router does), keep-alive to them,
+// unbuffered streaming.
+const lbConf = `worker_processes 1;
+error_log {{.Dir}}/error.log warn;
+pid {{.Dir}}/nginx.pid;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path {{.Dir}}/body;
+    proxy_temp_path {{.Dir}}/proxy;
+    fastcgi_temp_path {{.Dir}}/fastcgi;
+    uwsgi_temp_path {{.Dir}}/uwsgi;
+    scgi_temp_path {{.Dir}}/scgi;
+    tcp_nodelay on;
+    keepalive_timeout 60s;
+    keepalive_requests 100000;
+    upstream surrogates {
+        hash $request_uri consistent;
+        server {{.S1}};
+        server {{.S2}};
+        keepalive 32;
+    }
+    server {
+        listen {{.Listen}} backlog=4096;
+        location / {
+            proxy_pass http://surrogates;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_buffer_size 256k;
+            proxy_buffers 4 256k;
+            proxy_busy_buffers_size 256k;
+        }
+    }
+}
+`
+
+type confData struct {
+	Dir, Listen, Origin, S1, S2 string
+}
+
+// startNginx renders conf into dir and runs nginx in host's namespace.
+func startNginx(ctx context.Context, w *emu.World, host, conf string, d confData) (*proc, error) {
+	if err := os.MkdirAll(d.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	t, err := template.New("nginx").Parse(conf)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(d.Dir, "nginx.conf")
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	err = t.Execute(f, d)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	cmd := w.Command(ctx, host, "nginx", "-c", path, "-g", "daemon off; user root root;")
+	out, err := os.Create(filepath.Join(d.Dir, "stderr"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start nginx on %s: %w", host, err)
+	}
+	return &proc{cmd: cmd, name: "nginx@" + host}, nil
+}
