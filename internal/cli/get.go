@@ -40,7 +40,7 @@ flags:
 	var via listFlag
 	fs.Var(&via, "via", "SOCKS5 entry of a local mosto proxy (host:port); repeatable: one path each")
 	paths := fs.Int("paths", 0, "paths per mirror: direct first, then the --via entries (0: direct only without --via, the entries only with it)")
-	block := fs.Int64("block", 256<<10, "range size in bytes")
+	block := fs.Int64("block", 128<<10, "range size in bytes")
 	stall := fs.Duration("stall", 2*time.Second, "a sub-flow that receives nothing for this long gives its ranges back and retries")
 	urls, err := parseFlags(fs, args)
 	if err != nil {

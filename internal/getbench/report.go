@@ -95,6 +95,18 @@ func WriteMarkdown(w io.Writer, rs []Result) error {
 			if mg.n > 0 && bestMode != "" {
 				fmt.Fprintf(w, "- mosto get vs the best single source (%s): **%.2fx** faster (goal >= 1.56x); variance %.3f vs %.3f\n", bestMode, best/mg.mean, mg.v, sum[bestMode].v)
 				fmt.Fprintf(w, "- share of what the sum of the source rates allows (%.2f s for 12 MB at %.0f Mbit/s): **%.2f** (goal >= 0.9)\n", Ideal(12e6), sumMbit(), Ideal(12e6)/mg.mean)
+				// The same against the rates the emulator delivered to each
+				// source alone in this run (slow start and emulator losses
+				// included).
+				var measured float64
+				for _, m := range ms {
+					if len(m) > 7 && m[:7] == "single " && sum[m].n > 0 {
+						measured += 12e6 / sum[m].mean
+					}
+				}
+				if measured > 0 {
+					fmt.Fprintf(w, "- share of the sum of the single-source rates measured in this run (%.2f MB/s, %.2f s for 12 MB): **%.2f**\n", measured/1e6, 12e6/measured, 12e6/measured/mg.mean)
+				}
 				if a := sum["aria2c"]; a.n > 0 {
 					fmt.Fprintf(w, "- mosto get vs aria2c with the same mirrors: **%.2fx** (aria2c %.2f s)\n", a.mean/mg.mean, a.mean)
 				}

@@ -36,7 +36,7 @@ type Config struct {
 	Out      string // file written in place
 	Continue bool   // resume from Out and its state file Out+".mget"
 	SHA256   []byte // when set, the file must hash to it
-	Block    int64  // range size; 0: 256 KiB
+	Block    int64  // range size; 0: 128 KiB
 	// Stall is how long a sub-flow with requests in flight may receive
 	// nothing before its ranges go back to the pool; 0: 2 s.
 	Stall time.Duration
@@ -141,7 +141,7 @@ func Get(ctx context.Context, cfg Config) (*Stats, error) {
 		return nil, errors.New("mget: no output file")
 	}
 	if cfg.Block <= 0 {
-		cfg.Block = 256 << 10
+		cfg.Block = 128 << 10
 	}
 	if cfg.Stall <= 0 {
 		cfg.Stall = 2 * time.Second
@@ -453,9 +453,17 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 	defer conn.Close()
 	br := bufio.NewReaderSize(conn, 64<<10)
 
-	// Probe: one byte tells the identity and the RTT.
+	// Probe: one byte tells the identity and the RTT. A re-probe (after a
+	// stall or error) holds no range, so it may wait long: a source that
+	// went silent answers it the moment it comes back, instead of at the
+	// next retry. The first probe keeps the stall time: the reference
+	// identity waits for it.
 	t0 := time.Now()
-	conn.SetDeadline(t0.Add(d.cfg.Stall))
+	wait := d.cfg.Stall
+	if *probed {
+		wait = max(5*d.cfg.Stall, 10*time.Second)
+	}
+	conn.SetDeadline(t0.Add(wait))
 	if _, err := conn.Write(d.request(s, 0, 1, Identity{})); err != nil {
 		return d.probeFailed(i, probed, err)
 	}
