@@ -69,6 +69,9 @@ type Config struct {
 	Pool PoolConfig `yaml:"pool"`
 	// Offload leaves the data path of flows after slow start (offload.go).
 	Offload OffloadConfig `yaml:"offload"`
+	// SizeLearning learns the size hint of the InP's flows per service or
+	// destination (sizelearn.go); on by default.
+	SizeLearning SizeLearnConfig `yaml:"size_learning"`
 
 	// dir is the directory relative file names are resolved against.
 	dir string
@@ -468,6 +471,7 @@ func (c *Config) Validate() error {
 	if c.Socket.RcvBuf > 1<<30 || c.Socket.SndBuf > 1<<30 || c.Socket.NotSentLowat > 1<<30 {
 		bad("socket: buffer sizes must be <= 1GB")
 	}
+	c.SizeLearning.validate(bad)
 	if c.Pool.Hop < 0 || c.Pool.Hop > MaxPool || c.Pool.Origin < 0 || c.Pool.Origin > MaxPool {
 		bad("pool: hop and origin must be 0-%d", MaxPool)
 	}

@@ -373,8 +373,11 @@ func resetClose(c net.Conn) {
 }
 
 // relay moves the flow's bytes until both directions end; down is the
-// accepted connection, up the dialed one (closed and untracked here).
-func (s *Server) relay(role role, down, up *net.TCPConn) {
+// accepted connection, up the dialed one (closed and untracked here). An
+// InP flow that completed is recorded under its size-learning keys, with
+// before bytes delivered to the client before this copy phase (by the
+// event loop that handed the flow over).
+func (s *Server) relay(role role, down, up *net.TCPConn, learn sizeKeys, before int64) {
 	defer s.untrack(up)
 	rm := s.m.roles[role]
 	rm.active.Inc()
@@ -387,9 +390,18 @@ func (s *Server) relay(role role, down, up *net.TCPConn) {
 		off:     s.offload.Load(),
 		log:     s.log.Debug,
 	}
+	var delivered *flowBytes
+	if learn.base != "" && s.sizes != nil {
+		delivered = &flowBytes{Counter: rm.down}
+		delivered.n.Store(before)
+		p.dnBytes = delivered
+	}
 	outcome := p.run()
 	if s.flows.forcing.Load() && outcome != outcomeOK {
 		outcome = outcomeAborted
+	}
+	if delivered != nil && outcome == outcomeOK {
+		s.sizes.observe(learn, delivered.n.Load())
 	}
 	s.endFlow(role, outcome)
 }

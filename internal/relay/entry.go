@@ -28,37 +28,49 @@ type Intent struct {
 	Size   int64          // transfer-size hint, picks the chain's size class
 	Client netip.AddrPort // the client's address
 	Local  netip.AddrPort // the address the client connected to
+
+	learn sizeKeys // where the flow's size is learned (sizelearn.go)
 }
 
-// serveEntry runs an entry handshake, opens the upstream side and relays.
-func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) *net.TCPConn {
+// learnSize sets in's learning keys and replaces its static size hint by
+// the learned one, if any.
+func (s *Server) learnSize(in *Intent, service string, early []byte) {
+	in.learn = keysOf(service, in.Target, early)
+	in.Size = s.sizes.hint(in.learn, in.Size)
+}
+
+// serveEntry runs an entry handshake and opens the upstream side; it
+// returns the upstream connection (nil: refused or failed) and the keys the
+// flow's size is learned under.
+func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) (*net.TCPConn, sizeKeys) {
 	in := Intent{Client: src, Local: addrPort(c.LocalAddr())}
 	switch l.kind {
 	case kindService:
 		t, err := ParseTarget(l.service.Origin)
 		if err != nil { // Validate checked it; keep serving anyway
 			s.refuse(refuseEntryProto, c, src, err)
-			return nil
+			return nil, sizeKeys{}
 		}
 		in.Target, in.Size = t, int64(l.service.Size)
 		// The client's first bytes, if already here, leave with the hop
 		// header (in the SYN with Fast Open).
 		early := s.clientFirstBytes(c)
+		s.learnSize(&in, l.service.Name, early)
 		up, err := s.open(in, early)
 		if err != nil {
 			s.entryFailed(c, in, err)
-			return nil
+			return nil, sizeKeys{}
 		}
 		s.m.roles[roleInP].up.Add(float64(len(early)))
-		return up
+		return up, in.learn
 	case kindSOCKS5:
-		return s.serveSOCKS5(l, c, in)
+		return s.serveSOCKS5(l, c, &in), in.learn
 	case kindConnect:
-		return s.serveConnect(l, c, in)
+		return s.serveConnect(l, c, &in), in.learn
 	case kindTProxy:
-		return s.serveTProxy(l, c, in)
+		return s.serveTProxy(l, c, in), sizeKeys{} // sizes are not learned for intercepted flows yet
 	}
-	return nil
+	return nil, sizeKeys{}
 }
 
 // entryFailed counts a flow whose upstream could not be opened.
@@ -72,7 +84,7 @@ func (s *Server) entryFailed(c *net.TCPConn, in Intent, err error) {
 	resetClose(c)
 }
 
-func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPConn {
+func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in *Intent) *net.TCPConn {
 	cfg := socks5.Config{
 		Timeout: s.accept.header,
 		Allow: func(target string) bool {
@@ -107,7 +119,8 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPCon
 		return nil
 	}
 	in.Target, in.Size = t, int64(s.cfg.SOCKS5.Size)
-	up, err := s.open(in, nil)
+	s.learnSize(in, "", nil)
+	up, err := s.open(*in, nil)
 	if err != nil {
 		code := socks5.ReplyCode(err)
 		if errors.Is(err, errPolicy) {
@@ -115,7 +128,7 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPCon
 		}
 		c.SetWriteDeadline(time.Now().Add(s.accept.header))
 		socks5.Reply(c, code, netip.AddrPort{})
-		s.entryFailed(c, in, err)
+		s.entryFailed(c, *in, err)
 		return nil
 	}
 	c.SetWriteDeadline(time.Now().Add(s.accept.header))
@@ -130,7 +143,7 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in Intent) *net.TCPCon
 	return up
 }
 
-func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPConn {
+func (s *Server) serveConnect(l *listener, c *net.TCPConn, in *Intent) *net.TCPConn {
 	c.SetDeadline(time.Now().Add(s.accept.header))
 	br := bufio.NewReaderSize(c, 4096)
 	target, hdr, err := httpconnect.ReadRequest(br, httpconnect.Limits{})
@@ -165,7 +178,8 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPCo
 		return nil
 	}
 	in.Target, in.Size = t, int64(s.cfg.HTTPConnect.Size)
-	up, err := s.open(in, nil)
+	s.learnSize(in, "", nil)
+	up, err := s.open(*in, nil)
 	if err != nil {
 		code := http.StatusBadGateway
 		switch {
@@ -175,7 +189,7 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in Intent) *net.TCPCo
 			code = http.StatusGatewayTimeout
 		}
 		httpconnect.WriteReply(c, code)
-		s.entryFailed(c, in, err)
+		s.entryFailed(c, *in, err)
 		return nil
 	}
 	if err := httpconnect.WriteReply(c, http.StatusOK); err == nil && br.Buffered() > 0 {

@@ -164,6 +164,7 @@ func (lh loopHandler) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream
 		return evloop.Upstream{}, nil, errLoopRefused
 	}
 	fl := &loopFlow{l: l, fd: fd, src: src, role: roleInP, in: Intent{Target: t, Size: int64(l.service.Size), Client: src}}
+	s.learnSize(&fl.in, l.service.Name, nil)
 	u, err := s.loopUpstream(fl)
 	if errors.Is(err, errLoopTake) {
 		return evloop.Upstream{}, nil, s.takeFromLoop(l, fd, src)
@@ -466,6 +467,9 @@ func (lh loopHandler) Done(state any, o evloop.Outcome, st evloop.Stats, err err
 	if err != nil {
 		s.log.Debug("flow ended", "client", fl.src.String(), "target", fl.in.Target.String(), "outcome", outcome, "err", err)
 	}
+	if outcome == outcomeOK {
+		s.sizes.observe(fl.in.learn, st.Down)
+	}
 	if !errors.Is(err, errPolicy) && !fl.refused { // a refusal, counted as such
 		s.endFlow(fl.role, outcome)
 	}
@@ -545,12 +549,13 @@ func (lh loopHandler) Handover(state any, h evloop.Handover) {
 	}
 	s.track(down)
 	s.track(up)
-	go s.bulkFlow(fl, down, up, h.ToUp, h.ToDown)
+	go s.bulkFlow(fl, down, up, h.ToUp, h.ToDown, h.Stats.Down)
 }
 
 // bulkFlow relays a flow handed over by a loop: first what the loop still
-// held, then the goroutine path's copy.
-func (s *Server) bulkFlow(fl *loopFlow, down, up *net.TCPConn, toUp, toDown []byte) {
+// held, then the goroutine path's copy; delivered is what the loop gave
+// the client already.
+func (s *Server) bulkFlow(fl *loopFlow, down, up *net.TCPConn, toUp, toDown []byte, delivered int64) {
 	defer s.endConn(fl.l, down, fl.src)
 	rm := s.m.roles[fl.role]
 	for _, w := range []struct {
@@ -572,5 +577,5 @@ func (s *Server) bulkFlow(fl *loopFlow, down, up *net.TCPConn, toUp, toDown []by
 	}
 	rm.up.Add(float64(len(toUp)))
 	rm.down.Add(float64(len(toDown)))
-	s.relay(fl.role, down, up)
+	s.relay(fl.role, down, up, fl.in.learn, delivered+int64(len(toDown)))
 }

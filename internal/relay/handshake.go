@@ -81,29 +81,31 @@ func (s *Server) serveConn(j handshakeJob) {
 	}
 	var role role
 	var up *net.TCPConn
+	var learn sizeKeys
 	switch {
 	case j.h != nil:
 		role, up = s.hopOnward(c, src, j.h, j.early)
 	case l.kind == kindHop:
 		role, up = s.serveHop(c, src)
 	default:
-		role, up = roleInP, s.serveEntry(l, c, src)
+		role = roleInP
+		up, learn = s.serveEntry(l, c, src)
 	}
 	if up == nil { // refused or failed: already counted and closed
 		s.endConn(l, c, src)
 		return
 	}
-	go s.relayConn(l, c, src, role, up)
+	go s.relayConn(l, c, src, role, up, learn)
 }
 
 // relayConn owns an accepted connection for its copy phase.
-func (s *Server) relayConn(l *listener, c *net.TCPConn, src netip.AddrPort, role role, up *net.TCPConn) {
+func (s *Server) relayConn(l *listener, c *net.TCPConn, src netip.AddrPort, role role, up *net.TCPConn, learn sizeKeys) {
 	defer s.endConn(l, c, src)
 	if l.kind == kindTProxy {
 		s.relayTransparent(role, c, up)
 		return
 	}
-	s.relay(role, c, up)
+	s.relay(role, c, up, learn, 0)
 }
 
 // endConn releases what an accepted connection held.

@@ -44,6 +44,7 @@ type Server struct {
 	admin   adminHTTP                    // metrics and health HTTP (admin.go)
 	loops   atomic.Pointer[evloop.Loops] // nil: no event loops (fastpath_linux.go)
 	offload atomic.Pointer[offloader]    // nil: flows stay relayed (offload.go)
+	sizes   *sizeLearner                 // learned size hints of the InP's flows; nil: off (sizelearn.go)
 
 	// Lifecycle (this file).
 	draining atomic.Bool // Run is draining: refuse new work
@@ -97,6 +98,7 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	s.refLog = newRateLog(s.log, 10*time.Second)
 	s.lookups = newLookupMetrics(s.m.reg)
 	s.flows.bufs.New = newSmallBuf
+	s.sizes = newSizeLearner(cfg.SizeLearning)
 	s.workers.jobs = make(chan handshakeJob)
 	s.workers.stop = make(chan struct{})
 	s.flows.ctx, s.flows.cancel = context.WithCancel(context.Background())

@@ -8,7 +8,22 @@ import (
 	"bytes"
 	"slices"
 	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
+
+// flowBytes is the downstream byte counter of one flow being learned: it
+// adds to the role's counter and keeps the flow's own total.
+type flowBytes struct {
+	prometheus.Counter
+	n atomic.Int64
+}
+
+func (f *flowBytes) Add(v float64) {
+	f.Counter.Add(v)
+	f.n.Add(int64(v))
+}
 
 // SizeLearnConfig configures size learning at the InP (seed 001, "future
 // work": sizes learned per destination instead of a static hint). The zero
@@ -87,32 +102,45 @@ func newSizeLearner(c SizeLearnConfig) *sizeLearner {
 	return l
 }
 
-// hint returns the size hint of a flow of key: the median of the key's
-// recent completed flows once at least minFlows were seen, else static.
-// The median ignores a minority of outliers (an aborted download, one huge
-// file among pages) that a mean would follow.
-func (l *sizeLearner) hint(key string, static int64) int64 {
-	if l == nil || key == "" {
+// sizeKeys are the keys a flow's size is learned under: base is the
+// service or destination, path the same with the HTTP path prefix when the
+// flow's first bytes showed one ("" otherwise).
+type sizeKeys struct{ base, path string }
+
+// hint returns the size hint of a flow: the estimate of its path key once
+// that key saw minFlows flows, else of its base key, else static.
+func (l *sizeLearner) hint(k sizeKeys, static int64) int64 {
+	if l == nil {
 		return static
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.keys[key]
-	if r == nil || len(r.v) < l.minFlows {
-		return static
+	for _, key := range [2]string{k.path, k.base} {
+		if r := l.keys[key]; key != "" && r != nil && len(r.v) >= l.minFlows {
+			return r.est
+		}
 	}
-	return r.est
+	return static
 }
 
-// observe records a completed flow of key that delivered down bytes to the
-// client. Flows that delivered nothing (refused, reset before the
-// response) say nothing about the object's size and are not recorded.
-func (l *sizeLearner) observe(key string, down int64) {
-	if l == nil || key == "" || down <= 0 {
+// observe records a completed flow that delivered down bytes to the
+// client under both its keys. Flows that delivered nothing (refused, reset
+// before the response) say nothing about the object's size and are not
+// recorded.
+func (l *sizeLearner) observe(k sizeKeys, down int64) {
+	if l == nil || down <= 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, key := range [2]string{k.path, k.base} {
+		if key != "" {
+			l.add(key, down)
+		}
+	}
+}
+
+func (l *sizeLearner) add(key string, down int64) {
 	l.tick++
 	r := l.keys[key]
 	if r == nil {
@@ -156,18 +184,20 @@ func medianSize(v []int64) int64 {
 // maxPathKey bounds the HTTP path prefix kept in a key.
 const maxPathKey = 64
 
-// sizeKey is the key a flow's size is learned under: the service's name
-// for a service listener, else the target (host:port); with the client's
-// first bytes an HTTP request line, plus the first segment of its path
-// ("/video/a.mp4" -> "/video"), so the objects behind one destination that
-// differ by path prefix are learned apart.
-func sizeKey(service string, t Target, early []byte) string {
-	k := "dst " + t.String()
+// keysOf returns the keys a flow's size is learned under: the service's
+// name for a service listener, else the target (host:port); and, when the
+// client's first bytes (early) start with an HTTP request line, the same
+// plus the first segment of its path ("/video/a.mp4" -> "/video"), so the
+// objects behind one destination that differ by path prefix are learned
+// apart. The event loops choose the chain before reading any byte, so
+// their flows have the base key only.
+func keysOf(service string, t Target, early []byte) sizeKeys {
+	k := sizeKeys{base: "dst " + t.String()}
 	if service != "" {
-		k = "svc " + service
+		k.base = "svc " + service
 	}
 	if p := httpPathPrefix(early); p != "" {
-		k += " " + p
+		k.path = k.base + " " + p
 	}
 	return k
 }

@@ -2,32 +2,37 @@ package relay
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/pathcomp"
 )
 
 func TestSizeLearnerStaticUntilEnoughFlows(t *testing.T) {
 	l := newSizeLearner(SizeLearnConfig{MinFlows: 3, Window: 5})
 	for i := range 2 {
-		l.observe("svc a", 500_000)
-		if got := l.hint("svc a", 14_000); got != 14_000 {
+		l.observe(sizeKeys{base: "svc a"}, 500_000)
+		if got := l.hint(sizeKeys{base: "svc a"}, 14_000); got != 14_000 {
 			t.Fatalf("after %d flows hint = %d; want the static 14000", i+1, got)
 		}
 	}
-	l.observe("svc a", 500_000)
-	if got := l.hint("svc a", 14_000); got != 500_000 {
+	l.observe(sizeKeys{base: "svc a"}, 500_000)
+	if got := l.hint(sizeKeys{base: "svc a"}, 14_000); got != 500_000 {
 		t.Errorf("after 3 flows hint = %d; want the learned 500000", got)
 	}
 	// Keys are learned apart.
-	if got := l.hint("svc b", 14_000); got != 14_000 {
+	if got := l.hint(sizeKeys{base: "svc b"}, 14_000); got != 14_000 {
 		t.Errorf("unseen key: hint = %d; want static", got)
 	}
 	// Empty flows say nothing.
 	for range 10 {
-		l.observe("svc c", 0)
+		l.observe(sizeKeys{base: "svc c"}, 0)
 	}
-	if got := l.hint("svc c", 7); got != 7 {
+	if got := l.hint(sizeKeys{base: "svc c"}, 7); got != 7 {
 		t.Errorf("key of empty flows: hint = %d; want static", got)
 	}
 }
@@ -38,29 +43,29 @@ func TestSizeLearnerStaticUntilEnoughFlows(t *testing.T) {
 func TestSizeLearnerRobust(t *testing.T) {
 	l := newSizeLearner(SizeLearnConfig{MinFlows: 1, Window: 5})
 	for _, v := range []int64{100, 110, 90, 1 << 40, 1} { // two outliers
-		l.observe("k", v)
+		l.observe(sizeKeys{base: "k"}, v)
 	}
-	if got := l.hint("k", 0); got != 100 {
+	if got := l.hint(sizeKeys{base: "k"}, 0); got != 100 {
 		t.Errorf("median of 100 110 90 2^40 1 = %d; want 100", got)
 	}
 	for range 3 { // the window is now 5000 5000 5000 2^40 1
-		l.observe("k", 5000)
+		l.observe(sizeKeys{base: "k"}, 5000)
 	}
-	if got := l.hint("k", 0); got != 5000 {
+	if got := l.hint(sizeKeys{base: "k"}, 0); got != 5000 {
 		t.Errorf("after three 5000s in a window of 5: hint = %d; want 5000", got)
 	}
 	for range 5 {
-		l.observe("k", 42)
+		l.observe(sizeKeys{base: "k"}, 42)
 	}
-	if got := l.hint("k", 0); got != 42 {
+	if got := l.hint(sizeKeys{base: "k"}, 0); got != 42 {
 		t.Errorf("after the window turned over: hint = %d; want 42", got)
 	}
 	// Even count: the lower middle (errs towards fewer rounds).
 	e := newSizeLearner(SizeLearnConfig{MinFlows: 1, Window: 4})
 	for _, v := range []int64{10, 40, 20, 30} {
-		e.observe("k", v)
+		e.observe(sizeKeys{base: "k"}, v)
 	}
-	if got := e.hint("k", 0); got != 20 {
+	if got := e.hint(sizeKeys{base: "k"}, 0); got != 20 {
 		t.Errorf("median of 10 40 20 30 = %d; want 20 (lower middle)", got)
 	}
 }
@@ -68,18 +73,18 @@ func TestSizeLearnerRobust(t *testing.T) {
 func TestSizeLearnerBoundedKeys(t *testing.T) {
 	l := newSizeLearner(SizeLearnConfig{MinFlows: 1, Window: 2, MaxKeys: 3})
 	for i := range 3 {
-		l.observe(fmt.Sprint("k", i), int64(100+i))
+		l.observe(sizeKeys{base: fmt.Sprint("k", i)}, int64(100+i))
 	}
-	l.observe("k0", 100) // k1 is now the least recently updated
-	l.observe("k3", 103)
+	l.observe(sizeKeys{base: "k0"}, 100) // k1 is now the least recently updated
+	l.observe(sizeKeys{base: "k3"}, 103)
 	if len(l.keys) != 3 {
 		t.Fatalf("%d keys; want at most 3", len(l.keys))
 	}
-	if got := l.hint("k1", -1); got != -1 {
+	if got := l.hint(sizeKeys{base: "k1"}, -1); got != -1 {
 		t.Errorf("k1 should have been forgotten; hint = %d", got)
 	}
 	for _, k := range []string{"k0", "k2", "k3"} {
-		if got := l.hint(k, -1); got == -1 {
+		if got := l.hint(sizeKeys{base: k}, -1); got == -1 {
 			t.Errorf("%s forgotten; want kept", k)
 		}
 	}
@@ -90,8 +95,8 @@ func TestSizeLearnerOffAndNil(t *testing.T) {
 		t.Fatal("min_flows -1 should turn learning off")
 	}
 	var l *sizeLearner
-	l.observe("k", 10)
-	if got := l.hint("k", 5); got != 5 {
+	l.observe(sizeKeys{base: "k"}, 10)
+	if got := l.hint(sizeKeys{base: "k"}, 5); got != 5 {
 		t.Errorf("nil learner hint = %d; want static", got)
 	}
 	d := newSizeLearner(SizeLearnConfig{})
@@ -130,7 +135,7 @@ func TestSizeLearnerConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 500 {
-				k := fmt.Sprint("k", (g+i)%9)
+				k := sizeKeys{base: fmt.Sprint("k", (g+i)%9), path: fmt.Sprint("k", (g+i)%9, " /p")}
 				l.observe(k, int64(1000+i))
 				if h := l.hint(k, 1); h <= 0 {
 					t.Errorf("hint %d", h)
@@ -145,7 +150,7 @@ func TestSizeLearnerConcurrent(t *testing.T) {
 	}
 }
 
-func TestSizeKey(t *testing.T) {
+func TestKeysOf(t *testing.T) {
 	tgt, err := ParseTarget("example.org:443")
 	if err != nil {
 		t.Fatal(err)
@@ -153,23 +158,52 @@ func TestSizeKey(t *testing.T) {
 	for _, tc := range []struct {
 		service string
 		early   string
-		want    string
+		base    string
+		path    string
 	}{
-		{"web", "", "svc web"},
-		{"", "", "dst example.org:443"},
-		{"web", "GET /video/a.mp4 HTTP/1.1\r\nHost: x\r\n", "svc web /video"},
-		{"", "HEAD /index.html?x=1 HTTP/1.1\r\n", "dst example.org:443 /index.html"},
-		{"web", "GET / HTTP/1.1\r\n", "svc web /"},
-		{"web", "GET /abc", "svc web"},                                       // cut inside the segment
-		{"web", "\x16\x03\x01\x02\x00", "svc web"},                           // TLS
-		{"web", "get /x HTTP/1.1\r\n", "svc web"},                            // not a method
-		{"web", "GET x HTTP/1.1\r\n", "svc web"},                             // not a path
-		{"web", "GET /a\x00b HTTP/1.1\r\n", "svc web"},                       // control byte
-		{"web", "GET /" + strings.Repeat("a", 200) + " HTTP/1.1", "svc web"}, // over-long
+		{"web", "", "svc web", ""},
+		{"", "", "dst example.org:443", ""},
+		{"web", "GET /video/a.mp4 HTTP/1.1\r\nHost: x\r\n", "svc web", "svc web /video"},
+		{"", "HEAD /index.html?x=1 HTTP/1.1\r\n", "dst example.org:443", "dst example.org:443 /index.html"},
+		{"web", "GET / HTTP/1.1\r\n", "svc web", "svc web /"},
+		{"web", "GET /abc", "svc web", ""},                                       // cut inside the segment
+		{"web", "\x16\x03\x01\x02\x00", "svc web", ""},                           // TLS
+		{"web", "get /x HTTP/1.1\r\n", "svc web", ""},                            // not a method
+		{"web", "GET x HTTP/1.1\r\n", "svc web", ""},                             // not a path
+		{"web", "GET /a\x00b HTTP/1.1\r\n", "svc web", ""},                       // control byte
+		{"web", "GET /" + strings.Repeat("a", 200) + " HTTP/1.1", "svc web", ""}, // over-long
 	} {
-		if got := sizeKey(tc.service, tgt, []byte(tc.early)); got != tc.want {
-			t.Errorf("sizeKey(%q, %q) = %q; want %q", tc.service, tc.early, got, tc.want)
+		if got := keysOf(tc.service, tgt, []byte(tc.early)); got != (sizeKeys{tc.base, tc.path}) {
+			t.Errorf("keysOf(%q, %q) = %+v; want %q, %q", tc.service, tc.early, got, tc.base, tc.path)
 		}
+	}
+}
+
+// TestSizeLearnerPathFallback: a path key is used once it saw enough
+// flows; until then the base key (learned from every path) answers.
+func TestSizeLearnerPathFallback(t *testing.T) {
+	l := newSizeLearner(SizeLearnConfig{MinFlows: 2, Window: 8})
+	video := sizeKeys{base: "svc web", path: "svc web /video"}
+	page := sizeKeys{base: "svc web", path: "svc web /page"}
+	for range 3 {
+		l.observe(page, 20_000)
+	}
+	if got := l.hint(video, 1); got != 20_000 {
+		t.Errorf("unseen path: hint = %d; want the base key's 20000", got)
+	}
+	l.observe(video, 9_000_000)
+	if got := l.hint(video, 1); got != 20_000 {
+		t.Errorf("path with 1 flow: hint = %d; want the base key's", got)
+	}
+	l.observe(video, 9_000_000)
+	if got := l.hint(video, 1); got != 9_000_000 {
+		t.Errorf("path with 2 flows: hint = %d; want 9000000", got)
+	}
+	if got := l.hint(page, 1); got != 20_000 {
+		t.Errorf("page: hint = %d; want 20000", got)
+	}
+	if got := l.hint(sizeKeys{base: "svc web"}, 1); got != 20_000 { // median of 20k x3, 9M x2
+		t.Errorf("base: hint = %d; want 20000", got)
 	}
 }
 
@@ -191,4 +225,75 @@ func FuzzHTTPPathPrefix(f *testing.F) {
 			}
 		}
 	})
+}
+
+// sizeRecorder is a ChainSource that answers the chain a-b-c and records
+// the size of every lookup.
+type sizeRecorder struct {
+	chainTable
+	mu    sync.Mutex
+	sizes []int64
+}
+
+func (r *sizeRecorder) Lookup(from, to string, size int64) (pathcomp.ChainEntry, bool) {
+	r.mu.Lock()
+	r.sizes = append(r.sizes, size)
+	r.mu.Unlock()
+	return r.chainTable.Lookup(from, to, size)
+}
+
+func (r *sizeRecorder) last() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.sizes) == 0 {
+		return -1
+	}
+	return r.sizes[len(r.sizes)-1]
+}
+
+// TestSizeLearningInP runs flows of 300 KB responses through a service
+// whose static size hint is 1000 bytes, on the event loops and on the
+// goroutine path: the InP looks its chain up with the static hint until
+// DefaultSizeMinFlows flows completed, then with the learned 300000; with
+// learning off it keeps the static hint.
+func TestSizeLearningInP(t *testing.T) {
+	const resp = 300_000
+	o := newOrigin(t, func(c *net.TCPConn) {
+		io.Copy(io.Discard, c)
+		c.Write(make([]byte, resp))
+	})
+	defer o.close()
+	for _, tc := range []struct {
+		name  string
+		loops int
+		off   bool
+	}{{"loops", 0, false}, {"goroutines", -1, false}, {"off", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &sizeRecorder{chainTable: chainTable{{"a", "c"}: {"a", "b", "c"}}}
+			w := newWorld(t, o.addr(), func(c *Config) {
+				c.Loops = tc.loops
+				if tc.off {
+					c.SizeLearning.MinFlows = -1
+				}
+			})
+			w.a.SetChains(rec)
+			addr := w.a.ServiceAddr(0).String()
+			for i := range DefaultSizeMinFlows + 2 {
+				got := roundTrip(t, addr, []byte("GET /obj HTTP/1.1\r\n\r\n"))
+				if len(got) != resp {
+					t.Fatalf("flow %d: %d bytes; want %d", i, len(got), resp)
+				}
+				want := int64(1000)
+				if i >= DefaultSizeMinFlows && !tc.off {
+					want = resp
+				}
+				if l := rec.last(); l != want {
+					t.Fatalf("flow %d looked up size %d; want %d", i, l, want)
+				}
+				waitFor(t, 5*time.Second, "the InP to finish the flow", func() bool {
+					return flows(w.a.Server, roleInP, outcomeOK) >= float64(i+1)
+				})
+			}
+		})
+	}
 }
