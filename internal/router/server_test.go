@@ -245,8 +245,10 @@ func TestBadRequestNoSurrogate(t *testing.T) {
 func TestSlowloris(t *testing.T) {
 	s0, sl := startOrigin(t)
 	addr, r := startRouter(t, Config{Mode: ModeProxy, PoolSize: -1, HeaderTimeout: 300 * time.Millisecond}, s0)
-	c := dial(t, addr)
+	// The router's header timer starts at accept, which can come before dial
+	// returns to the test: start the clock before dialling.
 	start := time.Now()
+	c := dial(t, addr)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -259,8 +261,8 @@ func TestSlowloris(t *testing.T) {
 		t.Errorf("408 after %v; want after the 300 ms header timeout", el)
 	}
 	// A client that trickles bytes does not extend the deadline.
-	c2 := dial(t, addr)
 	start = time.Now()
+	c2 := dial(t, addr)
 	var got408 bool
 	br := bufio.NewReader(c2)
 	stop := make(chan struct{})
