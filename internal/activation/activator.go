@@ -65,8 +65,16 @@ type Activator struct {
 	OnStart func(at time.Time, p *os.Process)
 	// OnExit, if set, is called when the command exited.
 	OnExit func(err error)
-	Log    *slog.Logger
+	// StartLimit is how many starts in a row may fail (exit with an
+	// error) before Run gives up, like systemd's StartLimitBurst (a
+	// command that cannot take its sockets would otherwise be restarted
+	// for ever by the connection still queued); 0 means 5.
+	StartLimit int
+	Log        *slog.Logger
 }
+
+// ErrStartLimit is returned by Run when StartLimit starts in a row failed.
+var ErrStartLimit = errors.New("activation: start limit hit: the command failed every time")
 
 // Run activates until ctx ends; a running command is then sent SIGTERM and
 // waited for. It does not close the sockets.
@@ -83,12 +91,20 @@ func (a *Activator) Run(ctx context.Context) error {
 		return fmt.Errorf("activation: epoll: %w", err)
 	}
 	defer syscall.Close(ep)
+	limit := a.StartLimit
+	if limit <= 0 {
+		limit = 5
+	}
+	failed := 0
 	names := make([]string, len(a.Sockets))
 	files := make([]*os.File, len(a.Sockets))
 	for i, s := range a.Sockets {
 		names[i], files[i] = s.Name, s.File
 		if names[i] == "" {
 			names[i] = "unknown"
+		}
+		if strings.ContainsAny(names[i], ":\x00\n") || len(names[i]) > 255 {
+			return fmt.Errorf("activation: socket name %q: at most 255 characters, no ':' (it separates LISTEN_FDNAMES)", s.Name)
 		}
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(s.File.Fd())}
 		if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, int(s.File.Fd()), &ev); err != nil {
@@ -143,6 +159,11 @@ func (a *Activator) Run(ctx context.Context) error {
 		}
 		if ctx.Err() != nil {
 			return nil
+		}
+		if err == nil {
+			failed = 0
+		} else if failed++; failed >= limit {
+			return fmt.Errorf("%w (%d starts, last: %v)", ErrStartLimit, failed, err)
 		}
 	}
 }

@@ -51,6 +51,9 @@ type Config struct {
 	// TCP handshake (probe.TCPHandshake). The rest of that prober's
 	// configuration is Probe's.
 	DestMeasurer probe.Measurer
+	// ProbeConn, if set, is the measurement endpoint's socket, already
+	// bound (socket activation): ProbeListen is then not bound.
+	ProbeConn net.PacketConn
 	// ProbeServer bounds the measurement endpoint.
 	ProbeServer probe.ServerConfig
 	// TargetsEvery is how often the peer list is fetched again; 0 means 1m.
@@ -324,10 +327,13 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 func (a *Agent) serveProbe(ctx context.Context, addr string, ready chan<- struct{}) error {
-	var lc net.ListenConfig
-	pc, err := lc.ListenPacket(ctx, "udp", addr)
-	if err != nil {
-		return fmt.Errorf("agent: probe endpoint: %w", err)
+	pc := a.cfg.ProbeConn
+	if pc == nil {
+		var lc net.ListenConfig
+		var err error
+		if pc, err = lc.ListenPacket(ctx, "udp", addr); err != nil {
+			return fmt.Errorf("agent: probe endpoint: %w", err)
+		}
 	}
 	close(ready)
 	return a.probeSrv.Serve(ctx, pc)

@@ -51,6 +51,9 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "%s: ok\n", *config)
 		return nil
 	}
+	if err := takeActivated(env, cfg, acfg); err != nil {
+		return err
+	}
 	if cfg.Workers > 1 {
 		w := os.Getenv(relay.WorkerEnv)
 		if w == "" {

@@ -45,8 +45,18 @@ func (k entryKind) String() string {
 
 func (s *Server) bind() error {
 	lc := net.ListenConfig{Control: s.listenControl(), KeepAlive: s.cfg.Socket.keepAlive()}
+	passed := newActivatedPool(s.cfg.Activated) // socket activation (activated.go)
 	listen := func(addr string, l *listener) error {
-		ln, err := lc.Listen(context.Background(), "tcp", addr)
+		name := l.kind.String()
+		if l.service != nil {
+			name = "service-" + l.service.Name
+		}
+		ln, err := passed.take(name, addr)
+		if err == nil && ln != nil {
+			err = applyListenOptions(ln, lc.Control)
+		} else if err == nil {
+			ln, err = lc.Listen(context.Background(), "tcp", addr)
+		}
 		if err != nil {
 			return fmt.Errorf("listen %s %s: %w", l.kind, addr, err)
 		}
@@ -84,13 +94,16 @@ func (s *Server) bind() error {
 		return err
 	}
 	if a := s.cfg.Metrics.Listen; a != "" {
-		ln, err := net.Listen("tcp", a)
+		ln, err := passed.take("metrics", a)
+		if err == nil && ln == nil {
+			ln, err = net.Listen("tcp", a)
+		}
 		if err != nil {
 			return fmt.Errorf("listen metrics %s: %w", a, err)
 		}
 		s.admin.ln = ln
 	}
-	return nil
+	return passed.unused()
 }
 
 func (s *Server) addr(kind entryKind, i int) net.Addr {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mosto-net/mosto/internal/activation"
 )
 
 // Config is the configuration of one proxy daemon, as read from YAML. The
@@ -72,6 +74,12 @@ type Config struct {
 	// SizeLearning learns the size hint of the InP's flows per service or
 	// destination (sizelearn.go); on by default.
 	SizeLearning SizeLearnConfig `yaml:"size_learning"`
+
+	// Activated are listening sockets passed by systemd (socket
+	// activation, internal/activation): bind takes them instead of
+	// binding, matched by name (hop, service-NAME, socks5, http_connect,
+	// metrics) or address; one no listener takes is an error.
+	Activated []activation.Socket `yaml:"-"`
 
 	// dir is the directory relative file names are resolved against.
 	dir string

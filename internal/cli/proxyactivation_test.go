@@ -1,0 +1,283 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/activation"
+	"github.com/mosto-net/mosto/internal/stats"
+)
+
+// cliChildEnv makes the test binary act as the mosto binary (a `mosto
+// proxy` process for the socket activation tests).
+const cliChildEnv = "MOSTO_CLI_TEST_CHILD"
+
+// activationBinEnv names a mosto binary the activation figure runs instead
+// of this test binary (a release build starts faster than a test binary).
+const activationBinEnv = "MOSTO_ACTIVATION_BIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(cliChildEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// greeter is an origin that writes a line to every connection.
+func greeter(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello from the origin\n"))
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// firstLine connects to addr and returns the time until the first line
+// arrived through the proxy.
+func firstLine(addr string) (time.Duration, error) {
+	start := time.Now()
+	c, err := net.DialTimeout("tcp", addr, 20*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if line != "hello from the origin\n" {
+		return 0, fmt.Errorf("got %q", line)
+	}
+	return time.Since(start), nil
+}
+
+func proxyConfig(t *testing.T, listen, origin string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "proxy.yaml")
+	cfg := fmt.Sprintf("id: a\nservices: [{name: web, listen: '%s', origin: '%s'}]\ndestinations: {allow: ['127.0.0.1']}\ntimeouts: {drain: 1s}\n", listen, origin)
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// activated runs an activator for one named TCP socket starting `mosto
+// proxy --config cfg`; it returns the socket's address and a channel of
+// (process, exit error) pairs.
+type activatedProxy struct {
+	addr   string
+	mu     sync.Mutex
+	procs  []*os.Process
+	exits  chan error
+	stderr *syncBuffer
+}
+
+func startActivated(t *testing.T, name, listen, cfgPath string) *activatedProxy {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, addr, err := activation.ListenTCP(name, listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := &activatedProxy{addr: addr.String(), exits: make(chan error, 100), stderr: &syncBuffer{}}
+	a := &activation.Activator{
+		Sockets: []activation.Passed{sock},
+		Command: func() *exec.Cmd {
+			c := exec.Command(exe, "proxy", "--config", cfgPath)
+			c.Env = append(os.Environ(), cliChildEnv+"=1")
+			if bin := os.Getenv(activationBinEnv); bin != "" {
+				c = exec.Command(bin, "proxy", "--config", cfgPath)
+			}
+			c.Stderr = ap.stderr
+			return c
+		},
+		OnStart: func(_ time.Time, p *os.Process) { ap.mu.Lock(); ap.procs = append(ap.procs, p); ap.mu.Unlock() },
+		OnExit:  func(err error) { ap.exits <- err },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		// A proxy that refuses its sockets makes the activator give up.
+		if err := <-done; err != nil && !errors.Is(err, activation.ErrStartLimit) {
+			t.Error(err)
+		}
+		sock.File.Close()
+	})
+	return ap
+}
+
+// stopLast sends SIGTERM to the last started proxy and waits for its exit.
+func (ap *activatedProxy) stopLast(t *testing.T) {
+	t.Helper()
+	ap.mu.Lock()
+	p := ap.procs[len(ap.procs)-1]
+	ap.mu.Unlock()
+	p.Signal(syscall.SIGTERM)
+	select {
+	case err := <-ap.exits:
+		if err != nil {
+			t.Fatalf("activated proxy exited with %v: %s", err, ap.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("activated proxy did not exit 30 s after SIGTERM")
+	}
+}
+
+// TestProxySocketActivated: `mosto proxy` takes its service listener from
+// an activator (LISTEN_FDS, named service-web) and relays the very
+// connection that started it; a passed socket the configuration has no
+// listener for is refused with a clear error.
+func TestProxySocketActivated(t *testing.T) {
+	origin := greeter(t)
+	// A socket named service-web on another address than the
+	// configuration's: refused, naming both.
+	bad := startActivated(t, "service-web", "127.0.0.1:0", proxyConfig(t, freeAddr(t), origin))
+	if c, err := net.Dial("tcp", bad.addr); err == nil {
+		defer c.Close()
+	}
+	select {
+	case err := <-bad.exits:
+		if err == nil || !strings.Contains(bad.stderr.String(), "listens on") {
+			t.Errorf("mismatched socket: exit %v, stderr %q; want an error naming both addresses", err, bad.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("mismatched proxy did not exit")
+	}
+
+	// The good case: a socket on the configured address.
+	sock, addr, err := activation.ListenTCP("service-web", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrS := addr.String()
+	sock.File.Close()
+	good := startActivated(t, "service-web", addrS, proxyConfig(t, addrS, origin))
+	if d, err := firstLine(good.addr); err != nil {
+		t.Fatalf("first connection through the activated proxy: %v (%s)", err, good.stderr.String())
+	} else {
+		t.Logf("first connection through a socket-activated proxy: %v", d)
+	}
+	if !strings.Contains(good.stderr.String(), "socket activation") {
+		t.Errorf("the proxy did not log its socket activation: %s", good.stderr.String())
+	}
+	good.stopLast(t)
+
+	// A socket named for a listener the configuration lacks.
+	hop := startActivated(t, "hop", "127.0.0.1:0", proxyConfig(t, "127.0.0.1:0", origin))
+	c, err := net.Dial("tcp", hop.addr)
+	if err == nil {
+		defer c.Close()
+	}
+	select {
+	case err := <-hop.exits:
+		if err == nil || !strings.Contains(hop.stderr.String(), "not used") {
+			t.Errorf("unused socket: exit %v, stderr %q; want an error saying it is not used", err, hop.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("proxy with an unused socket did not exit")
+	}
+}
+
+// TestActivationFirstConnection measures the time to the first byte of a
+// connection through a proxy started by that connection (socket
+// activation: process start, config, taking the listener, accept, dial,
+// relay) against one already running, 50 cold starts, interleaved. A
+// figure: it fails only when a flow fails. Run without -race for the
+// figure in docs/ops.md.
+func TestActivationFirstConnection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 cold starts; skipped with -short")
+	}
+	origin := greeter(t)
+	sock, addr, err := activation.ListenTCP("service-web", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	coldAddr := addr.String()
+	sock.File.Close()
+	cold := startActivated(t, "service-web", coldAddr, proxyConfig(t, coldAddr, origin))
+
+	// The always-running proxy: the same binary and configuration, bound
+	// by itself.
+	warmAddr := freeAddr(t)
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, "proxy", "--config", proxyConfig(t, warmAddr, origin))
+	cmd.Env = append(os.Environ(), cliChildEnv+"=1")
+	if bin := os.Getenv(activationBinEnv); bin != "" {
+		cmd = exec.Command(bin, "proxy", "--config", proxyConfig(t, warmAddr, origin))
+		t.Logf("proxies: %s", bin)
+	}
+	var werr bytes.Buffer
+	cmd.Stderr = &werr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := firstLine(warmAddr); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("always-running proxy not up: %s", werr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	const n = 50
+	var coldMS, warmMS []float64
+	for range n {
+		d, err := firstLine(cold.addr)
+		if err != nil {
+			t.Fatalf("cold start: %v (%s)", err, cold.stderr.String())
+		}
+		coldMS = append(coldMS, float64(d)/1e6)
+		cold.stopLast(t)
+		d, err = firstLine(warmAddr)
+		if err != nil {
+			t.Fatalf("always running: %v", err)
+		}
+		warmMS = append(warmMS, float64(d)/1e6)
+	}
+	slices.Sort(coldMS)
+	slices.Sort(warmMS)
+	cm, wm := stats.Median(coldMS), stats.Median(warmMS)
+	cp, wp := stats.Percentile(coldMS, 95), stats.Percentile(warmMS, 95)
+	t.Logf("first byte through the proxy, %d connections each: socket-activated cold start median %.2f ms p95 %.2f ms; always running median %.2f ms p95 %.2f ms; added by activation: median %.2f ms, p95 %.2f ms",
+		n, cm, cp, wm, wp, cm-wm, cp-wp)
+}
