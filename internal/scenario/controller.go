@@ -41,6 +41,11 @@ type ControllerConfig struct {
 	Debounce time.Duration
 	// Converge bounds the wait for discovery to converge; 0: 60s.
 	Converge time.Duration
+	// Args are more flags of `mosto controller` (e.g. --ui-listen).
+	Args []string
+	// Coordinates registers each FEP with its city's coordinates
+	// (cityCoords, by host name), for the dashboard's map; false: 0, 0.
+	Coordinates bool
 }
 
 // controllerProc is the running controller of a Scenario.
@@ -145,6 +150,7 @@ func (s *Scenario) runController() error {
 	if m := s.cfg.Model; m.MSS > 0 {
 		args = append(args, "--mss", strconv.Itoa(m.MSS))
 	}
+	args = append(args, cc.Args...)
 	p, err := s.spawn("controller", filepath.Join(s.dir, "controller.log"), c.host, args...)
 	if err != nil {
 		return err
@@ -197,7 +203,7 @@ func (p *proxyProc) stop(kill bool) {
 // controllerSection is the `controller:` section of a proxy's config.
 func (s *Scenario) controllerSection(fep string) map[string]any {
 	cc := s.cfg.Controller.withDefaults()
-	return map[string]any{
+	sec := map[string]any{
 		"url":            s.ctl.url,
 		"token":          s.ctl.token,
 		"data_dir":       s.agentDir(fep),
@@ -205,6 +211,10 @@ func (s *Scenario) controllerSection(fep string) map[string]any {
 		"probe_interval": cc.ProbeInterval.String(),
 		"location":       fep,
 	}
+	if ll, ok := cityCoords[fep]; ok && cc.Coordinates {
+		sec["lat"], sec["lon"] = ll[0], ll[1]
+	}
+	return sec
 }
 
 func (s *Scenario) agentDir(fep string) string { return filepath.Join(s.dir, "agent-"+fep) }

@@ -55,8 +55,19 @@
   function renderMap() {
     const m = $("map");
     while (m.firstChild) m.removeChild(m.firstChild);
-    for (let lon = -180; lon <= 180; lon += 30) m.appendChild(svg("line", { x1: (lon + 180) * 2, y1: 0, x2: (lon + 180) * 2, y2: 360, class: "grid" }));
-    for (let lat = -90; lat <= 90; lat += 30) m.appendChild(svg("line", { x1: 0, y1: (90 - lat) * 2, x2: 720, y2: (90 - lat) * 2, class: "grid" }));
+    // Zoom to the FEPs (20 degrees around them), keeping the 2:1 aspect.
+    let x0 = 720, y0 = 360, x1 = 0, y1 = 0;
+    (state.feps || []).forEach((f) => { const p = project(f.lat, f.lon); x0 = Math.min(x0, p[0]); x1 = Math.max(x1, p[0]); y0 = Math.min(y0, p[1]); y1 = Math.max(y1, p[1]); });
+    if (x0 > x1) { x0 = 0; x1 = 720; y0 = 0; y1 = 360; }
+    let w = Math.max(x1 - x0 + 80, 2 * (y1 - y0 + 80), 120), h = w / 2;
+    const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2;
+    w = Math.min(w, 720); h = Math.min(h, 360);
+    const vx = Math.min(Math.max(cx - w / 2, 0), 720 - w), vy = Math.min(Math.max(cy - h / 2, 0), 360 - h);
+    m.setAttribute("viewBox", vx.toFixed(1) + " " + vy.toFixed(1) + " " + w.toFixed(1) + " " + h.toFixed(1));
+    const k = w / 720;
+    const step = k < 0.3 ? 10 : 30;
+    for (let lon = -180; lon <= 180; lon += step) m.appendChild(svg("line", { x1: (lon + 180) * 2, y1: 0, x2: (lon + 180) * 2, y2: 360, class: "grid", "stroke-width": 0.5 * k }));
+    for (let lat = -90; lat <= 90; lat += step) m.appendChild(svg("line", { x1: 0, y1: (90 - lat) * 2, x2: 720, y2: (90 - lat) * 2, class: "grid", "stroke-width": 0.5 * k }));
     const names = state.matrix.names || [], idx = {};
     names.forEach((n, i) => { idx[n] = i; });
     const pos = {};
@@ -68,7 +79,7 @@
         const v = a === null ? b : b === null ? a : (a + b) / 2;
         const p = pos[names[i]], q = pos[names[j]];
         if (!p || !q) continue;
-        const l = svg("line", { x1: p[0], y1: p[1], x2: q[0], y2: q[1], class: "link", stroke: rttColor(v) });
+        const l = svg("line", { x1: p[0], y1: p[1], x2: q[0], y2: q[1], class: "link", stroke: rttColor(v), "stroke-width": 1.6 * k });
         const t = svg("title", {}); t.textContent = names[i] + " - " + names[j] + ": " + v.toFixed(1) + " ms";
         l.appendChild(t); m.appendChild(l);
       }
@@ -76,10 +87,10 @@
     (state.feps || []).forEach((f) => {
       const p = pos[f.id];
       const col = f.status === "up" ? "#2a9d4b" : f.status === "down" ? "#d33" : "#999";
-      const c = svg("circle", { cx: p[0], cy: p[1], r: 4, fill: col, class: "fep" });
+      const c = svg("circle", { cx: p[0], cy: p[1], r: 4 * k, fill: col, class: "fep", "stroke-width": k });
       const t = svg("title", {}); t.textContent = f.id + " (" + (f.location || "") + "): " + f.status;
       c.appendChild(t); m.appendChild(c);
-      const lb = svg("text", { x: p[0] + 5, y: p[1] - 4, class: "lbl" }); lb.textContent = f.id; m.appendChild(lb);
+      const lb = svg("text", { x: p[0] + 5 * k, y: p[1] - 4 * k, class: "lbl", "font-size": 9 * k }); lb.textContent = f.id; m.appendChild(lb);
     });
   }
 
