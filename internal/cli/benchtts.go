@@ -24,7 +24,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	sizeFlag := fs.String("size", "70MB", "file size of the seed's tables (70 MB: E2E takes ~5.9 s at 100 Mbit/s, as in the seed)")
 	ccs := fs.String("cc", "cubic,bbr", "congestion controls of the tables")
 	modes := fs.String("modes", "e2e,tts,split", "modes of the tables")
-	rowsFlag := fs.String("rows", "", "rows of the tables to run, 1-based indices (default: all 6)")
+	rowsFlag := fs.String("rows", "", "rows of the tables to run, 1-based indices (default: all 6); \"clean\": 1 ms links without jitter or loss (interception overhead)")
 	rate := fs.Float64("rate", 100, "link rate, Mbit/s (the seed: 100)")
 	gridRTTs := fs.String("grid-rtts", "2,20,100,400", "grid: end-to-end RTTs (ms)")
 	gridLoss := fs.String("grid-loss", "0,0.5,2,5", "grid: end-to-end loss (%)")
@@ -73,6 +73,11 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	if *rowsFlag != "" {
 		var pick []ttsbench.Row
 		for _, f := range strings.Split(*rowsFlag, ",") {
+			if strings.TrimSpace(f) == "clean" {
+				// For the interception overhead: 1 ms per link, no jitter, no loss.
+				pick = append(pick, ttsbench.Row{Name: "clean 1ms", D1: 1, D2: 1})
+				continue
+			}
 			i, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || i < 1 || i > len(rows) {
 				return usageErrorf("--rows: %q is not a row 1-%d", f, len(rows))
