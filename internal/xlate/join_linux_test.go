@@ -244,6 +244,15 @@ func copyHalf(dst, src *net.TCPConn, done chan<- error) {
 	done <- err
 }
 
+// copyClose copies src to dst, then passes the EOF on.
+func copyClose(dst, src *net.TCPConn, done chan<- error) {
+	_, err := io.Copy(dst, src)
+	if err == nil {
+		err = dst.CloseWrite()
+	}
+	done <- err
+}
+
 // TestHandoverBulk offloads a relay in the middle of bulk transfers both
 // ways: the copies stop, Handover drains to the quiescent point and joins,
 // and every byte arrives once, in order.
@@ -328,4 +337,68 @@ func (c *notifyConn) Read(p []byte) (int, error) {
 	}
 	c.n += n
 	return n, err
+}
+
+// TestHandoverRefusedResumes: legs whose options cannot be joined (peer2
+// without SACK, or without timestamps) are refused with the reason counted,
+// and the relay resumes copying with no byte lost or duplicated.
+func TestHandoverRefusedResumes(t *testing.T) {
+	for _, c := range []struct {
+		sysctl string
+		want   Reason
+	}{{"net.ipv4.tcp_sack=0", ReasonSACK}, {"net.ipv4.tcp_timestamps=0", ReasonTimestamps}} {
+		t.Run(string(c.want), func(t *testing.T) {
+			testenv.RequirePrivileged(t)
+			l := xlatetest.NewLine(t, false)
+			xlatetest.Sh(t, "ip", "netns", "exec", l.P2, "sysctl", "-q", "-w", c.sysctl)
+			var s *Splicer
+			xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+			defer s.Close()
+			r := relayPair(t, l)
+			copies := make(chan error, 2)
+			go copyHalf(r.b, r.a, copies)
+			go copyHalf(r.a, r.b, copies)
+			const n = 16 << 20
+			half := make(chan struct{})
+			type res struct {
+				sent, got [32]byte
+				err       error
+			}
+			down := make(chan res, 1)
+			go func() {
+				s, g, err := stream(r.c2, &notifyConn{c: r.c1, after: 2 << 20, ch: half}, n)
+				down <- res{s, g, err}
+			}()
+			<-half
+			r.a.SetReadDeadline(time.Now())
+			r.b.SetReadDeadline(time.Now())
+			for range 2 {
+				<-copies
+			}
+			err := xlatetest.In(t, l.R, func() error {
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				defer cancel()
+				_, err := s.Handover(ctx, r.a, r.b)
+				return err
+			})
+			var re *RefusedError
+			if !errors.As(err, &re) || re.Reason != c.want {
+				t.Fatalf("Handover = %v, want refusal %s", err, c.want)
+			}
+			// Resume relaying.
+			r.a.SetReadDeadline(time.Time{})
+			r.b.SetReadDeadline(time.Time{})
+			go copyClose(r.b, r.a, copies)
+			go copyClose(r.a, r.b, copies)
+			// peer1 ends its (empty) upload so the relay can finish.
+			r.c1.CloseWrite()
+			d := <-down
+			if d.err != nil || d.sent != d.got {
+				t.Fatalf("after the refusal: err %v, SHA-256 equal %v", d.err, d.sent == d.got)
+			}
+			if st := s.Stats(); st.Refused[c.want] != 1 || st.Joined != 0 || st.Active != 0 {
+				t.Errorf("stats %+v: want 1 refusal (%s), nothing joined", st, c.want)
+			}
+		})
+	}
 }

@@ -25,7 +25,8 @@ type Line struct {
 	RAddr2, P2Addr string
 }
 
-func sh(t testing.TB, args ...string) {
+// Sh runs a command and fails t if it fails.
+func Sh(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
@@ -39,12 +40,12 @@ func NewLine(t testing.TB, v6 bool) *Line {
 	id := fmt.Sprintf("xl%d%04d", os.Getpid()%1000, rand.IntN(10000))
 	l := &Line{P1: id + "p1", R: id + "r", P2: id + "p2"}
 	for _, ns := range []string{l.P1, l.R, l.P2} {
-		sh(t, "ip", "netns", "add", ns)
+		Sh(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		Sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	}
-	sh(t, "ip", "link", "add", id+"a", "netns", l.P1, "type", "veth", "peer", "name", id+"b", "netns", l.R)
-	sh(t, "ip", "link", "add", id+"c", "netns", l.R, "type", "veth", "peer", "name", id+"d", "netns", l.P2)
+	Sh(t, "ip", "link", "add", id+"a", "netns", l.P1, "type", "veth", "peer", "name", id+"b", "netns", l.R)
+	Sh(t, "ip", "link", "add", id+"c", "netns", l.R, "type", "veth", "peer", "name", id+"d", "netns", l.P2)
 	plen, fam := "24", "-4"
 	l.P1Addr, l.RAddr1, l.RAddr2, l.P2Addr = "10.71.1.1", "10.71.1.2", "10.71.2.2", "10.71.2.1"
 	if v6 {
@@ -53,18 +54,18 @@ func NewLine(t testing.TB, v6 bool) *Line {
 	}
 	addr := func(ns, dev, a string) {
 		if v6 {
-			sh(t, "ip", "-n", ns, "addr", "add", a+"/"+plen, "dev", dev, "nodad")
+			Sh(t, "ip", "-n", ns, "addr", "add", a+"/"+plen, "dev", dev, "nodad")
 		} else {
-			sh(t, "ip", "-n", ns, "addr", "add", a+"/"+plen, "dev", dev)
+			Sh(t, "ip", "-n", ns, "addr", "add", a+"/"+plen, "dev", dev)
 		}
-		sh(t, "ip", "-n", ns, "link", "set", dev, "up")
+		Sh(t, "ip", "-n", ns, "link", "set", dev, "up")
 	}
 	addr(l.P1, id+"a", l.P1Addr)
 	addr(l.R, id+"b", l.RAddr1)
 	addr(l.R, id+"c", l.RAddr2)
 	addr(l.P2, id+"d", l.P2Addr)
-	sh(t, "ip", "-n", l.P1, fam, "route", "add", "default", "via", l.RAddr1)
-	sh(t, "ip", "-n", l.P2, fam, "route", "add", "default", "via", l.RAddr2)
+	Sh(t, "ip", "-n", l.P1, fam, "route", "add", "default", "via", l.RAddr1)
+	Sh(t, "ip", "-n", l.P2, fam, "route", "add", "default", "via", l.RAddr2)
 	return l
 }
 
