@@ -3,6 +3,7 @@ package activation
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -18,8 +19,11 @@ const childEnv = "MOSTO_ACTIVATION_TEST_CHILD"
 // TestMain: as a child, take the passed sockets, answer one connection
 // on the first listener with the names and kinds of every socket, exit.
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "echo" {
+	switch os.Getenv(childEnv) {
+	case "echo":
 		os.Exit(child())
+	case "fail":
+		os.Exit(3)
 	}
 	os.Exit(m.Run())
 }
@@ -179,5 +183,43 @@ func TestActivator(t *testing.T) {
 			t.Errorf("round %d: starts %v, child pid %d (LISTEN_PID must be the child's own pid)", round, starts, pid)
 		}
 		mu.Unlock()
+	}
+}
+
+// TestActivatorStartLimit: a command that fails at every start (and so
+// never accepts the queued connection) is started StartLimit times, then
+// Run gives up with ErrStartLimit instead of restarting it for ever.
+func TestActivatorStartLimit(t *testing.T) {
+	hop, addr, err := ListenTCP("hop", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hop.File.Close()
+	starts := 0
+	a := &Activator{
+		Sockets:    []Passed{hop},
+		StartLimit: 3,
+		Command: func() *exec.Cmd {
+			c := exec.Command(exe(t), "-test.run=^$")
+			c.Env = append(os.Environ(), childEnv+"=fail")
+			return c
+		},
+		OnStart: func(time.Time, *os.Process) { starts++ },
+	}
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Run(ctx); !errors.Is(err, ErrStartLimit) {
+		t.Fatalf("Run = %v; want ErrStartLimit", err)
+	}
+	if starts != 3 {
+		t.Errorf("%d starts; want 3", starts)
+	}
+	if err := (&Activator{Sockets: []Passed{{Name: "a:b", File: hop.File}}, Command: a.Command}).Run(ctx); err == nil || !strings.Contains(err.Error(), "no ':'") {
+		t.Errorf("a name with ':' = %v; want refused", err)
 	}
 }
