@@ -21,7 +21,7 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 	quick := fs.Int("quick", 0, "if > 0, this many iterations of every scenario")
 	only := fs.String("scenarios", "", "comma-separated subset of multisource,failure,multipath")
 	out := fs.String("out", "", "write the markdown report here (default: stdout)")
-	svg := fs.String("svg", "", "write the per-sub-flow rate plot of a failure run here (seed Fig. 5)")
+	svg := fs.String("svg", "", "write the per-sub-flow rate plot of a failure run here (seed Fig. 5), and of the congested-chain run beside it (NAME-congested.svg)")
 	jsonOut := fs.String("json", "", "write every download (with mosto get's stats) here")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
 	if _, err := parseFlags(fs, args); err != nil {
@@ -64,6 +64,14 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 		if *svg != "" {
 			if p, ok := getbench.RatePlot(rs, "failure", "mosto get, Paris silent", "mosto get, 50 MB from 3 sources, Paris silent for 7 s from 20%"); ok {
 				if serr := writeSVG(*svg, p.WriteSVG); serr != nil && err == nil {
+					err = serr
+				}
+			}
+		}
+		if *svg != "" {
+			path := strings.TrimSuffix(*svg, ".svg") + "-congested.svg"
+			if p, ok := getbench.RatePlot(rs, "multipath", "2 paths, Milan chain congested", "mosto get, 50 MB, 2 sources x 2 paths, the Milan chain cut to a quarter from 30% to 70%"); ok {
+				if serr := writeSVG(path, p.WriteSVG); serr != nil && err == nil {
 					err = serr
 				}
 			}

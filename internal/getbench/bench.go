@@ -358,11 +358,38 @@ func (b *bench) multipath(ctx context.Context) error {
 		b.record(result("multipath", "1 path per source", run, el, st, err))
 		el, st, err = b.getMosto(ctx, two, size, nil)
 		b.record(result("multipath", "2 paths per source", run, el, st, err))
+		if run == 0 && err == nil {
+			// Congest the Milan chain (its client link to a quarter) from
+			// 30% to 70% of the transfer: its sub-flow must shrink its share
+			// and the others take over (the rate plot).
+			congest, restore := b.congest(feps[0].host, el)
+			el2, st2, err := b.getMosto(ctx, two, size, congest)
+			restore()
+			b.record(result("multipath", "2 paths, Milan chain congested", run, el2, st2, err))
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// congest returns a start function that cuts the client-fep link to a
+// quarter of its rate from 30% to 70% of normal seconds, and a restore.
+func (b *bench) congest(fep string, normal float64) (func(), func()) {
+	orig, _ := b.w.Link(client, fep)
+	low := orig
+	low.RateMbit = orig.RateMbit / 4
+	var t1, t2 *time.Timer
+	d := func(f float64) time.Duration { return time.Duration(f * normal * float64(time.Second)) }
+	return func() {
+			t1 = time.AfterFunc(d(0.3), func() { b.w.SetLink(client, fep, low) })
+			t2 = time.AfterFunc(d(0.7), func() { b.w.SetLink(client, fep, orig) })
+		}, func() {
+			t1.Stop()
+			t2.Stop()
+			b.w.SetLink(client, fep, orig)
+		}
 }
 
 // startProxies runs `mosto proxy` in each FEP with a SOCKS5 entry; with no
