@@ -22,11 +22,15 @@ func runBenchRouter(ctx context.Context, env *Env, args []string) error {
 	requests := fs.Int("requests", 20, "requests per session in the L7 scenarios")
 	hopMS := fs.Float64("hop-ms", 0.5, "one-way delay of every segment (ms)")
 	modes := fs.String("modes", strings.Join(routerbench.Modes, ","), "modes to measure")
+	loss := fs.Float64("loss", 0, "loss (%) on the client's first segment, both ways")
+	strip := fs.Bool("strip-options", false, "turn SACK, timestamps and window scaling off in every host (the seed's setting)")
+	bulkOnly := fs.Bool("bulk-only", false, "only the bulk downloads")
 	dir := fs.String("dir", "", "work directory (default: a new temporary directory)")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg := routerbench.Config{Runs: *runs, BulkRuns: *bulkRuns, Requests: *requests, HopMS: *hopMS, Log: env.Log, Dir: *dir}
+	cfg := routerbench.Config{Runs: *runs, BulkRuns: *bulkRuns, Requests: *requests, HopMS: *hopMS, Log: env.Log, Dir: *dir,
+		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly}
 	for _, h := range strings.Split(*hops, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(h))
 		if err != nil {

@@ -33,6 +33,13 @@ type Config struct {
 	BulkRuns int     // bulk fetches per mode; default 3 (0: none)
 	Requests int     // requests per session in the L7 scenarios; default 20
 	Modes    []string
+	// LossPct drops packets on the client's first segment (both ways).
+	LossPct float64
+	// StripOptions turns SACK, timestamps and window scaling off in every
+	// host (what the seed had to do) to measure what keeping them buys.
+	StripOptions bool
+	// BulkOnly skips the latency fetches and the L7 sessions.
+	BulkOnly bool
 	Mosto    string // the mosto binary (runs `mosto router` in the world)
 	Dir      string // work directory (nginx configs, logs)
 	Log      *slog.Logger
@@ -95,6 +102,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		return err
 	}
 	spec := worldSpec(cfg.Hops, cfg.HopMS, cfg.OriginMS)
+	if cfg.LossPct < 0 || cfg.LossPct > 50 {
+		return fmt.Errorf("routerbench: loss %v%%; want 0-50", cfg.LossPct)
+	}
+	for i := range spec.Links {
+		l := &spec.Links[i]
+		if cfg.LossPct > 0 && ((l.A == "h1" && l.B[0] == 'c') || (l.B == "h1" && l.A[0] == 'c')) {
+			l.LossPct = &cfg.LossPct
+		}
+	}
 	w, err := emu.UpWith(ctx, spec, cfg.Log, emu.UpOptions{})
 	if err != nil {
 		return err
@@ -106,19 +122,30 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 			p.stop()
 		}
 	}()
+	if cfg.StripOptions {
+		for _, h := range w.Hosts() {
+			for _, kv := range []string{"net.ipv4.tcp_sack=0", "net.ipv4.tcp_timestamps=0", "net.ipv4.tcp_window_scaling=0"} {
+				if out, err := w.Command(ctx, h, "sysctl", "-q", "-w", kv).CombinedOutput(); err != nil {
+					return fmt.Errorf("strip options on %s: %v: %s", h, err, out)
+				}
+			}
+		}
+	}
 	if err := b.start(ctx); err != nil {
 		return err
 	}
 	if err := b.warm(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved.\n\n",
-		slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs)
-	if err := b.latency(ctx, out); err != nil {
-		return err
-	}
-	if err := b.sessions(ctx, out); err != nil {
-		return err
+	fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s.\n\n",
+		slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions])
+	if !cfg.BulkOnly {
+		if err := b.latency(ctx, out); err != nil {
+			return err
+		}
+		if err := b.sessions(ctx, out); err != nil {
+			return err
+		}
 	}
 	if cfg.BulkRuns > 0 {
 		if err := b.bulk(ctx, out); err != nil {
@@ -198,10 +225,10 @@ func target(seed int, size int64) string {
 // warm fetches every object once from both surrogates.
 func (b *bench) warm(ctx context.Context) error {
 	var targets []string
-	for r := range b.cfg.Runs {
+	for r := range b.cfg.Runs * btoi(!b.cfg.BulkOnly) {
 		targets = append(targets, target(r, b.cfg.Size))
 	}
-	for r := range b.cfg.Requests {
+	for r := range b.cfg.Requests * btoi(!b.cfg.BulkOnly) {
 		targets = append(targets, target(1000+r, b.cfg.Size))
 	}
 	if b.cfg.BulkRuns > 0 {
@@ -421,7 +448,7 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "## Bulk: %d B, %d hop(s), %d runs per mode\n\n", b.cfg.BulkSize, h, b.cfg.BulkRuns)
-	fmt.Fprintf(out, "| mode | time s (median) | vs direct | Mbit/s | RR process CPU s per GB (median) |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "| mode | time s (median) | p10-p90 | vs direct | Mbit/s | RR process CPU s per GB (median) |\n|---|---|---|---|---|---|\n")
 	direct := stats.Median(tm["direct"])
 	for _, m := range b.cfg.Modes {
 		t := stats.Median(tm[m])
@@ -433,8 +460,15 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 		if m != "direct" {
 			rrcpu = fmt.Sprintf("%.3f", stats.Median(cpu[m]))
 		}
-		fmt.Fprintf(out, "| %s | %.3f | %s | %.0f | %s |\n", m, t, vs, float64(b.cfg.BulkSize)*8/t/1e6, rrcpu)
+		fmt.Fprintf(out, "| %s | %.3f | %.3f-%.3f | %s | %.0f | %s |\n", m, t, stats.Percentile(tm[m], 10), stats.Percentile(tm[m], 90), vs, float64(b.cfg.BulkSize)*8/t/1e6, rrcpu)
 	}
 	fmt.Fprintln(out)
 	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
