@@ -201,9 +201,6 @@ func Get(ctx context.Context, cfg Config) (*Stats, error) {
 		}
 		return st, err
 	}
-	if err := d.file.Sync(); err != nil {
-		return st, fmt.Errorf("mget: %w", err)
-	}
 	sum, err := hashFile(d.file)
 	if err != nil {
 		return st, fmt.Errorf("mget: %w", err)
