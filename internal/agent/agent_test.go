@@ -243,7 +243,14 @@ func startAgent(t *testing.T, cfg Config) (*Agent, func() error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	go func() {
+		err := a.Run(ctx)
+		if err != nil && ctx.Err() == nil {
+			// Say so at once, not as a later timeout waiting for its work.
+			t.Errorf("agent %s: Run ended: %v", cfg.FEP.ID, err)
+		}
+		done <- err
+	}()
 	var once sync.Once
 	var runErr error
 	stop := func() error {

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,15 +16,20 @@ import (
 	"github.com/mosto-net/mosto/internal/store/boltstore"
 )
 
-// freeUDPPort returns a loopback UDP port that was free a moment ago.
-func freeUDPPort(t *testing.T) int {
+// probeConn binds a loopback UDP socket for an agent's measurement
+// endpoint (Config.ProbeConn). Binding first and advertising the port
+// obtained leaves no moment in which another process could take the port
+// (picking a free port, closing it and letting the agent bind it later
+// did: under parallel load the agent's bind failed, its Run ended, and the
+// test waited for probes that never came).
+func probeConn(t *testing.T) (net.PacketConn, string) {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Close()
-	return pc.LocalAddr().(*net.UDPAddr).Port
+	t.Cleanup(func() { pc.Close() })
+	return pc, pc.LocalAddr().String()
 }
 
 // TestAgentsWithRealController runs three agents against the real
@@ -78,7 +82,8 @@ func TestAgentsWithRealController(t *testing.T) {
 	stops := map[string]func() error{}
 	dirs := map[string]string{}
 	for i, f := range feps {
-		f.ProbeAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
+		pc, addr := probeConn(t)
+		f.ProbeAddr = addr
 		feps[i] = f
 		var tok string
 		if i == 0 {
@@ -100,6 +105,7 @@ func TestAgentsWithRealController(t *testing.T) {
 			Token:      tok,
 			DataDir:    dirs[f.ID],
 			FEP:        f,
+			ProbeConn:  pc,
 			Probe: probe.Config{Interval: 100 * time.Millisecond, Jitter: -1, Probes: 1,
 				Measurer: &probe.UDPEcho{Timeout: 300 * time.Millisecond}},
 			TargetsEvery: 200 * time.Millisecond,
@@ -265,11 +271,13 @@ func TestAgentsMeasureDestinations(t *testing.T) {
 	}
 	agents := map[string]*Agent{}
 	for _, f := range feps {
-		f.ProbeAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
+		pc, addr := probeConn(t)
+		f.ProbeAddr = addr
 		a, _ := startAgent(t, Config{
 			Controller:   srv.URL,
 			DataDir:      t.TempDir(),
 			FEP:          f,
+			ProbeConn:    pc,
 			Probe:        probe.Config{Interval: 100 * time.Millisecond, Jitter: -1, Probes: 2},
 			TargetsEvery: time.Hour, // targets are fetched again on a new table
 			Wait:         2 * time.Second,

@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -384,9 +383,10 @@ func TestAgentFollowsResetController(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := trustFEPs["fra"]
-	f.ProbeAddr = "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
+	pc, addr := probeConn(t)
+	f.ProbeAddr = addr
 	a, _ := startAgent(t, Config{
-		Controller: srv.URL, Token: old.token(t, pki.TokenOptions{FEP: "fra"}), DataDir: t.TempDir(), FEP: f,
+		Controller: srv.URL, Token: old.token(t, pki.TokenOptions{FEP: "fra"}), DataDir: t.TempDir(), FEP: f, ProbeConn: pc,
 		TargetsEvery: 100 * time.Millisecond, Wait: time.Second,
 	})
 	eventually(t, "fra's table from the old controller", func() bool { return a.Members()["par"] != "" })

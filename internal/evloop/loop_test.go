@@ -50,6 +50,38 @@ func waitFlows(t testing.TB, ls *Loops, want int) {
 	}
 }
 
+// waitSocket waits until fd is readable or has an error or hangup pending
+// (a FIN or RST arrived), without consuming anything.
+func waitSocket(t testing.TB, fd int, what string) {
+	t.Helper()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := unix.Poll(fds, 100)
+		if err != nil && err != unix.EINTR {
+			t.Fatalf("poll: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// waitRetries waits until the handler's Retry was called n times.
+func waitRetries(t testing.TB, h *testHandler, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(h.retryErrors()) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("Retry called %d times; want %d", len(h.retryErrors()), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 func TestRoundTrip(t *testing.T) {
 	sizes := []int{0, 1, 16383, 16384, 16385, 1 << 20}
 	for _, bulk := range []bool{false, true} {
@@ -708,7 +740,7 @@ func TestPooledUpstream(t *testing.T) {
 			h := newTestHandler(t, srv.addr)
 			pc, fd, u := pooled(t, srv)
 			resetConn(u)
-			time.Sleep(50 * time.Millisecond) // the RST reaches pc
+			waitSocket(t, fd, "the RST reaches the pooled socket")
 			h.open = func(rec *flowRec) (Upstream, error) {
 				return Upstream{FD: fd, Conn: pc, Connected: true, Prefix: []byte(prefix), Retry: true}, nil
 			}
@@ -718,7 +750,8 @@ func TestPooledUpstream(t *testing.T) {
 			}
 			r := newRig(t, Config{}, h)
 			c := r.dial(t)
-			time.Sleep(20 * time.Millisecond) // the loop sees the upstream first
+			// The loop finds the upstream broken before the client's bytes.
+			waitRetries(t, h, 1)
 			writeAll(t, c, "request")
 			c.CloseWrite()
 			u2 := srv.next(t)
@@ -746,7 +779,7 @@ func TestPooledUpstreamClosed(t *testing.T) {
 	h := newTestHandler(t, srv.addr)
 	pc, fd, u := pooled(t, srv)
 	u.Close() // a FIN, as an origin closing an idle keepalive connection
-	time.Sleep(50 * time.Millisecond)
+	waitSocket(t, fd, "the FIN reaches the pooled socket")
 	h.open = func(rec *flowRec) (Upstream, error) {
 		return Upstream{FD: fd, Conn: pc, Connected: true, Retry: true}, nil
 	}
@@ -756,7 +789,7 @@ func TestPooledUpstreamClosed(t *testing.T) {
 	}
 	r := newRig(t, Config{}, h)
 	c := r.dial(t)
-	time.Sleep(20 * time.Millisecond) // the loop sees the upstream's EOF first
+	waitRetries(t, h, 1) // the loop sees the upstream's EOF before the client's bytes
 	writeAll(t, c, "request")
 	c.CloseWrite()
 	u2 := srv.next(t)

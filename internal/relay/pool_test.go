@@ -192,13 +192,14 @@ func TestPoolRefillAndExpiry(t *testing.T) {
 		t.Errorf("idle = %d; want <= 2", n)
 	}
 	// The peer closes everything: get must not hand out a closed connection.
+	pooled := idleConns(p, addr)
 	mu.Lock()
 	for _, c := range peers {
 		c.Close()
 	}
 	peers = nil
 	mu.Unlock()
-	time.Sleep(50 * time.Millisecond)
+	waitDead(t, pooled)
 	if c := p.get(addr); c != nil {
 		if !alive(c) {
 			t.Error("get returned a connection the peer had closed")
@@ -235,12 +236,37 @@ func TestOriginPoolDiscardsClosed(t *testing.T) {
 			t.Fatalf("flow %d: got %q; want hello", i, got)
 		}
 		waitFor(t, 3*time.Second, "origin pool filled", func() bool { return s.out.originPool.idleCount(o.addr()) == 1 })
-		time.Sleep(400 * time.Millisecond) // the origin closes the pooled one
+		waitDead(t, idleConns(s.out.originPool, o.addr())) // the origin closes the pooled one
 	}
 	if n := poolCount(s.Server, "origin", poolStale); n < 2 {
 		t.Errorf("stale origin connections = %v; want >= 2", n)
 	}
 	waitFor(t, 5*time.Second, "3 ok flows", func() bool { return flows(s.Server, roleInP, outcomeOK) == 3 })
+}
+
+// idleConns returns the connections p holds idle for addr now.
+func idleConns(p *connPool, addr string) []*net.TCPConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var cs []*net.TCPConn
+	for _, pc := range p.idle[addr] {
+		cs = append(cs, pc.c)
+	}
+	return cs
+}
+
+// waitDead waits until none of cs looks usable any more (its peer's FIN
+// or reset arrived, or it was closed).
+func waitDead(t *testing.T, cs []*net.TCPConn) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%d pooled connections closed by the peer", len(cs)), func() bool {
+		for _, c := range cs {
+			if alive(c) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestPoolConfig checks the validation of the pool section.

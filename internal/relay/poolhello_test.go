@@ -2,12 +2,16 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mosto-net/mosto/internal/testenv"
 )
@@ -180,12 +184,25 @@ func TestPoolHelloGrant(t *testing.T) {
 // refuses, the pool does not spin.
 func TestPoolRetriesSoon(t *testing.T) {
 	testenv.CheckLeaks(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The target's port is held by a bound socket that does not listen: it
+	// refuses connections (RST) for now, and no other socket (an outgoing
+	// connection of another test process) can take the port before it
+	// listens again.
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // refusing for now
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	held := os.NewFile(uintptr(fd), "held port")
+	defer held.Close()
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
 	s, err := New(baseConfig("a"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -206,9 +223,12 @@ func TestPoolRetriesSoon(t *testing.T) {
 	if n := dials.Load(); n < 4 || n > 40 {
 		t.Errorf("%d dials in 500 ms to a refusing target; want a few retries with backoff (4-40)", n)
 	}
-	ln2, err := net.Listen("tcp", addr)
+	if err := unix.Listen(fd, 16); err != nil {
+		t.Fatal(err)
+	}
+	ln2, err := net.FileListener(held)
 	if err != nil {
-		t.Skipf("port %s taken meanwhile: %v", addr, err)
+		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	var conns []net.Conn

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -181,11 +180,11 @@ func TestConcurrentFlows(t *testing.T) {
 	// Each flow holds 8 sockets in this process (client, origin, two per
 	// proxy) plus splice pipes while bytes move.
 	const fdsPerFlow = 10
-	limit := raiseNoFile(t, uint64(fdsPerFlow*n+1024))
+	limit := testenv.RaiseFDLimit(t, uint64(fdsPerFlow*n+1024))
 	testenv.CheckLeaks(t)
 	conc := min(n, (int(limit)-testenv.OpenFDs(t)-512)/fdsPerFlow)
 	if conc < 100 {
-		t.Skipf("RLIMIT_NOFILE %d allows only %d concurrent flows", limit, conc)
+		testenv.Unmet(t, "RLIMIT_NOFILE %d allows only %d concurrent flows", limit, conc)
 	}
 	t.Logf("%d flows, %d at once (RLIMIT_NOFILE %d)", n, conc, limit)
 
@@ -310,33 +309,6 @@ func TestConcurrentFlows(t *testing.T) {
 		s.stop(t)
 	}
 	o.close()
-}
-
-// raiseNoFile raises the soft fd limit towards want (the hard limit caps
-// it without CAP_SYS_RESOURCE) and returns the limit in force.
-func raiseNoFile(t *testing.T, want uint64) uint64 {
-	t.Helper()
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	old := lim
-	if lim.Cur >= want {
-		return lim.Cur
-	}
-	lim.Cur = want
-	if lim.Max < want {
-		lim.Max = want
-	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		lim.Cur = old.Max
-		lim.Max = old.Max
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			return old.Cur
-		}
-	}
-	t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
-	return lim.Cur
 }
 
 func TestMetricsAndHealth(t *testing.T) {

@@ -68,16 +68,19 @@ func TestReusePortHandoff(t *testing.T) {
 		wg.Add(1)
 		go handoffLoad(ctx, &wg, svc, &ok, &failed, &hung, &firstErr)
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 10*time.Second, "50 flows through the old daemon", func() bool { return ok.Load() >= 50 })
 	newer := start(t, cfg()) // binds the same port beside the old daemon
-	time.Sleep(300 * time.Millisecond)
+	// The kernel spreads new connections over both listeners.
+	waitFor(t, 10*time.Second, "the new daemon serving flows beside the old one", func() bool {
+		return flows(newer.Server, roleInP, outcomeOK) >= 10
+	})
 	beforeStop := ok.Load()
 	if err := old.stop(t); err != nil {
 		t.Fatalf("old daemon: %v", err)
 	}
 	failedAtSwitch := failed.Load()
 	okAtSwitch := ok.Load()
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 10*time.Second, "50 flows after the old daemon stopped", func() bool { return ok.Load()-okAtSwitch >= 50 })
 	stopLoad()
 	wg.Wait()
 	t.Logf("tcp_migrate_req=%s: %d flows ok (%d before the old daemon stopped), %d failed (%d of them by the time it stopped: %v), %d hung",

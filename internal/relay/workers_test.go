@@ -24,8 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -196,9 +194,8 @@ func TestWorkers10kFlows(t *testing.T) {
 		t.Skip("10,000 flows through six worker processes: skipped with -short")
 	}
 	const flows, workers = 10000, 2
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < flows+500 {
-		t.Skipf("RLIMIT_NOFILE %d (%v): the client process needs %d fds", lim.Cur, err, flows+500)
+	if lim := testenv.RaiseFDLimit(t, flows+500); lim < flows+500 {
+		testenv.Unmet(t, "RLIMIT_NOFILE %d: the client process needs %d fds", lim, flows+500)
 	}
 	testenv.CheckLeaks(t)
 	startTime := time.Now()
@@ -527,9 +524,7 @@ func scrape(t *testing.T, addr string, names ...string) map[string]float64 {
 // workers at once, and one that ignores SIGTERM is killed after Stop.
 func TestSupervisor(t *testing.T) {
 	for _, c := range []string{"sh", "sleep", "false"} {
-		if _, err := exec.LookPath(c); err != nil {
-			t.Skipf("no %s: %v", c, err)
-		}
+		testenv.RequireCommand(t, c)
 	}
 	testenv.CheckLeaks(t)
 	var starts atomic.Int64

@@ -1,9 +1,11 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"syscall"
 	"testing"
 )
 
@@ -29,10 +31,46 @@ func RequirePrivileged(t testing.TB) {
 	if reason == "" {
 		return
 	}
+	Unmet(t, "%s", reason)
+}
+
+// Unmet ends t because the machine cannot run it (too low a limit, a port
+// or program missing): a skip, or with MOSTO_REQUIRE_PRIV=1 (CI) a failure,
+// so a test cannot silently stop running where it is expected to.
+func Unmet(t testing.TB, format string, args ...any) {
+	t.Helper()
+	reason := fmt.Sprintf(format, args...)
 	if os.Getenv("MOSTO_REQUIRE_PRIV") == "1" {
 		t.Fatalf("MOSTO_REQUIRE_PRIV=1 but test cannot run: %s", reason)
 	}
 	t.Skipf("skipping: %s (set MOSTO_REQUIRE_PRIV=1 to make this a failure)", reason)
+}
+
+// RaiseFDLimit raises this process's RLIMIT_NOFILE towards want (past the
+// hard limit where the process may, as root can) until t ends, and returns
+// the soft limit in force. Child processes started meanwhile inherit it.
+func RaiseFDLimit(t testing.TB, want uint64) uint64 {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatalf("getrlimit: %v", err)
+	}
+	old := lim
+	if lim.Cur >= want {
+		return lim.Cur
+	}
+	lim.Cur = want
+	if lim.Max < want {
+		lim.Max = want
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		lim.Cur, lim.Max = old.Max, old.Max // without privilege: up to the hard limit
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return old.Cur
+		}
+	}
+	t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+	return lim.Cur
 }
 
 // RequireCommand skips t (or fails it under MOSTO_REQUIRE_PRIV=1) when an
@@ -43,9 +81,6 @@ func RequireCommand(t testing.TB, name string) string {
 	if err == nil {
 		return p
 	}
-	if os.Getenv("MOSTO_REQUIRE_PRIV") == "1" {
-		t.Fatalf("MOSTO_REQUIRE_PRIV=1 but %s is not installed (.ci/run installs it)", name)
-	}
-	t.Skipf("skipping: %s not installed", name)
+	Unmet(t, "%s not installed (.ci/run installs it)", name)
 	return ""
 }
