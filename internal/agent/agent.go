@@ -41,11 +41,6 @@ type Config struct {
 	FEP api.FEP
 	// LoP is the lookup proxy whose table this FEP uses; empty means FEP.ID.
 	LoP string
-	// ProbeConn, if set, is the measurement endpoint's socket, already
-	// bound (ProbeListen is then unused); Run serves it and closes it.
-	// Tests bind 127.0.0.1:0 and advertise the port they got, instead of
-	// picking a port another process may take before the agent binds it.
-	ProbeConn net.PacketConn
 	// ProbeListen is the UDP address of the measurement endpoint; empty
 	// means FEP.ProbeAddr, "off" runs none.
 	ProbeListen string
