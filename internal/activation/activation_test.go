@@ -223,3 +223,26 @@ func TestActivatorStartLimit(t *testing.T) {
 		t.Errorf("a name with ':' = %v; want refused", err)
 	}
 }
+
+// FuzzParse: any variables give sockets or an error, never a panic, and
+// never more sockets than LISTEN_FDS says.
+func FuzzParse(f *testing.F) {
+	f.Add("42", "2", "hop:probe")
+	f.Add("42", "1", "")
+	f.Add("x", "-1", "::")
+	f.Fuzz(func(t *testing.T, pid, fds, names string) {
+		open := func(fd int, name string) (Socket, error) { return Socket{Name: name, FD: fd}, nil }
+		socks, err := parse(pid, fds, names, 42, open)
+		if err != nil {
+			return
+		}
+		for i, s := range socks {
+			if s.FD != FirstFD+i {
+				t.Fatalf("socket %d at fd %d", i, s.FD)
+			}
+		}
+		if len(socks) > maxFDs {
+			t.Fatalf("%d sockets", len(socks))
+		}
+	})
+}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/pki"
+	"github.com/mosto-net/mosto/internal/probe"
 )
 
 // TestStatsPushed: the agent pushes the relay counters of its registry to
@@ -53,4 +56,30 @@ func TestStatsPushed(t *testing.T) {
 	if !got.Started.Equal(started.UTC()) {
 		t.Errorf("started %v; want %v", got.Started, started)
 	}
+}
+
+// TestProbeConnUsed: a measurement socket handed over (socket activation)
+// is the endpoint the agent serves, and ProbeListen is not bound.
+func TestProbeConnUsed(t *testing.T) {
+	c := newController(t)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fepConfig(c, t.TempDir(), c.token(t, pki.TokenOptions{}))
+	cfg.ProbeConn = pc
+	busy, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg.ProbeListen = busy.LocalAddr().String() // in use: binding it would fail
+	startAgent(t, cfg)
+	var m probe.UDPEcho
+	eventually(t, "an echo from the handed-over socket", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := m.Measure(ctx, pc.LocalAddr().String())
+		return err == nil
+	})
 }
