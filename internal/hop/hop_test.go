@@ -408,6 +408,7 @@ func TestReplayCache(t *testing.T) {
 	c := NewReplayCache(time.Minute, 3)
 	now := t0
 	c.now = func() time.Time { return now }
+	c.start = t0.Add(-time.Hour)
 	h := sampleHeader()
 	if c.Seen(h) {
 		t.Fatal("first Seen = true")
@@ -522,6 +523,7 @@ func TestConcurrentUse(t *testing.T) {
 	kr := testKeyring(t)
 	c := NewReplayCache(time.Minute, 1000)
 	c.now = func() time.Time { return t0 }
+	c.start = t0.Add(-time.Hour)
 	done := make(chan int, 4)
 	for g := 0; g < 4; g++ {
 		go func() {

@@ -9,17 +9,21 @@ import (
 
 // ReplayCache remembers the (FlowID, Hop) pairs of accepted headers for as
 // long as Read could accept them again (issue time + window), in bounded
-// memory. When full it forgets the entry closest to expiring. It is safe
-// for concurrent use.
+// memory. When full it forgets the entry closest to expiring (counted:
+// Evicted). A header issued before the cache was made is refused: the
+// cache of the process before a restart is gone, and it may have accepted
+// that header already. It is safe for concurrent use.
 type ReplayCache struct {
 	window time.Duration
 	max    int
 	now    func() time.Time
+	start  time.Time // headers issued before are refused
 
 	mu      sync.Mutex
 	entries map[replayKey]*replayEntry
 	byExp   expHeap
 	evicted uint64
+	refused uint64
 }
 
 type replayKey struct {
@@ -44,27 +48,39 @@ func NewReplayCache(window time.Duration, capacity int) *ReplayCache {
 	if capacity < 1 {
 		capacity = 1 << 16
 	}
-	return &ReplayCache{window: window, max: capacity, now: time.Now, entries: make(map[replayKey]*replayEntry)}
+	return &ReplayCache{window: window, max: capacity, now: time.Now, start: time.Now(), entries: make(map[replayKey]*replayEntry)}
 }
 
 // Seen records h and reports whether its (FlowID, Hop) was already recorded
-// and has not expired: true means h is a replay.
+// and has not expired, or h was issued before the cache was made: true
+// means h is (or may be) a replay.
 func (c *ReplayCache) Seen(h *Header) bool {
+	_, seen := c.seen(h)
+	return seen
+}
+
+// seen is Seen, also saying whether h predates the cache.
+func (c *ReplayCache) seen(h *Header) (early, seen bool) {
 	k := replayKey{flow: h.FlowID, hop: h.Hop}
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if h.Time.Before(c.start) {
+		c.refused++
+		return true, true
+	}
 	for len(c.byExp) > 0 && !c.byExp[0].exp.After(now) {
 		e := heap.Pop(&c.byExp).(*replayEntry)
 		delete(c.entries, e.key)
 	}
 	if _, ok := c.entries[k]; ok {
-		return true
+		c.refused++
+		return false, true
 	}
 	exp := h.Time.Add(c.window)
 	if !exp.After(now) {
 		// Read refuses it as expired anyway; nothing to remember.
-		return false
+		return false, false
 	}
 	if len(c.byExp) >= c.max {
 		e := heap.Pop(&c.byExp).(*replayEntry)
@@ -74,15 +90,28 @@ func (c *ReplayCache) Seen(h *Header) bool {
 	e := &replayEntry{key: k, exp: exp}
 	heap.Push(&c.byExp, e)
 	c.entries[k] = e
-	return false
+	return false, false
 }
 
-// Check is Seen as an error: it wraps ErrReplay for a replay, else nil.
+// Check is Seen as an error: it wraps ErrReplay for a replay (or a header
+// issued before the cache was made), else nil.
 func (c *ReplayCache) Check(h *Header) error {
-	if c.Seen(h) {
+	switch early, seen := c.seen(h); {
+	case early:
+		return fmt.Errorf("%w: flow %x hop %d issued at %s, before this process started (%s)", ErrReplay, h.FlowID, h.Hop,
+			h.Time.UTC().Format(time.RFC3339Nano), c.start.UTC().Format(time.RFC3339Nano))
+	case seen:
 		return fmt.Errorf("%w: flow %x hop %d", ErrReplay, h.FlowID, h.Hop)
 	}
 	return nil
+}
+
+// Refused returns how many headers Seen or Check refused (replays and
+// headers issued before the cache was made).
+func (c *ReplayCache) Refused() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refused
 }
 
 // Len returns the number of remembered pairs.
