@@ -412,7 +412,7 @@ func (b *bench) startProxies(ctx context.Context) (func(), error) {
 			"members":      map[string]string{f.host: b.addr(f.host, portHop)},
 			"keys":         map[string]any{"current": map[string]any{"id": 1, "secret_hex": strings.Repeat("ab", 32)}},
 			"destinations": map[string]any{"allow": []string{"10.77.0.0/16"}},
-			"socks5":       map[string]any{"listen": b.addr(f.host, portSOCKS)},
+			"socks5":       map[string]any{"listen": b.addr(f.host, portSOCKS), "allow_open": true}, // an emulated lab
 			"loops":        -1,
 		}
 		y, err := yaml.Marshal(cfg)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,6 +97,11 @@ type HopConfig struct {
 	// and for every other source, the header timeout applies. 0: the header
 	// timeout for all.
 	MemberIdle Duration `yaml:"member_idle"`
+	// ReplayEntries sizes the replay cache (headers remembered for 2 x
+	// max_skew); 0: DefaultReplayEntries. Size it above the hop flows per
+	// second times 2 x max_skew: mosto_relay_replay_evictions_total counts
+	// the headers forgotten early (a replay of one would pass).
+	ReplayEntries int `yaml:"replay_entries"`
 }
 
 // PoolConfig sizes the pools of pre-established connections (0: no pool).
@@ -168,6 +174,9 @@ type SOCKS5Config struct {
 	Users  map[string]string `yaml:"users"` // empty: no authentication
 	Allow  []string          `yaml:"allow"` // destination allowlist; empty: any
 	Size   Size              `yaml:"size"`  // size hint for chain choice
+	// AllowOpen lets the entry listen on a non-loopback address without
+	// users and without an allowlist (an open proxy); refused otherwise.
+	AllowOpen bool `yaml:"allow_open"`
 }
 
 // ConnectConfig is the HTTP CONNECT entry.
@@ -176,6 +185,8 @@ type ConnectConfig struct {
 	Users  map[string]string `yaml:"users"` // basic auth; empty: none
 	Allow  []string          `yaml:"allow"`
 	Size   Size              `yaml:"size"`
+	// AllowOpen: as SOCKS5Config.AllowOpen.
+	AllowOpen bool `yaml:"allow_open"`
 }
 
 // TimeoutConfig groups the daemon's timeouts.
@@ -192,9 +203,14 @@ type TimeoutConfig struct {
 
 // LimitConfig bounds concurrent connections.
 type LimitConfig struct {
-	MaxConns          int `yaml:"max_conns"`            // all listeners together
-	MaxConnsPerSource int `yaml:"max_conns_per_source"` // entry listeners, per client IP
-	// HopMaxConnsPerSource bounds hop connections per source IP; 0: only MaxConns.
+	MaxConns          int `yaml:"max_conns"`            // entry listeners together
+	MaxConnsPerSource int `yaml:"max_conns_per_source"` // entry listeners, per client IP (IPv6: per /64)
+	// HopMaxConns is the hop listener's own budget (a hop-port flood
+	// cannot take the entries' connections); 0: MaxConns.
+	HopMaxConns int `yaml:"hop_max_conns"`
+	// HopMaxConnsPerSource bounds the hop connections of one source that
+	// is not a member (IPv6: per /64); members' addresses are not capped;
+	// 0: DefaultHopMaxConnsPerSource.
 	HopMaxConnsPerSource int `yaml:"hop_max_conns_per_source"`
 }
 
@@ -237,9 +253,17 @@ const (
 	DefaultMaxSkew           = 30 * time.Second
 	DefaultMaxConns          = 32768
 	DefaultMaxConnsPerSource = 1024
-	DefaultEarlyWait         = 20 * time.Millisecond
-	DefaultHopMaxIdle        = 30 * time.Second
-	DefaultOriginMaxIdle     = 20 * time.Second
+	// DefaultHopMaxConnsPerSource caps the hop connections of a non-member
+	// address: a stranger may probe the port, not hold its budget.
+	DefaultHopMaxConnsPerSource = 64
+	// DefaultReplayEntries is hop.replay_entries when zero: about 4.4k hop
+	// flows/s at the default max_skew (30 s).
+	DefaultReplayEntries = 1 << 18
+	// MaxReplayEntries bounds hop.replay_entries (about 100 bytes each).
+	MaxReplayEntries     = 1 << 24
+	DefaultEarlyWait     = 20 * time.Millisecond
+	DefaultHopMaxIdle    = 30 * time.Second
+	DefaultOriginMaxIdle = 20 * time.Second
 	// DefaultPoolHop is pool.hop when a config file does not set it: idle
 	// connections kept to every member (safe with members that lack pools:
 	// the pool hello falls back to per-flow dials).
@@ -446,6 +470,9 @@ func (c *Config) Validate() error {
 			bad("socks5.listen: %v", err)
 		}
 		checkList("socks5.allow", s.Allow)
+		if openListen(s.Listen) && len(s.Users) == 0 && len(s.Allow) == 0 && !s.AllowOpen {
+			bad("socks5: %s is not a loopback address and the entry has no users and no allow list: anyone reaching it could use this proxy (set users or allow, or allow_open: true)", s.Listen)
+		}
 		for u, p := range s.Users {
 			if len(u) == 0 || len(u) > 255 || len(p) == 0 || len(p) > 255 {
 				bad("socks5.users: user and password must be 1-255 bytes (user %q)", u)
@@ -462,13 +489,19 @@ func (c *Config) Validate() error {
 			bad("http_connect.listen: %v", err)
 		}
 		checkList("http_connect.allow", h.Allow)
+		if openListen(h.Listen) && len(h.Users) == 0 && len(h.Allow) == 0 && !h.AllowOpen {
+			bad("http_connect: %s is not a loopback address and the entry has no users and no allow list: anyone reaching it could use this proxy (set users or allow, or allow_open: true)", h.Listen)
+		}
 		for u := range h.Users {
 			if u == "" || strings.Contains(u, ":") {
 				bad("http_connect.users: user %q must be non-empty without ':'", u)
 			}
 		}
 	}
-	if c.Limits.MaxConns < 0 || c.Limits.MaxConnsPerSource < 0 || c.Limits.HopMaxConnsPerSource < 0 {
+	if c.Hop.ReplayEntries < 0 || c.Hop.ReplayEntries > MaxReplayEntries {
+		bad("hop.replay_entries: %d, want 0..%d", c.Hop.ReplayEntries, MaxReplayEntries)
+	}
+	if c.Limits.MaxConns < 0 || c.Limits.MaxConnsPerSource < 0 || c.Limits.HopMaxConns < 0 || c.Limits.HopMaxConnsPerSource < 0 {
 		bad("limits: values must be >= 0")
 	}
 	if c.Metrics.Listen != "" {
@@ -558,6 +591,21 @@ func (c *Config) path(p string) string {
 
 // checkHostPort checks "host:port"; a listen address may have an empty host
 // and port 0.
+// openListen reports whether a listen address may be reached from other
+// hosts: every interface (no host, 0.0.0.0, ::), or any address or name
+// but loopback ones and localhost.
+func openListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.Unmap().IsLoopback()
+}
+
 func checkHostPort(s string, listen bool) error {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {

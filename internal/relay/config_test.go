@@ -57,6 +57,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"service origin", "id: a\nservices: [{listen: ':1', origin: ':80'}]\n", "services[0].origin"},
 		{"socks user", "id: a\nsocks5: {listen: ':1', users: {'': x}}\n", "socks5.users"},
 		{"connect user colon", "id: a\nhttp_connect: {listen: ':1', users: {'a:b': x}}\n", "http_connect.users"},
+		// issue 13 item 9: no open proxy by accident.
+		{"open socks5", "id: a\nsocks5: {listen: ':1080'}\n", "allow_open"},
+		{"open socks5 public ip", "id: a\nsocks5: {listen: '192.0.2.1:1080'}\n", "allow_open"},
+		{"open connect", "id: a\nhttp_connect: {listen: '0.0.0.0:3128'}\n", "allow_open"},
 		{"negative limit", "id: a\nlimits: {max_conns: -1}\n", "limits"},
 		{"wrong type", "id: [a]\n", "cannot unmarshal"},
 		{"lop not member", "id: a\nmembers: {b: 'h:1'}\nlop: z\n" + keys, "lop: \"z\" is not a member"},
@@ -213,5 +217,23 @@ func TestLeverDefaults(t *testing.T) {
 	var lit Config
 	if lit.Pool.Hop != 0 || lit.Socket.FastOpen {
 		t.Errorf("a Config literal has levers on")
+	}
+}
+
+// TestOpenEntryAllowed (issue 13 item 9): an entry without users or allow
+// list starts on loopback, or anywhere with allow_open, users or an allow
+// list.
+func TestOpenEntryAllowed(t *testing.T) {
+	for _, y := range []string{
+		"id: a\nsocks5: {listen: '127.0.0.1:1080'}\n",
+		"id: a\nsocks5: {listen: '[::1]:1080'}\n",
+		"id: a\nsocks5: {listen: 'localhost:1080'}\n",
+		"id: a\nsocks5: {listen: ':1080', allow_open: true}\n",
+		"id: a\nsocks5: {listen: ':1080', users: {u: p}}\n",
+		"id: a\nhttp_connect: {listen: ':3128', allow: ['*:443']}\n",
+	} {
+		if _, err := ParseConfig(strings.NewReader(y), "."); err != nil {
+			t.Errorf("ParseConfig(%q) = %v; want ok", y, err)
+		}
 	}
 }

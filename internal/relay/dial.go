@@ -55,6 +55,9 @@ func (s *Server) runPool(wg *sync.WaitGroup, ctx context.Context, p *connPool) {
 // dialHop connects to the next member and sends it the signed header h
 // followed by the flow's early bytes in one write.
 func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.TCPConn, error) {
+	if err := s.memberAddrAllowed(addr); err != nil {
+		return nil, fmt.Errorf("member %s: %w", next, err)
+	}
 	b, err := h.Marshal(s.keyring())
 	if err != nil {
 		return nil, fmt.Errorf("marshal hop header: %w", err)
@@ -91,6 +94,28 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 		return nil, fmt.Errorf("connect %s %s: %w", next, addr, err)
 	}
 	return up, nil
+}
+
+// memberAddrAllowed refuses a member address no overlay uses: link-local
+// (169.254.0.0/16 holds cloud metadata services, fe80::/10), multicast,
+// unspecified, unless the destination policy names it. Loopback and
+// private members stay allowed (labs, private overlays); the controller's
+// member check refuses them unless its operator allowed their range.
+func (s *Server) memberAddrAllowed(addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil // a name from a static config
+	}
+	ip := ap.Addr().Unmap()
+	if !(ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsUnspecified() || ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast()) {
+		return nil
+	}
+	for _, m := range s.origin.policy.allow {
+		if ok, explicit := m.matches("", ip, ap.Port()); ok && explicit {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: member address %s is link-local, multicast or unspecified", errPolicy, addr)
 }
 
 // dialOrigin checks t against the destination policy (errPolicy), connects

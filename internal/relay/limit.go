@@ -3,64 +3,119 @@ package relay
 import (
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"sync"
 	"time"
 )
 
-// connLimiter bounds open connections globally and per source address
-// (entry listeners and hop listener counted apart).
+// connLimiter bounds open connections with separate budgets for the entry
+// listeners and the hop listener (a hop-port flood cannot starve clients,
+// nor a client flood the overlay), and per source: IPv4 per address, IPv6
+// per /64 (one host holds a whole /64). On the hop listener, addresses of
+// members (hop addresses in the current member list) have no per-source
+// cap; every other address gets hopPerSource.
 type connLimiter struct {
-	max, perSource, hopPerSource int
+	max, hopMax, perSource, hopPerSource int
+	member                               func(netip.Addr) bool // nil: no members
 
-	mu    sync.Mutex
-	n     int
-	entry map[netip.Addr]int
-	hop   map[netip.Addr]int
+	mu         sync.Mutex
+	nEntry     int
+	nHop       int
+	entry, hop map[netip.Addr]int
 }
 
-func newConnLimiter(max, perSource, hopPerSource int) *connLimiter {
+func newConnLimiter(max, hopMax, perSource, hopPerSource int, member func(netip.Addr) bool) *connLimiter {
 	return &connLimiter{
-		max: max, perSource: perSource, hopPerSource: hopPerSource,
+		max: max, hopMax: hopMax, perSource: perSource, hopPerSource: hopPerSource, member: member,
 		entry: make(map[netip.Addr]int), hop: make(map[netip.Addr]int),
 	}
 }
 
+// sourceKey is what a source is counted as: the IPv4 address, or the /64
+// of an IPv6 address.
+func sourceKey(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
+}
+
 // acquire admits a connection from ip, or returns the refusal reason.
 func (l *connLimiter) acquire(ip netip.Addr, hop bool) string {
+	k := sourceKey(ip)
+	limit := l.perSource
+	if hop {
+		limit = l.hopPerSource
+		if l.member != nil && l.member(ip.Unmap()) {
+			limit = 0
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.n >= l.max {
+	n, max, m := &l.nEntry, l.max, l.entry
+	if hop {
+		n, max, m = &l.nHop, l.hopMax, l.hop
+	}
+	if *n >= max {
 		return refuseLimitGlobal
 	}
-	m, limit := l.entry, l.perSource
-	if hop {
-		m, limit = l.hop, l.hopPerSource
-	}
-	if limit > 0 && m[ip] >= limit {
+	if limit > 0 && m[k] >= limit {
 		return refuseLimitSource
 	}
-	l.n++
-	m[ip]++
+	*n++
+	m[k]++
 	return ""
 }
 
 func (l *connLimiter) release(ip netip.Addr, hop bool) {
+	k := sourceKey(ip)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.n--
-	m := l.entry
+	n, m := &l.nEntry, l.entry
 	if hop {
-		m = l.hop
+		n, m = &l.nHop, l.hop
 	}
-	if m[ip]--; m[ip] <= 0 {
-		delete(m, ip)
+	*n--
+	if m[k]--; m[k] <= 0 {
+		delete(m, k)
 	}
 }
 
+// total returns the open connections of both budgets.
 func (l *connLimiter) total() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.n
+	return l.nEntry + l.nHop
+}
+
+// memberIPs answers whether an address is a member's, from a member list
+// it parses again only when the list (the map) changes.
+type memberIPs struct {
+	members func() map[string]string
+
+	mu   sync.Mutex
+	from uintptr // identity of the map the set was built from
+	n    int
+	set  map[netip.Addr]bool
+}
+
+func (m *memberIPs) has(ip netip.Addr) bool {
+	cur := m.members()
+	id := reflect.ValueOf(cur).Pointer()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.set == nil || id != m.from || len(cur) != m.n {
+		m.set = make(map[netip.Addr]bool, len(cur))
+		for _, a := range cur {
+			if ap, err := netip.ParseAddrPort(a); err == nil {
+				m.set[ap.Addr().Unmap()] = true
+			}
+		}
+		m.from, m.n = id, len(cur)
+	}
+	return m.set[ip]
 }
 
 // rateLog logs refusals: each at Debug, and at most one Warn per reason per

@@ -20,6 +20,7 @@ import (
 	"github.com/mosto-net/mosto/internal/evloop"
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Server is one proxy daemon. Create it with New, then call Run once (or
@@ -120,7 +121,21 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	if perSource == 0 {
 		perSource = DefaultMaxConnsPerSource
 	}
-	s.accept.limits = newConnLimiter(maxConns, perSource, cfg.Limits.HopMaxConnsPerSource)
+	hopMax := cfg.Limits.HopMaxConns
+	if hopMax == 0 {
+		hopMax = maxConns
+	}
+	hopPerSource := cfg.Limits.HopMaxConnsPerSource
+	if hopPerSource == 0 {
+		hopPerSource = DefaultHopMaxConnsPerSource
+	}
+	members := &memberIPs{members: func() map[string]string {
+		if b := s.overlay.members.Load(); b != nil {
+			return b.src.Members()
+		}
+		return nil
+	}}
+	s.accept.limits = newConnLimiter(maxConns, hopMax, perSource, hopPerSource, members.has)
 
 	if cfg.Keys.Current != nil {
 		kr, err := loadKeyring(cfg)
@@ -129,7 +144,20 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 		}
 		s.overlay.kr = kr
 	}
-	s.overlay.replay = hop.NewReplayCache(cfg.maxSkew(), 1<<18)
+	entries := cfg.Hop.ReplayEntries
+	if entries == 0 {
+		entries = DefaultReplayEntries
+	}
+	s.overlay.replay = hop.NewReplayCache(cfg.maxSkew(), entries)
+	replay := s.overlay.replay
+	s.m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mosto_relay_replay_evictions_total",
+			Help: "Hop headers the replay cache forgot before they expired because it was full (raise hop.replay_entries)."},
+			func() float64 { return float64(replay.Evicted()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mosto_relay_replay_entries",
+			Help: "Hop headers the replay cache remembers."}, func() float64 { return float64(replay.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mosto_relay_replay_capacity",
+			Help: "Size of the replay cache (hop.replay_entries)."}, func() float64 { return float64(entries) }))
 	s.SetMembers(cfg.Members)
 	if cfg.Table != "" {
 		ix, err := loadTable(cfg.path(cfg.Table))
