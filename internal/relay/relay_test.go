@@ -442,7 +442,7 @@ func TestHandshakeWorkers(t *testing.T) {
 	cfg := baseConfig("s")
 	cfg.Timeouts.Header = Duration(300 * time.Millisecond)
 	cfg.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
-	cfg.Loops = -1 // hop connections wait on handshake workers only without loops
+	cfg.Loops = -1                            // hop connections wait on handshake workers only without loops
 	cfg.Limits.HopMaxConnsPerSource = 1 << 20 // the burst comes from one non-member address
 	s := start(t, cfg)
 	const burst = 3 * maxIdleWorkers
