@@ -55,6 +55,9 @@ type Config struct {
 	// Timeout bounds one transfer; 0 means 10 minutes.
 	Timeout  time.Duration
 	Realtime bool // emulator threads at real-time priority
+	// Sysctls ("net.ipv4.tcp_recovery=0") are set in every host of the
+	// world after it comes up (experiments with the TCP stack).
+	Sysctls  []string
 	Log      *slog.Logger
 	Progress io.Writer // one line per finished cell; nil: none
 }
@@ -139,6 +142,18 @@ func linkSpec(a, b string, delay, jitter, loss, rate float64) emu.LinkSpec {
 	q := 1000 // netem's default limit (packets), as Mininet's TCLink
 	r := true // netem jitter reorders
 	return emu.LinkSpec{A: a, B: b, DelayMS: &delay, JitterMS: &jitter, LossPct: &loss, RateMbit: &rate, QueuePkts: &q, Reorder: &r}
+}
+
+// sysctls sets cfg.Sysctls in every host.
+func (l *lab) sysctls(ctx context.Context) error {
+	for _, kv := range l.cfg.Sysctls {
+		for _, h := range l.w.Hosts() {
+			if out, err := l.w.Command(ctx, h, "sysctl", "-q", "-w", kv).CombinedOutput(); err != nil {
+				return fmt.Errorf("ttsbench: sysctl %s in %s: %v: %s", kv, h, err, out)
+			}
+		}
+	}
+	return nil
 }
 
 // serve streams size bytes to every connection on addr of host s after a

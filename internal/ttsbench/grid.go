@@ -141,6 +141,9 @@ func RunGrid(ctx context.Context, cfg Config, g GridConfig) (*GridResult, error)
 	}
 	l := &lab{cfg: &cfg, w: w, size: g.Size}
 	defer l.close()
+	if err := l.sysctls(ctx); err != nil {
+		return nil, err
+	}
 	for p := range gridHops {
 		if err := l.serve(ctx, uint16(portGrid+p)); err != nil {
 			return nil, err

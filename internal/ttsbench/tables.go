@@ -73,6 +73,9 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 	}
 	l := &lab{cfg: cfg, w: w, size: cfg.Size}
 	defer l.close()
+	if err := l.sysctls(ctx); err != nil {
+		return err
+	}
 	for _, p := range []uint16{portTTS, portDirect} {
 		if err := l.serve(ctx, p); err != nil {
 			return err
