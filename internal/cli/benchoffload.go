@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	rate := fs.Float64("rate", 200, "rate of both links, Mbit/s (0: unlimited)")
 	queue := fs.Float64("queue-ms", 20, "queue of both links, ms at rate")
 	verbose := fs.Bool("v", false, "print every trace")
-	svg := fs.String("svg", "", "write the goodput traces of the first RTT as SVG to this file")
+	svg := fs.String("svg", "", "write the goodput traces as SVG, one file per RTT and cc: PREFIX-<rtt>-<cc>.svg")
 	pos, err := parseFlags(fs, args[1:])
 	if err != nil {
 		return err
@@ -107,11 +108,8 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if *svg != "" {
-		for i, key := range order {
-			name := *svg
-			if i > 0 {
-				name = strings.TrimSuffix(*svg, ".svg") + "-" + strings.NewReplacer(" ", "-").Replace(key) + ".svg"
-			}
+		for _, key := range order {
+			name := strings.TrimSuffix(*svg, ".svg") + "-" + strings.NewReplacer(" ", "-").Replace(key) + ".svg"
 			f, err := os.Create(name)
 			if err != nil {
 				return err
@@ -130,5 +128,52 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 }
 
 func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
-	return usageErrorf("veth: not built yet")
+	fs := newFlagSet(env, "bench offload veth")
+	modes := fs.String("modes", "direct,splice,offload,haproxy", "modes: direct (routed), splice (mosto proxy), offload (mosto proxy, offload after 1 MB), haproxy")
+	dur := fs.Duration("duration", 5*time.Second, "iperf3 time per mode")
+	streams := fs.Int("streams", 1, "parallel flows")
+	rounds := fs.Int("rounds", 1, "rounds of all modes, interleaved")
+	mosto := fs.String("mosto", "", "mosto binary (default: this executable)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || *dur < time.Second || *streams < 1 || *rounds < 1 {
+		return usageErrorf("want -duration >= 1s, -streams >= 1, -rounds >= 1, no arguments")
+	}
+	if *mosto == "" {
+		if *mosto, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	hap, _ := exec.LookPath("haproxy")
+	tab := report.Table{Header: []string{"round", "mode", "Gbit/s", "vs direct", "relay CPU s/GB", "eBPF s/GB", "total s/GB"},
+		Align: []report.Align{report.Right, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	for round := 1; round <= *rounds; round++ {
+		res, err := offloadbench.RunVeth(ctx, offloadbench.VethConfig{Mosto: *mosto, HAProxy: hap, Duration: *dur, Streams: *streams, Modes: strings.Split(*modes, ",")})
+		if err != nil {
+			return err
+		}
+		direct := 0.0
+		for _, r := range res {
+			if r.Mode == offloadbench.VethDirect && r.Err == nil {
+				direct = r.Gbps
+			}
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				tab.AddRow(fmt.Sprint(round), r.Mode, "error: "+r.Err.Error())
+				continue
+			}
+			ratio := "-"
+			if direct > 0 {
+				ratio = fmt.Sprintf("%.2f", r.Gbps/direct)
+			}
+			gb := float64(r.Bytes) / 1e9
+			tab.AddRow(fmt.Sprint(round), r.Mode, fmt.Sprintf("%.2f", r.Gbps), ratio,
+				fmt.Sprintf("%.3f", r.RelayCPU.Seconds()/gb), fmt.Sprintf("%.4f", r.ProgCPU.Seconds()/gb), fmt.Sprintf("%.3f", (r.RelayCPU+r.ProgCPU).Seconds()/gb))
+		}
+	}
+	fmt.Fprintf(env.Stdout, "peer2 -> relay -> peer1 over veths, iperf3 -R, %d flow(s), %v per mode\n\n", *streams, *dur)
+	return tab.WriteMarkdown(env.Stdout)
 }
