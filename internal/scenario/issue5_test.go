@@ -55,7 +55,32 @@ func TestIssue5Figures(t *testing.T) {
 	t.Logf("10 FEPs + controller up; discovery converged %v after the proxies started (%v in all); InP %s, EgP %s, probe interval %v",
 		cv.Took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), r.InP, r.EgP, interval)
 
-	// 1. Measured vs emulated matrix.
+	// 1. Measured vs emulated matrix. Every directed pair must be measured
+	// and within the target, 5% (at least 1 ms: the emulator's own jitter
+	// on short links). A pair outside it is read again from the live matrix
+	// in a retry round, up to 3 probe intervals: under -race on a loaded
+	// machine a proxy may answer a probe late, and the robust estimator
+	// drops such a sample within a round or two. A pair still off after the
+	// retries fails the test; the figures are those of the first read.
+	type pair struct{ a, b string }
+	offTarget := func(m api.Matrix) map[pair]string {
+		off := map[pair]string{}
+		for i, a := range m.Names {
+			for j, b := range m.Names {
+				if i == j {
+					continue
+				}
+				want := float64(w.RTT(a, b)) / 1e6
+				switch {
+				case m.RTTMS[i][j] == nil:
+					off[pair{a, b}] = "not measured"
+				case math.Abs(*m.RTTMS[i][j]-want) > max(0.05*want, 1):
+					off[pair{a, b}] = fmt.Sprintf("measured %.2f ms, emulated %.2f ms", *m.RTTMS[i][j], want)
+				}
+			}
+		}
+		return off
+	}
 	m := cv.Matrix
 	var n, within5, within1ms int
 	worstRel, worstAbs := 0.0, 0.0
@@ -74,23 +99,37 @@ func TestIssue5Figures(t *testing.T) {
 			if d <= max(0.05*want, 1) {
 				within1ms++
 			}
-			// The figure is the count within 5%; the test fails on a
-			// measurement that is plainly wrong (under -race and a loaded
-			// machine the race-built proxies answer probes a little late).
-			if d > max(0.15*want, 3) {
-				t.Errorf("%s -> %s: measured %.2f ms, emulated %.2f ms (off by more than max(15%%, 3 ms))", a, b, got, want)
-			}
 			if rel := d / want; rel > worstRel {
 				worstRel, worst = rel, fmt.Sprintf("%s->%s %.2f vs %.2f ms", a, b, got, want)
 			}
 			worstAbs = max(worstAbs, d)
 		}
 	}
-	if n < len(issue5Cities)*(len(issue5Cities)-1)/2 {
-		t.Errorf("only %d directed pairs measured", n)
-	}
 	t.Logf("matrix: %d of %d directed pairs measured; %d within 5%%, %d within max(5%%, 1 ms); worst relative error %.1f%% (%s); worst absolute %.2f ms",
 		n, len(m.Names)*(len(m.Names)-1), within5, within1ms, 100*worstRel, worst, worstAbs)
+	if len(m.Names) != len(issue5Cities) {
+		t.Errorf("matrix of %d FEPs; want %d", len(m.Names), len(issue5Cities))
+	}
+	off := offTarget(m)
+	for round := 1; len(off) > 0 && round <= 3; round++ {
+		t.Logf("retry round %d: %d pairs off target, e.g. %v", round, len(off), firstOf(off))
+		time.Sleep(interval) // the next probe round
+		live, err := sc.API().Matrix(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		still := offTarget(live)
+		for p := range off {
+			if _, bad := still[p]; !bad {
+				delete(off, p)
+			} else {
+				off[p] = still[p]
+			}
+		}
+	}
+	for p, why := range off {
+		t.Errorf("%s -> %s: %s (outside max(5%%, 1 ms) after 3 retry rounds)", p.a, p.b, why)
+	}
 
 	// 2. A delay change reaches every LoP: the first link of the chain
 	// triples, is restored, triples... (ending tripled), each change at a
@@ -335,4 +374,12 @@ func propagation(t *testing.T, ctx context.Context, w *emu.World, sc *scenario.S
 		time.Sleep(20 * time.Millisecond)
 	}
 	return tMatrix, tTable, tAll, v1
+}
+
+// firstOf returns one entry of m, for a log line.
+func firstOf[K comparable](m map[K]string) string {
+	for k, v := range m {
+		return fmt.Sprintf("%v: %s", k, v)
+	}
+	return ""
 }
