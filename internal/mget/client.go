@@ -43,6 +43,11 @@ type Config struct {
 	// MaxWindow caps the bytes a sub-flow has requested and not received;
 	// 0: 16 MiB.
 	MaxWindow int64
+	// GiveUp is how many sessions in a row may receive nothing before a
+	// sub-flow drops its source; 0: 12 (with the backoff and the re-probe
+	// wait, about a minute or more: well beyond seed 003's 7-second
+	// silence).
+	GiveUp int
 	// Progress, when set, is called about every 200 ms with a snapshot.
 	Progress func(Snapshot)
 	Log      *slog.Logger // nil discards
@@ -126,6 +131,7 @@ type sub struct {
 	lastBytes int64
 	srtt      time.Duration
 	exited    bool
+	dropped   error // why the source was dropped
 }
 
 // Get downloads one object from its sources into cfg.Out and returns the
@@ -148,6 +154,9 @@ func Get(ctx context.Context, cfg Config) (*Stats, error) {
 	}
 	if cfg.MaxWindow <= 0 {
 		cfg.MaxWindow = 16 << 20
+	}
+	if cfg.GiveUp <= 0 {
+		cfg.GiveUp = 12
 	}
 	d := &dl{cfg: cfg, log: cfg.Log, start: time.Now(), ready: make(chan struct{}), changed: make(chan struct{})}
 	if d.log == nil {
@@ -304,7 +313,9 @@ func (d *dl) wait(ctx context.Context, exited <-chan int) error {
 				done := d.sched.Done()
 				var errs []error
 				for _, s := range d.subs {
-					errs = append(errs, fmt.Errorf("%s via %s: %s", s.src.URL, s.src.Path, s.st.Disabled))
+					if s.dropped != nil {
+						errs = append(errs, fmt.Errorf("%s via %s: %w", s.src.URL, s.src.Path, s.dropped))
+					}
 				}
 				d.mu.Unlock()
 				if done {
@@ -375,6 +386,7 @@ func (d *dl) notifyLocked() {
 func (d *dl) runSub(ctx context.Context, i int) {
 	s := d.subs[i]
 	probed := false
+	idle := 0 // sessions in a row that received nothing
 	var backoff time.Duration
 	defer func() {
 		d.mu.Lock()
@@ -392,13 +404,26 @@ func (d *dl) runSub(ctx context.Context, i int) {
 			case <-t.C:
 			}
 		}
+		d.mu.Lock()
+		before := s.st.Bytes + s.st.DupBytes
+		d.mu.Unlock()
 		err := d.session(ctx, i, &probed)
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil {
+		d.mu.Lock()
+		if s.st.Bytes+s.st.DupBytes > before {
+			idle = 0
+		} else {
+			idle++
+		}
+		d.mu.Unlock()
+		if err == nil && idle < d.cfg.GiveUp {
 			backoff = 0
 			continue
+		}
+		if err == nil {
+			err = fmt.Errorf("no byte in %d sessions", idle)
 		}
 		d.mu.Lock()
 		s.st.Errors++
@@ -406,8 +431,12 @@ func (d *dl) runSub(ctx context.Context, i int) {
 		if isTimeout(err) {
 			s.st.Stalls++
 		}
-		if errors.Is(err, ErrBadSource) || errors.Is(err, ErrMismatch) {
+		if idle >= d.cfg.GiveUp {
+			err = fmt.Errorf("%w: %d sessions in a row without a byte; last: %v", ErrGaveUp, idle, err)
+		}
+		if errors.Is(err, ErrBadSource) || errors.Is(err, ErrMismatch) || errors.Is(err, ErrGaveUp) {
 			s.st.Disabled = err.Error()
+			s.dropped = err
 			d.mu.Unlock()
 			d.log.Warn("mget: source dropped", "url", s.src.URL, "path", s.src.Path, "err", err)
 			return
@@ -417,6 +446,10 @@ func (d *dl) runSub(ctx context.Context, i int) {
 		backoff = min(max(2*backoff, 250*time.Millisecond), 4*time.Second)
 	}
 }
+
+// ErrGaveUp marks a source that delivered nothing for Config.GiveUp
+// sessions in a row (refusing, resetting or silent).
+var ErrGaveUp = errors.New("source gave nothing")
 
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -499,7 +532,20 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 		return err
 	}
 	if resp.Close {
-		return nil
+		// The source closes after each response: open the range
+		// connection without another probe.
+		stop()
+		conn.Close()
+		dctx, cancel := context.WithTimeout(ctx, 2*d.cfg.Stall+5*time.Second)
+		conn, err = d.dial(dctx, s)
+		cancel()
+		if err != nil {
+			return err
+		}
+		stop = context.AfterFunc(ctx, func() { conn.Close() })
+		defer stop()
+		defer conn.Close()
+		br = bufio.NewReaderSize(conn, 64<<10)
 	}
 
 	var q []inflight

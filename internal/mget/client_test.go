@@ -169,6 +169,17 @@ func bad(kind string) http.Handler {
 			w.WriteHeader(206)
 			body(off, (last-off+1)/2)
 			// The handler returns early: net/http closes the connection.
+		case kind == "close":
+			h.Set("Connection", "close")
+			h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, last, size))
+			h.Set("Content-Length", strconv.FormatInt(last-off+1, 10))
+			w.WriteHeader(206)
+			body(off, last-off+1)
+		case kind == "reset" && !probe:
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				c.Close()
+			}
 		case kind == "garbage" && !probe:
 			h.Set("Content-Range", "bytes oops")
 			w.WriteHeader(206)
@@ -189,7 +200,7 @@ func bad(kind string) http.Handler {
 func TestGetBadSources(t *testing.T) {
 	const size = 1 << 20
 	obj := fmt.Sprintf("/obj?size=%d", size)
-	for _, kind := range []string{"200", "shifted", "truncated", "garbage", "total"} {
+	for _, kind := range []string{"200", "shifted", "truncated", "garbage", "total", "close", "reset"} {
 		t.Run(kind, func(t *testing.T) {
 			_, good := startOrigin(t, 4<<20)
 			badURL := serve(t, bad(kind)) + "/obj"
@@ -205,19 +216,31 @@ func TestGetBadSources(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkFile(t, out, size)
-			if kind != "truncated" && st.Subflows[0].Disabled == "" {
+			if kind == "close" {
+				// Connection: close after every response is allowed: it
+				// must carry bytes, not be dropped.
+				if st.Subflows[0].Disabled != "" || st.Subflows[0].Bytes == 0 {
+					t.Errorf("a source closing after each response: %+v", st.Subflows[0])
+				}
+				return
+			}
+			retried := kind == "truncated" || kind == "reset" // errors of a session, not of the source
+			if !retried && st.Subflows[0].Disabled == "" {
 				t.Errorf("bad source (%s) not dropped: %+v", kind, st.Subflows[0])
 			}
-			if kind == "truncated" && st.Subflows[0].Errors == 0 {
-				t.Errorf("truncated responses not seen as errors: %+v", st.Subflows[0])
+			if retried && st.Subflows[0].Errors == 0 {
+				t.Errorf("%s responses not seen as errors: %+v", kind, st.Subflows[0])
 			}
 			// Alone, a bad source gives an error, not a wrong file.
 			out2 := filepath.Join(t.TempDir(), "g")
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			_, err = Get(ctx, Config{Sources: sources(badURL), Out: out2, Block: 32 << 10, Stall: time.Second})
+			_, err = Get(ctx, Config{Sources: sources(badURL), Out: out2, Block: 32 << 10, Stall: time.Second, GiveUp: 3})
 			if err == nil {
 				t.Fatalf("a lone %s source gave no error", kind)
+			}
+			if kind == "reset" && !errors.Is(err, ErrGaveUp) {
+				t.Errorf("a lone source resetting every range request: %v; want ErrGaveUp", err)
 			}
 		})
 	}
