@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/activation"
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
+	"github.com/mosto-net/mosto/internal/stats"
+	"github.com/mosto-net/mosto/internal/testenv"
+)
+
+// TestActivationFirstConnectionEmu is TestActivationFirstConnection in the
+// emulator: a client in Dublin, the FEP's proxy in London, the origin in
+// New York (WonderProxy RTTs). The FEP's listener is bound in its
+// namespace and held by the activator, which starts `mosto proxy` in that
+// namespace (`ip netns exec`, which execs: LISTEN_PID stays right) at the
+// first connection; 50 cold starts, each paired with a connection to an
+// always-running proxy of the same binary in the same namespace. A figure:
+// it fails only when a flow fails.
+func TestActivationFirstConnectionEmu(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if testing.Short() {
+		t.Skip("50 cold starts in the emulator; skipped with -short")
+	}
+	spec := &emu.Spec{Name: "act", Dataset: "wonderproxy", Hosts: []emu.HostSpec{
+		{Name: "client", Location: "Dublin"}, {Name: "fep", Location: "London"}, {Name: "origin", Location: "NewYork"}}}
+	w := emutest.Start(t, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// The origin greets every connection.
+	oln, err := w.Listen(ctx, "origin", "tcp", net.JoinHostPort(w.Addr("origin").String(), "8000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer func() { oln.Close(); wg.Wait() }()
+	wg.Go(func() {
+		for {
+			c, err := oln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello from the origin\n"))
+			c.Close()
+		}
+	})
+	origin := oln.Addr().String()
+	fepIP := w.Addr("fep").String()
+	coldAddr, warmAddr := net.JoinHostPort(fepIP, "8080"), net.JoinHostPort(fepIP, "8081")
+	cfg := func(listen string) string {
+		p := filepath.Join(t.TempDir(), "proxy.yaml")
+		y := fmt.Sprintf("id: fep\nservices: [{name: web, listen: '%s', origin: '%s'}]\ndestinations: {allow: ['%s']}\ntimeouts: {drain: 1s}\n",
+			listen, origin, w.Addr("origin"))
+		if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, env := exe, []string{cliChildEnv + "=1"}
+	if b := os.Getenv(activationBinEnv); b != "" {
+		bin, env = b, nil
+		t.Logf("proxies: %s", b)
+	}
+	command := func(listen string) *exec.Cmd {
+		c := w.Command(context.Background(), "fep", bin, "proxy", "--config", cfg(listen))
+		c.Env = append(os.Environ(), env...)
+		return c
+	}
+	// The socket the activator holds, bound in the FEP's namespace.
+	ln, err := w.Listen(ctx, "fep", "tcp", coldAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	coldCfg := command(coldAddr)
+	var mu sync.Mutex
+	var proc *os.Process
+	exits := make(chan error, 64)
+	stderr := &syncBuffer{}
+	a := &activation.Activator{
+		Sockets: []activation.Passed{{Name: "service-web", File: f}},
+		Command: func() *exec.Cmd {
+			c := exec.Command(coldCfg.Path, coldCfg.Args[1:]...)
+			c.Env, c.Stderr = coldCfg.Env, stderr
+			return c
+		},
+		OnStart: func(_ time.Time, p *os.Process) { mu.Lock(); proc = p; mu.Unlock() },
+		OnExit:  func(err error) { exits <- err },
+	}
+	actx, acancel := context.WithCancel(ctx)
+	adone := make(chan error, 1)
+	go func() { adone <- a.Run(actx) }()
+	defer func() { acancel(); <-adone }()
+
+	warm := command(warmAddr)
+	if err := warm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { warm.Process.Signal(syscall.SIGTERM); warm.Wait() }()
+	first := func(addr string) (time.Duration, error) {
+		start := time.Now()
+		c, err := w.Dial(ctx, "client", "tcp", addr)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		if line != "hello from the origin\n" {
+			return 0, fmt.Errorf("got %q", line)
+		}
+		return time.Since(start), nil
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := first(warmAddr); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("always-running proxy not serving after 60 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	const n = 50
+	var coldMS, warmMS []float64
+	for range n {
+		d, err := first(coldAddr)
+		if err != nil {
+			t.Fatalf("cold start: %v (%s)", err, stderr.String())
+		}
+		coldMS = append(coldMS, float64(d)/1e6)
+		mu.Lock()
+		p := proc
+		mu.Unlock()
+		p.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exits:
+			if err != nil {
+				t.Fatalf("activated proxy exited with %v: %s", err, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("activated proxy did not exit after SIGTERM")
+		}
+		if d, err = first(warmAddr); err != nil {
+			t.Fatalf("always running: %v", err)
+		}
+		warmMS = append(warmMS, float64(d)/1e6)
+	}
+	slices.Sort(coldMS)
+	slices.Sort(warmMS)
+	cm, wm := stats.Median(coldMS), stats.Median(warmMS)
+	cp, wp := stats.Percentile(coldMS, 95), stats.Percentile(warmMS, 95)
+	t.Logf("emulator (client Dublin, FEP London, origin New York; RTT client-FEP %.1f ms, FEP-origin %.1f ms): first byte, %d connections each: socket-activated cold start median %.2f ms p95 %.2f ms; always running median %.2f ms p95 %.2f ms; added by activation: median %.2f ms, p95 %.2f ms",
+		float64(w.RTT("client", "fep"))/1e6, float64(w.RTT("fep", "origin"))/1e6, n, cm, cp, wm, wp, cm-wm, cp-wp)
+}
