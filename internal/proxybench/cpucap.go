@@ -67,10 +67,35 @@ func (c *cpuCap) add(pids []int) error {
 	return nil
 }
 
-// set limits the cgroup to cpus CPUs (0: unlimited).
+// Weights of a capped cgroup: the largest the kernel accepts, so that on a
+// machine busy with other work the quota, not the competition for CPU,
+// bounds the relay (a capped relay's cgroup is a sibling of everything
+// else running). Uncapped, the default weight.
+const (
+	capWeightV2     = "10000"
+	defaultWeightV2 = "100"
+	capSharesV1     = "262144"
+	defaultSharesV1 = "1024"
+)
+
+// set limits the cgroup to cpus CPUs (0: unlimited) and gives it the
+// largest CPU weight while capped.
 func (c *cpuCap) set(cpus float64) error {
 	period := capPeriod.Microseconds()
 	quota := int64(cpus * float64(period))
+	weightFile, weight := "cpu.weight", defaultWeightV2
+	if !c.v2 {
+		weightFile, weight = "cpu.shares", defaultSharesV1
+	}
+	if cpus > 0 {
+		weight = capWeightV2
+		if !c.v2 {
+			weight = capSharesV1
+		}
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, weightFile), []byte(weight), 0); err != nil {
+		return fmt.Errorf("set %s: %w", weightFile, err)
+	}
 	if c.v2 {
 		v := fmt.Sprintf("max %d", period)
 		if cpus > 0 {

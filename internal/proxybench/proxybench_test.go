@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -319,6 +320,20 @@ func TestCPUCap(t *testing.T) {
 	if err := cc.set(0.2); err != nil {
 		t.Fatal(err)
 	}
+	weight := func() string {
+		f := "cpu.weight"
+		if !cc.v2 {
+			f = "cpu.shares"
+		}
+		b, err := os.ReadFile(filepath.Join(cc.dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if w := weight(); w != capWeightV2 && w != capSharesV1 {
+		t.Errorf("capped cgroup weight %s; want the largest (%s or %s): the quota, not other load, must bound it", w, capWeightV2, capSharesV1)
+	}
 	cpu0, _ := usage([]int{busy.Process.Pid})
 	start := time.Now()
 	time.Sleep(1500 * time.Millisecond)
@@ -333,6 +348,9 @@ func TestCPUCap(t *testing.T) {
 	}
 	if err := cc.set(0); err != nil {
 		t.Fatal(err)
+	}
+	if w := weight(); w != defaultWeightV2 && w != defaultSharesV1 {
+		t.Errorf("uncapped cgroup weight %s; want the default", w)
 	}
 	busy.Process.Kill()
 	busy.Wait()
