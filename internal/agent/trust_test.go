@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -529,4 +530,129 @@ func TestMemberAddressesValidated(t *testing.T) {
 	if _, err := allowed.join(t, allowed.token(t, pki.TokenOptions{FEP: "fra"}), f); err != nil {
 		t.Errorf("hop_addr in an allowed range: %v", err)
 	}
+}
+
+// TestControlPlaneChaos (issue 13, the control-plane part of the chaos
+// test): six agents on the real controller while, in turn, the overlay key
+// rotates several times, a FEP is deleted, a token holder tries to join
+// as an existing id, and a FEP reports RTTs faster than light. At every
+// sampled instant every pair of live agents accepts each other's hop
+// headers (no flow could fail on authentication), and every rogue action
+// is refused.
+func TestControlPlaneChaos(t *testing.T) {
+	cfg := trustLightConfig(ctlpkg.Config{KeyRotation: 800 * time.Millisecond})
+	w := newTrustWorld(t, cfg)
+	ctx := context.Background()
+	ids := []string{"a1", "a2", "a3", "a4", "a5", "a6"}
+	agents := map[string]*Agent{}
+	stops := map[string]func() error{}
+	for i, id := range ids {
+		pc, addr := probeConn(t)
+		f := api.FEP{ID: id, HopAddr: "127.0.0.1:" + strconv.Itoa(7101+i), ProbeAddr: addr}
+		a, stop := startAgent(t, Config{
+			Controller: w.srv.URL, Token: w.token(t, pki.TokenOptions{FEP: id}), DataDir: t.TempDir(), FEP: f, ProbeConn: pc,
+			TargetsEvery: 200 * time.Millisecond, Wait: time.Second,
+		})
+		agents[id], stops[id] = a, stop
+	}
+	for id, a := range agents {
+		eventually(t, id+" has a table with every agent", func() bool { return len(a.Members()) >= len(ids) })
+	}
+	// Sample the keyrings of the live agents while the keys rotate.
+	var mu sync.Mutex
+	live := map[string]bool{}
+	for _, id := range ids {
+		live[id] = true
+	}
+	failures, samples := 0, 0
+	signing := map[uint8]bool{}
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			for _, x := range ids {
+				for _, y := range ids {
+					if x == y || !live[x] || !live[y] {
+						continue
+					}
+					kx, ky := agents[x].Keys(), agents[y].Keys()
+					if kx == nil || ky == nil {
+						continue
+					}
+					samples++
+					signing[kx.CurrentID()] = true
+					if err := compatible(kx, ky); err != nil {
+						failures++
+						if failures <= 3 {
+							t.Errorf("%s's header refused by %s: %v", x, y, err)
+						}
+					}
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	eventually(t, "three rotations", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(signing) >= 4
+	})
+
+	// A FEP is deleted: its agent is locked out.
+	mu.Lock()
+	live["a6"] = false
+	mu.Unlock()
+	if err := w.admin.DeleteFEP(ctx, "a6"); err != nil {
+		t.Fatal(err)
+	}
+	// A token holder tries to join as an existing id.
+	rogue := api.FEP{ID: "a1", HopAddr: "127.0.0.1:6666", ProbeAddr: "127.0.0.1:6667"}
+	if _, err := w.join(t, w.token(t, pki.TokenOptions{Reusable: true}), rogue); err == nil {
+		t.Error("a reusable token joined as the existing a1")
+	}
+	// A FEP reports RTTs faster than light.
+	fra, err := w.join(t, w.token(t, pki.TokenOptions{FEP: "fra"}), api.FEP{ID: "fra", HopAddr: "127.0.0.1:7201", ProbeAddr: "127.0.0.1:7202", Lat: 50.1, Lon: 8.7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.join(t, w.token(t, pki.TokenOptions{FEP: "syd"}), api.FEP{ID: "syd", HopAddr: "127.0.0.1:7203", ProbeAddr: "127.0.0.1:7204", Lat: -33.9, Lon: 151.2}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fra.Report(ctx, api.Report{FEP: "fra", Samples: []api.Sample{{Peer: "syd", RTTMS: 0.1, At: time.Now().UTC()}}})
+	if err != nil || res.Accepted != 0 || res.Refused != 1 {
+		t.Errorf("forged 0.1 ms fra -> syd: %+v, %v; want refused", res, err)
+	}
+	// The rotations go on after the deletion and the joins.
+	n := 0
+	mu.Lock()
+	n = len(signing)
+	mu.Unlock()
+	eventually(t, "two more rotations", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(signing) >= n+2
+	})
+	close(done)
+	<-sampled
+	if got, _ := w.fep(t, "a6"); got.ID != "" {
+		t.Error("the deleted a6 registered again")
+	}
+	if got, _ := w.fep(t, "a1"); got.HopAddr == rogue.HopAddr {
+		t.Error("the rogue join took over a1")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if failures > 0 {
+		t.Errorf("%d of %d pairwise samples refused a header", failures, samples)
+	}
+	t.Logf("%d pairwise samples over %d signing keys, 0 refused", samples, len(signing))
 }
