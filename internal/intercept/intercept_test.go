@@ -551,3 +551,58 @@ func ipRules(t *testing.T, w *emu.World) string {
 	}
 	return string(out)
 }
+
+// TestOptionsPerSegment: each segment of an intercepted flow negotiates
+// its own options. The client advertises an MSS of 600; the server's
+// connection of an intercepted flow has the relay's full MSS, while an
+// untouched flow carries the client's 600 to the server.
+func TestOptionsPerSegment(t *testing.T) {
+	w := startWorld(t)
+	lin, lout := listenServer(t, w, inScope), listenServer(t, w, outScope)
+	startRelay(t, w, Config{Name: "t", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, NetNS: w.NetNS("r")})
+	serverMSS := func(l net.Listener, port uint16) (client, server int) {
+		t.Helper()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}()
+		var cc net.Conn
+		err := w.Do("c", func() error {
+			d := net.Dialer{Timeout: 10 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG, 600) })
+				return serr
+			}}
+			var err error
+			cc, err = d.Dial("tcp4", netip.AddrPortFrom(w.Addr("s"), port).String())
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		sc, ok := <-accepted
+		if !ok {
+			t.Fatal("accept failed")
+		}
+		defer sc.Close()
+		mss := func(c net.Conn) int {
+			rc, _ := c.(*net.TCPConn).SyscallConn()
+			var v int
+			rc.Control(func(fd uintptr) { v, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG) })
+			return v
+		}
+		return mss(cc), mss(sc)
+	}
+	if c, s := serverMSS(lout, outScope); c > 600 || s > 600 {
+		t.Errorf("untouched flow: client MSS %d, server MSS %d; want both <= 600 (end to end)", c, s)
+	}
+	if c, s := serverMSS(lin, inScope); c > 600 || s <= 600 {
+		t.Errorf("intercepted flow: client MSS %d, server MSS %d; want the client's <= 600 and the server's its own segment's (> 600)", c, s)
+	}
+}
