@@ -167,6 +167,9 @@ func (o *offloader) afterCopies(p *pipe, errDown, errUp error, log func(string, 
 	if err == nil {
 		return errOffloaded, errOffloaded
 	}
+	if errors.Is(err, xlate.ErrEnded) {
+		return nil, nil // both directions ended (FINs forwarded): a finished flow
+	}
 	log("offload refused, relaying on", "err", err)
 	// Resume: the handover consumed exactly what it forwarded.
 	p.pausing.Store(false)

@@ -1,6 +1,7 @@
 package xlate
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -103,6 +104,11 @@ const (
 // Reasons lists every refusal reason (for counters and docs).
 var Reasons = []Reason{ReasonState, ReasonBusy, ReasonRaced, ReasonFamily, ReasonTimestamps,
 	ReasonSACK, ReasonMSS, ReasonRoute, ReasonMapFull, ReasonExists, ReasonSocket, ReasonUnsupported}
+
+// ErrEnded is returned by Handover when the flow ended while it drained it
+// (FIN forwarded both ways, or a leg closed): the caller closes both
+// connections as after any finished flow.
+var ErrEnded = errors.New("xlate: flow ended during the handover")
 
 // RefusedError is returned when two connections cannot be joined; both keep
 // working as they were.

@@ -107,6 +107,11 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				quiet = false
 			}
 		}
+		if legs[0].eof && legs[1].eof {
+			// Both directions ended while draining: nothing left to join.
+			consume()
+			return nil, ErrEnded
+		}
 		if quiet {
 			st := [2]SockState{}
 			ok := true
@@ -114,9 +119,14 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				var err error
 				st[i], err = readForwarded(l.fd, false, l.fwd)
 				var re *RefusedError
-				if errors.As(err, &re) && re.Reason == ReasonBusy {
+				switch {
+				case errors.As(err, &re) && re.Reason == ReasonBusy:
 					ok = false
-				} else if err != nil {
+				case errors.As(err, &re) && re.Reason == ReasonState:
+					// A leg is closing: keep draining until both EOFs are
+					// forwarded (ErrEnded above) or a peek fails (reset).
+					ok = false
+				case err != nil:
 					consume()
 					return nil, err
 				}
@@ -139,7 +149,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					return sp, nil
 				}
 				var re *RefusedError
-				if !errors.As(err, &re) || (re.Reason != ReasonBusy && re.Reason != ReasonRaced) {
+				if !errors.As(err, &re) || (re.Reason != ReasonBusy && re.Reason != ReasonRaced && re.Reason != ReasonState) {
 					consume()
 					return nil, err
 				}

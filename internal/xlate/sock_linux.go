@@ -54,6 +54,8 @@ func readState(fd int, repair bool) (SockState, error) {
 	case StateEstablished, StateCloseWait, StateFinWait2:
 	case 4: // fin-wait-1: the forwarded FIN is not acknowledged yet
 		return st, refuse(ReasonBusy, "%s: FIN not acknowledged yet", st.Local)
+	case 6, 9, 11: // time-wait, last-ack, closing: a FIN arrived while draining
+		return st, refuse(ReasonBusy, "%s: closing (state %d)", st.Local, info[0])
 	default:
 		return st, refuse(ReasonState, "%s: TCP state %d, not established", st.Local, info[0])
 	}

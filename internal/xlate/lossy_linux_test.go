@@ -1,0 +1,218 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package xlate
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/emu/emutest"
+)
+
+// TestHandoverLossy offloads many relayed flows at random moments on an
+// emulated path with 1% loss on both legs (TUN devices: the xlate_l3
+// program), so retransmissions cross the join both ways; every flow's echo
+// must come back intact, whether its handover succeeded or was refused.
+func TestHandoverLossy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("emulator test")
+	}
+	one, loss, direct := 5.0, 1.0, 10.0
+	spec := &emu.Spec{
+		Name:  "xlossy",
+		Hosts: []emu.HostSpec{{Name: "p1"}, {Name: "relay"}, {Name: "p2"}},
+		Links: []emu.LinkSpec{
+			{A: "p1", B: "relay", DelayMS: &one, LossPct: &loss},
+			{A: "relay", B: "p2", DelayMS: &one, LossPct: &loss},
+			{A: "p1", B: "p2", DelayMS: &direct},
+		},
+	}
+	w := emutest.Start(t, spec)
+	ctx := t.Context()
+	var s *Splicer
+	if err := w.Do("relay", func() (err error) { s, err = Open(ctx, Config{}); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	origin, err := w.Listen(ctx, "p2", "tcp", ":9201")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer origin.Close()
+	go func() {
+		for {
+			c, err := origin.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+			}()
+		}
+	}()
+	rl, err := w.Listen(ctx, "relay", "tcp", ":9200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	var offloaded, refused atomic.Int32
+	var relays sync.WaitGroup
+	defer relays.Wait()
+	go func() {
+		for {
+			ca, err := rl.Accept()
+			if err != nil {
+				return
+			}
+			relays.Add(1)
+			go func() {
+				defer relays.Done()
+				off, err := relayThenOffload(ctx, w, s, ca.(*net.TCPConn))
+				switch {
+				case err != nil:
+					t.Errorf("relay: %v", err)
+				case off:
+					offloaded.Add(1)
+				default:
+					refused.Add(1)
+				}
+			}()
+		}
+	}()
+
+	const flows, n = 48, 256 << 10
+	var wg sync.WaitGroup
+	for i := range flows {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := echoThrough(ctx, w, fmt.Sprintf("%s:9200", w.Addr("relay")), n); err != nil {
+				t.Errorf("flow %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	rl.Close()
+	st := s.Stats()
+	t.Logf("%d flows: %d offloaded, %d kept relayed; splicer %+v", flows, offloaded.Load(), refused.Load(), st)
+	if offloaded.Load() < flows/2 {
+		t.Errorf("only %d of %d flows offloaded", offloaded.Load(), flows)
+	}
+	if st.Errors != 0 {
+		t.Errorf("%d program errors", st.Errors)
+	}
+	// Loss hit both legs in both directions (so segments of joined flows
+	// were lost and retransmitted through the translation).
+	for _, d := range [][2]string{{"p1", "relay"}, {"relay", "p1"}, {"relay", "p2"}, {"p2", "relay"}} {
+		if ls := w.Stats(d[0], d[1]); ls.LossDrops == 0 {
+			t.Errorf("no loss on %s->%s (%+v)", d[0], d[1], ls)
+		}
+	}
+}
+
+// relayThenOffload relays a (from peer1) to a new connection to peer2's
+// echo server, then after a random delay hands the pair over; a refused
+// handover resumes relaying to the end.
+func relayThenOffload(ctx context.Context, w *emu.World, s *Splicer, a *net.TCPConn) (bool, error) {
+	bc, err := w.Dial(ctx, "relay", "tcp", fmt.Sprintf("%s:9201", w.Addr("p2")))
+	if err != nil {
+		a.Close()
+		return false, err
+	}
+	b := bc.(*net.TCPConn)
+	copies := make(chan error, 2)
+	go copyHalf(b, a, copies)
+	go copyHalf(a, b, copies)
+	select {
+	case <-time.After(time.Duration(mrand.IntN(300)) * time.Millisecond):
+	case <-ctx.Done():
+	}
+	a.SetReadDeadline(time.Now())
+	b.SetReadDeadline(time.Now())
+	eofs := 0
+	for range 2 {
+		err := <-copies
+		switch {
+		case err == nil:
+			eofs++ // that direction ended before the pause
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			return false, fmt.Errorf("copy: %v", err)
+		}
+	}
+	if eofs > 0 {
+		// A direction ended before the pause and the test's copy did not
+		// pass its FIN on: finish relaying by hand.
+		a.SetReadDeadline(time.Time{})
+		b.SetReadDeadline(time.Time{})
+		go copyClose(b, a, copies)
+		go copyClose(a, b, copies)
+		<-copies
+		<-copies
+		a.Close()
+		b.Close()
+		return false, nil
+	}
+	var herr error
+	w.Do("relay", func() error {
+		hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, herr = s.Handover(hctx, a, b)
+		return nil
+	})
+	if herr == nil {
+		return true, nil
+	}
+	if errors.Is(herr, ErrEnded) {
+		a.Close()
+		b.Close()
+		return false, nil
+	}
+	a.SetReadDeadline(time.Time{})
+	b.SetReadDeadline(time.Time{})
+	go copyClose(b, a, copies)
+	go copyClose(a, b, copies)
+	e1, e2 := <-copies, <-copies
+	a.Close()
+	b.Close()
+	return false, errors.Join(e1, e2)
+}
+
+// echoThrough sends n random bytes through addr from peer1 and checks the
+// echo.
+func echoThrough(ctx context.Context, w *emu.World, addr string, n int) error {
+	nc, err := w.Dial(ctx, "p1", "tcp", addr)
+	if err != nil {
+		return err
+	}
+	c := nc.(*net.TCPConn)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(90 * time.Second))
+	got := make(chan [32]byte, 1)
+	go func() {
+		h := sha256.New()
+		io.Copy(h, c)
+		got <- [32]byte(h.Sum(nil))
+	}()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, int64(n))); err != nil {
+		return err
+	}
+	c.CloseWrite()
+	if <-got != [32]byte(h.Sum(nil)) {
+		return errors.New("echo differs")
+	}
+	return nil
+}
