@@ -186,6 +186,7 @@ func TestIssue5Figures(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st api.DestinationStatus
+	var tMeasured time.Duration
 	for {
 		ds, err := sc.API().Destinations(ctx)
 		if err != nil || len(ds) != 1 {
@@ -194,14 +195,26 @@ func TestIssue5Figures(t *testing.T) {
 		st = ds[0]
 		// Every FEP asked (the 8 nearest to the coordinates) reported.
 		if st.By == "rtt" && len(st.RTTMS) >= 8 {
-			break
+			if tMeasured == 0 {
+				tMeasured = time.Since(registered)
+				t.Logf("first measurements of the destination after %v: %v, EgP %s", tMeasured.Round(time.Millisecond), st.RTTMS, st.EgP)
+			}
+			// A first report may rest on one handshake, which a loaded
+			// machine can delay by hundreds of ms (CI: SanJose's 10 ms
+			// measured 556 ms, EgP Dallas); the estimator's next samples
+			// correct it within a few probe rounds.
+			if st.EgP == "SanJose" {
+				break
+			}
 		}
 		if time.Since(registered) > 20*time.Second {
-			t.Fatalf("destination not measured 20 s after its registration: %+v", st)
+			break // checked below
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	tMeasured := time.Since(registered)
+	if tMeasured == 0 {
+		t.Fatalf("destination not measured 20 s after its registration: %+v", st)
+	}
 	var egInP string
 	for egInP != st.EgP && time.Since(registered) < 20*time.Second {
 		if tab, err := sc.API().Table(ctx, r.InP, 0, 0); err == nil && tab != nil {
