@@ -402,3 +402,37 @@ func TestHandoverRefusedResumes(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoveUnderLiveFlow: removing the entries of a live join hands its
+// packets back to the relay's stack, which has no socket for them and
+// answers with a RST; the peers see a reset, never a hang.
+func TestRemoveUnderLiveFlow(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l := xlatetest.NewLine(t, false)
+	var s *Splicer
+	xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+	defer s.Close()
+	r := relayPair(t, l)
+	sp := joinWhenQuiet(t, s, l.R, r.a, r.b)
+	// The join works...
+	if _, err := r.c1.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(r.c2, got); err != nil || string(got) != "ping" {
+		t.Fatalf("through the join: %q, %v", got, err)
+	}
+	// ...until its entries go.
+	if !s.Remove(sp.AB.In) {
+		t.Fatal("Remove found no join")
+	}
+	if st := s.Stats(); st.Active != 0 || st.Removed != 1 {
+		t.Errorf("stats after Remove: %+v", st)
+	}
+	r.c1.Write([]byte("lost"))
+	r.c1.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := r.c1.Read(got)
+	if !errors.Is(err, unix.ECONNRESET) {
+		t.Errorf("peer1 read after Remove: %v, want a reset", err)
+	}
+}
