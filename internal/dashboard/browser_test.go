@@ -309,9 +309,9 @@ func TestDashboardInChromium(t *testing.T) {
 	js, _ := c.eval(ctx, s, "document.body.dataset.renderMs")
 	// A figure (target 500 ms; it includes the emulated WAN between the
 	// client host and the controller, and a loaded machine's scheduling):
-	// the test fails only when the page plainly does not work.
+	// the test fails only when the page plainly does not work (30 s).
 	t.Logf("first render %.0f ms after navigation start (HTML received at %s ms; one render takes %s ms of JavaScript)", firstMS, doc, js)
-	if firstMS > 10000 {
+	if firstMS > 30000 {
 		t.Errorf("first render after %.0f ms", firstMS)
 	}
 	weight, _ := c.eval(ctx, s, "performance.getEntriesByType('resource').concat(performance.getEntriesByType('navigation')).filter(e => !e.name.endsWith('/events')).reduce((a, e) => a + e.transferSize, 0)")
