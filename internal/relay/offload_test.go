@@ -105,3 +105,28 @@ func offloadChildBody(t *testing.T, args []string) {
 	}
 	t.Logf("offloaded: %d bytes translated by the program", st.Bytes)
 }
+
+func TestOffloadConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		cfg OffloadConfig
+		ok  bool
+	}{
+		{OffloadConfig{}, true},
+		{OffloadConfig{Mode: "off"}, true},
+		{OffloadConfig{Mode: "slow-start"}, true},
+		{OffloadConfig{Mode: "slow-start", AfterBytes: 5 << 20}, true},
+		{OffloadConfig{Mode: "bytes", AfterBytes: 1}, true},
+		{OffloadConfig{Mode: "bytes"}, false},
+		{OffloadConfig{Mode: "always"}, false},
+		{OffloadConfig{Mode: "slow-start", MaxFlows: -1}, false},
+	} {
+		if err := c.cfg.validate(); (err == nil) != c.ok {
+			t.Errorf("validate(%+v) = %v, want ok %v", c.cfg, err, c.ok)
+		}
+	}
+	cfg := baseConfig("a")
+	cfg.Offload.Mode = "bogus"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "offload.mode") {
+		t.Errorf("Config.Validate with a bad offload mode = %v", err)
+	}
+}
