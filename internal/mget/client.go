@@ -406,18 +406,28 @@ func (d *dl) runSub(ctx context.Context, i int) {
 		}
 		d.mu.Lock()
 		before := s.st.Bytes + s.st.DupBytes
+		asked := s.st.Requests
 		d.mu.Unlock()
 		err := d.session(ctx, i, &probed)
 		if ctx.Err() != nil {
 			return
 		}
 		d.mu.Lock()
-		if s.st.Bytes+s.st.DupBytes > before {
+		done := d.sched != nil && d.sched.Done() // nil until the reference is known
+		switch {
+		case s.st.Bytes+s.st.DupBytes > before:
 			idle = 0
-		} else {
+		case err == nil && s.st.Requests == asked:
+			// A session that found no range to ask for (the others hold
+			// the rest, or the download just finished) says nothing
+			// about the source.
+		default:
 			idle++
 		}
 		d.mu.Unlock()
+		if err == nil && done {
+			return
+		}
 		if err == nil && idle < d.cfg.GiveUp {
 			backoff = 0
 			continue
