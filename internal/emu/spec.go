@@ -2,11 +2,13 @@ package emu
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -431,8 +433,20 @@ func (p *plan) resolveRoutes(routes []RouteSpec, index map[string]int) error {
 			p.forward[h] = true
 		}
 	}
-	// Every hop must be a direct link with a delay.
-	for _, path := range p.paths {
+	// Every hop must be a direct link with a delay. Pairs are checked in
+	// order so that the error names the same hop every time.
+	pairs := make([][2]int, 0, len(p.paths))
+	for k := range p.paths {
+		pairs = append(pairs, k)
+	}
+	slices.SortFunc(pairs, func(x, y [2]int) int {
+		if c := cmp.Compare(x[0], y[0]); c != 0 {
+			return c
+		}
+		return cmp.Compare(x[1], y[1])
+	})
+	for _, k := range pairs {
+		path := p.paths[k]
 		for h := 0; h+1 < len(path); h++ {
 			i, j := path[h], path[h+1]
 			if _, routed := p.paths[[2]int{i, j}]; routed {
