@@ -173,16 +173,13 @@ listen b
 	default:
 		return fmt.Errorf("unknown mode %q", res.Mode)
 	}
-	if relay != nil {
-		if err := relay.Start(); err != nil {
-			return err
-		}
-		defer func() { relay.Process.Signal(os.Interrupt); relay.Wait() }()
-		if err := waitListen(l.r, target+":5201", 10*time.Second); err != nil {
-			return err
-		}
-	}
-	// A persistent server: readiness probes through the relay reach it too.
+	// The server runs before the relay, and the relay counts as ready only
+	// once a probe through it has reached the server and been closed end to
+	// end: a relay's listener accepts into its backlog before the relay
+	// serves (it attaches the offload program first), and a probe still in
+	// that backlog would reach iperf3 later, beside the measured client's
+	// control connection (the first offload round used to fail with
+	// "unable to receive control message: connection reset by peer").
 	srv := exec.CommandContext(ctx, "ip", "netns", "exec", l.p2, "iperf3", "-s", "-B", l.p2Addr, "-p", "5201")
 	if err := srv.Start(); err != nil {
 		return err
@@ -190,6 +187,15 @@ listen b
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	if err := waitListen(l.p2, l.p2Addr+":5201", 10*time.Second); err != nil {
 		return err
+	}
+	if relay != nil {
+		if err := relay.Start(); err != nil {
+			return err
+		}
+		defer func() { relay.Process.Signal(os.Interrupt); relay.Wait() }()
+		if err := waitRelayed(l.p1, target+":5201", 10*time.Second); err != nil {
+			return err
+		}
 	}
 	cpu0 := procCPU(relay)
 	prog0 := progRuntime()
@@ -223,6 +229,22 @@ listen b
 		res.TotalPerGB = time.Duration(float64(res.RelayCPU+res.ProgCPU) / gb)
 	}
 	return nil
+}
+
+// waitRelayed connects from namespace ns to addr until a connection is
+// accepted, relayed and closed by the far end after the probe's own FIN
+// (socat: stdin at EOF, waits up to 5 s for the other side's close).
+func waitRelayed(ns, addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		cmd := exec.Command("ip", "netns", "exec", ns, "socat", "-t", "5", "-", "TCP:"+addr)
+		cmd.Stdin = strings.NewReader("")
+		if cmd.Run() == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not relaying after %v", addr, d)
 }
 
 // waitListen dials addr from namespace ns until it answers.
