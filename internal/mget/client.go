@@ -38,7 +38,8 @@ type Config struct {
 	SHA256   []byte // when set, the file must hash to it
 	Block    int64  // range size; 0: 128 KiB
 	// Stall is how long a sub-flow with requests in flight may receive
-	// nothing before its ranges go back to the pool; 0: 2 s.
+	// nothing before its ranges go back to the pool; 0: 2 s. A source's
+	// first probe waits at least 2 s whatever Stall is.
 	Stall time.Duration
 	// MaxWindow caps the bytes a sub-flow has requested and not received;
 	// 0: 16 MiB.
@@ -496,10 +497,13 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 	// Probe: one byte tells the identity and the RTT. A re-probe (after a
 	// stall or error) holds no range, so it may wait long: a source that
 	// went silent answers it the moment it comes back, instead of at the
-	// next retry. The first probe keeps the stall time: the reference
-	// identity waits for it.
+	// next retry. The first probe waits less (the reference identity waits
+	// for it), but at least 2 s:
 	t0 := time.Now()
-	wait := d.cfg.Stall
+	// The first probe pays a fresh path's first request (lost segments
+	// retransmitted at the initial RTO): it gets at least 2 s even when
+	// Stall, a mid-transfer silence, is shorter.
+	wait := max(d.cfg.Stall, 2*time.Second)
 	if *probed {
 		wait = max(5*d.cfg.Stall, 10*time.Second)
 	}
