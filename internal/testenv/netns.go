@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -37,9 +38,20 @@ func InFastOpenNetns(t *testing.T, childEnv string) bool {
 // process's network namespace.
 func TCPExt(t testing.TB, name string) int64 {
 	t.Helper()
-	f, err := os.Open("/proc/net/netstat")
+	v, err := ProcNetCounter("/proc/net/netstat", "TcpExt:", name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+// ProcNetCounter reads counter name of section ("Tcp:", "TcpExt:"...) from
+// a /proc/net/snmp-style file: pairs of lines, keys then values. Read
+// /proc/thread-self/net/... for the calling thread's network namespace.
+func ProcNetCounter(path, section, name string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -49,19 +61,21 @@ func TCPExt(t testing.TB, name string) int64 {
 			break
 		}
 		vals := strings.Fields(sc.Text())
-		if len(keys) == 0 || keys[0] != "TcpExt:" {
+		if len(keys) == 0 || keys[0] != section {
 			continue
 		}
 		for i, k := range keys {
 			if k == name && i < len(vals) {
 				v, err := strconv.ParseInt(vals[i], 10, 64)
 				if err != nil {
-					t.Fatalf("TcpExt %s: %v", name, err)
+					return 0, fmt.Errorf("%s %s %s: %w", path, section, name, err)
 				}
-				return v
+				return v, nil
 			}
 		}
 	}
-	t.Fatalf("TcpExt %s not found", name)
-	return 0
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: %s %s not found", path, section, name)
 }

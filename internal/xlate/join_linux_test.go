@@ -3,7 +3,6 @@
 package xlate
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,8 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,28 +21,7 @@ import (
 // tcpSNMP reads a Tcp counter (/proc/net/snmp) of the calling thread's
 // network namespace.
 func tcpSNMP(name string) (int64, error) {
-	f, err := os.Open("/proc/thread-self/net/snmp")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		keys := strings.Fields(sc.Text())
-		if !sc.Scan() {
-			break
-		}
-		vals := strings.Fields(sc.Text())
-		if len(keys) == 0 || keys[0] != "Tcp:" {
-			continue
-		}
-		for i, k := range keys {
-			if k == name && i < len(vals) {
-				return strconv.ParseInt(vals[i], 10, 64)
-			}
-		}
-	}
-	return 0, errors.New("no Tcp " + name)
+	return testenv.ProcNetCounter("/proc/thread-self/net/snmp", "Tcp:", name)
 }
 
 // relayed is one connection relayed by hand: c1 (peer1) <-> a (relay) and
