@@ -90,8 +90,22 @@ func offloadChildBody(t *testing.T, args []string) {
 		io.Copy(h, c)
 		got <- [32]byte(h.Sum(nil))
 	}()
+	// Send until the relay has joined the flow, then 4 MiB more: a fixed
+	// size could end before the handover reached its quiescent point (the
+	// flow then ends relayed, correctly, but the test saw no offload).
 	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, n)); err != nil {
+	joined := func() bool { return r.offload.Load().sp.Stats().Joined > 0 }
+	var sent int64
+	for sent < n || !joined() {
+		if sent > 1<<30 {
+			t.Fatalf("no join after %d bytes", sent)
+		}
+		if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, 1<<20)); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		sent += 1 << 20
+	}
+	if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, 4<<20)); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 	c.CloseWrite()
