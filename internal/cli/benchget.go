@@ -18,8 +18,9 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 	runs1 := fs.Int("runs-multisource", 30, "iterations of the multi-source scenario (seed: 30)")
 	runs2 := fs.Int("runs-failure", 20, "iterations of the failure scenario (seed: 20)")
 	runs3 := fs.Int("runs-multipath", 40, "iterations of the multipath scenario (seed: 4 x 10)")
+	runs4 := fs.Int("runs-shared", 5, "iterations of the shared-bottleneck scenario (coupled congestion control)")
 	quick := fs.Int("quick", 0, "if > 0, this many iterations of every scenario")
-	only := fs.String("scenarios", "", "comma-separated subset of multisource,failure,multipath")
+	only := fs.String("scenarios", "", "comma-separated subset of multisource,failure,multipath,shared")
 	out := fs.String("out", "", "write the markdown report here (default: stdout)")
 	svg := fs.String("svg", "", "write the per-sub-flow rate plot of a failure run here (seed Fig. 5), and of the congested-chain run beside it (NAME-congested.svg)")
 	jsonOut := fs.String("json", "", "write every download (with mosto get's stats) here")
@@ -27,9 +28,9 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg := getbench.Config{Runs: [3]int{*runs1, *runs2, *runs3}, Log: env.Log, Progress: env.Stderr}
+	cfg := getbench.Config{Runs: [4]int{*runs1, *runs2, *runs3, *runs4}, Log: env.Log, Progress: env.Stderr}
 	if *quick > 0 {
-		cfg.Runs = [3]int{*quick, *quick, *quick}
+		cfg.Runs = [4]int{*quick, *quick, *quick, *quick}
 	}
 	if *only != "" {
 		cfg.Scenarios = strings.Split(*only, ",")

@@ -25,8 +25,8 @@ import (
 
 // Config configures Run.
 type Config struct {
-	Runs      [3]int   // iterations of multisource, failure, multipath (seed: 30, 20, 4x10)
-	Scenarios []string // subset of "multisource", "failure", "multipath"; empty: all
+	Runs      [4]int   // iterations of multisource, failure, multipath (seed: 30, 20, 4x10), shared
+	Scenarios []string // subset of "multisource", "failure", "multipath", "shared"; empty: all
 	Mosto     string   // mosto binary for the proxies of the multipath scenario
 	Dir       string   // work directory (downloads, proxy configs and logs)
 	Log       *slog.Logger
@@ -40,7 +40,8 @@ type Result struct {
 	Run      int         `json:"run"`
 	Seconds  float64     `json:"seconds"`
 	Err      string      `json:"error,omitempty"`
-	Stats    *mget.Stats `json:"stats,omitempty"` // mosto get only
+	Stats    *mget.Stats `json:"stats,omitempty"`  // mosto get only
+	Shared   *Shared     `json:"shared,omitempty"` // the shared scenario
 }
 
 // The world: the client in Athens (the seed's subscriber is in Greece),
@@ -108,7 +109,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if len(cfg.Scenarios) == 0 {
-		cfg.Scenarios = []string{"multisource", "failure", "multipath"}
+		cfg.Scenarios = []string{"multisource", "failure", "multipath", "shared"}
 	}
 	for _, tool := range []string{"aria2c", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -123,19 +124,23 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	b := &bench{cfg: cfg, w: w, origins: map[string]*origin.Server{}}
 	octx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, len(sources))
+	hosts := []string{"milan"} // the shared scenario's bottleneck source
 	for _, src := range sources {
-		ln, err := w.Listen(ctx, src.host, "tcp", b.addr(src.host, portHTTP))
+		hosts = append(hosts, src.host)
+	}
+	done := make(chan error, len(hosts))
+	for _, host := range hosts {
+		ln, err := w.Listen(ctx, host, "tcp", b.addr(host, portHTTP))
 		if err != nil {
 			return nil, fmt.Errorf("getbench: %w", err)
 		}
-		o := origin.New(origin.Config{Seed: 3}, cfg.Log.With("host", src.host))
-		b.origins[src.host] = o
+		o := origin.New(origin.Config{Seed: 3}, cfg.Log.With("host", host))
+		b.origins[host] = o
 		go func() { done <- o.Serve(octx, ln) }()
 	}
 	defer func() {
 		cancel()
-		for range sources {
+		for range hosts {
 			<-done
 		}
 	}()
@@ -148,6 +153,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			err = b.failure(ctx)
 		case "multipath":
 			err = b.multipath(ctx)
+		case "shared":
+			err = b.shared(ctx)
 		default:
 			err = fmt.Errorf("getbench: unknown scenario %q", sc)
 		}
@@ -366,6 +373,37 @@ func (b *bench) multipath(ctx context.Context) error {
 			el2, st2, err := b.getMosto(ctx, two, size, congest)
 			restore()
 			b.record(result("multipath", "2 paths, Milan chain congested", run, el2, st2, err))
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shared: 16 MB from an origin in Milan over one sub-flow, two independent
+// ones or two coupled ones, beside one competing TCP flow from Milan on the
+// same link (12 Mbit/s, its queue cut to 20 ms for the scenario), and from
+// Frankfurt (8 Mbit/s, disjoint) over one sub-flow.
+func (b *bench) shared(ctx context.Context) error {
+	const size = 16_000_000
+	orig, err := b.w.Link(client, "milan")
+	if err != nil {
+		return err
+	}
+	l := orig
+	l.QueueMS = 20
+	if err := b.w.SetLink(client, "milan", l); err != nil {
+		return err
+	}
+	defer b.w.SetLink(client, "milan", orig)
+	out := filepath.Join(b.cfg.Dir, "shared.out")
+	for run := 0; run < b.cfg.Runs[3]; run++ {
+		for _, mode := range []SharedMode{OnePath, TwoCoupled, TwoPaths} {
+			r, err := SharedBottleneck(ctx, b.dial, b.url("milan", size), b.url("frankfurt", size), b.url("milan", 1<<30), size, mode, out)
+			res := result("shared", mode.String(), run, r.Seconds, r.Stats, err)
+			res.Shared = &r
+			b.record(res)
 		}
 		if err := ctx.Err(); err != nil {
 			return err

@@ -60,8 +60,8 @@ func f2(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
 // WriteMarkdown writes one table per scenario and the ratios the issue asks
 // for.
 func WriteMarkdown(w io.Writer, rs []Result) error {
-	sizes := map[string]float64{"multisource": 12e6, "failure": 50e6, "multipath": 50e6}
-	for _, sc := range []string{"multisource", "failure", "multipath"} {
+	sizes := map[string]float64{"multisource": 12e6, "failure": 50e6, "multipath": 50e6, "shared": 16e6}
+	for _, sc := range []string{"multisource", "failure", "multipath", "shared"} {
 		ms := modes(rs, sc)
 		if len(ms) == 0 {
 			continue
@@ -121,6 +121,8 @@ func WriteMarkdown(w io.Writer, rs []Result) error {
 					fmt.Fprintf(w, "- %s: failure %.2f s vs %.2f s without: **%+.1f%%** (seed: +17%%)\n", tool, f.mean, n.mean, 100*(f.mean/n.mean-1))
 				}
 			}
+		case "shared":
+			writeShared(w, rs)
 		case "multipath":
 			one, two := sum["1 path per source"], sum["2 paths per source"]
 			if one.n > 0 && two.n > 0 {
@@ -130,6 +132,37 @@ func WriteMarkdown(w io.Writer, rs []Result) error {
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// writeShared writes the shared scenario's shares: the sub-flows' rate
+// through the bottleneck, the competing flow's, their fraction, and the
+// disjoint sub-flow's rate (its path: 1 MB/s).
+func writeShared(w io.Writer, rs []Result) {
+	t := report.Table{Header: []string{"mode", "runs", "ours MB/s", "competitor MB/s", "our fraction", "sd", "disjoint MB/s"},
+		Align: []report.Align{report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	fr := map[string]float64{}
+	for _, m := range modes(rs, "shared") {
+		var ours, comp, solo, fracs []float64
+		for _, r := range rs {
+			if r.Scenario == "shared" && r.Mode == m && r.Err == "" && r.Shared != nil {
+				ours = append(ours, r.Shared.Ours)
+				comp = append(comp, r.Shared.Competitor)
+				solo = append(solo, r.Shared.Solo)
+				fracs = append(fracs, r.Shared.Ours/(r.Shared.Ours+r.Shared.Competitor))
+			}
+		}
+		if len(ours) == 0 {
+			continue
+		}
+		fr[m] = stats.Mean(fracs)
+		t.AddRow(m, strconv.Itoa(len(ours)), f2(stats.Mean(ours)), f2(stats.Mean(comp)), f2(fr[m]), f2(stats.SD(fracs)), f2(stats.Mean(solo)))
+	}
+	t.WriteMarkdown(w)
+	fmt.Fprintln(w)
+	one, c, two := fr[OnePath.String()], fr[TwoCoupled.String()], fr[TwoPaths.String()]
+	if one > 0 && c > 0 && two > 0 {
+		fmt.Fprintf(w, "- fraction of the bottleneck taken beside one TCP flow: coupled **%.2f**, one sub-flow %.2f, two independent %.2f (one TCP flow's fair share: 0.50; two: 0.67)\n", c, one, two)
+	}
 }
 
 func sumMbit() float64 {

@@ -28,6 +28,11 @@ type Source struct {
 	// Dial opens the path's connection to the URL's host:port; nil dials
 	// directly.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Group couples the sub-flow's window with the other sub-flows of the
+	// same non-empty Group: sub-flows whose paths share links (the
+	// controller's chains say which). A group takes no more than one TCP
+	// flow would on its best path (see coupled.go); "" is uncoupled.
+	Group string
 }
 
 // Config configures Get.
@@ -79,6 +84,8 @@ type Stats struct {
 type SubStats struct {
 	URL      string  `json:"url"`
 	Path     string  `json:"path"`
+	Group    string  `json:"group,omitempty"`
+	Led      float64 `json:"led_s,omitempty"` // seconds this sub-flow led its coupled group
 	Bytes    int64   `json:"bytes"`
 	DupBytes int64   `json:"dup_bytes"` // received in end-game duplicates
 	Requests int     `json:"requests"`
@@ -116,6 +123,7 @@ type dl struct {
 	werr    error // first write error
 	resumed int64
 	samples []Sample
+	leaders map[string]*sub // per coupled group, the sub-flow that may request (coupled.go)
 }
 
 type probeResult struct {
@@ -131,6 +139,9 @@ type sub struct {
 	rate      float64 // bytes/s, EWMA
 	lastBytes int64
 	srtt      time.Duration
+	live      bool      // a session is past its probe and may request
+	known     float64   // rate (bytes/s) when it last led its group
+	ledSince  time.Time // when it became its group's leader
 	exited    bool
 	dropped   error // why the source was dropped
 }
@@ -159,7 +170,7 @@ func Get(ctx context.Context, cfg Config) (*Stats, error) {
 	if cfg.GiveUp <= 0 {
 		cfg.GiveUp = 12
 	}
-	d := &dl{cfg: cfg, log: cfg.Log, start: time.Now(), ready: make(chan struct{}), changed: make(chan struct{})}
+	d := &dl{cfg: cfg, log: cfg.Log, start: time.Now(), ready: make(chan struct{}), changed: make(chan struct{}), leaders: map[string]*sub{}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -171,7 +182,7 @@ func Get(ctx context.Context, cfg Config) (*Stats, error) {
 		if src.Path == "" {
 			src.Path = "direct"
 		}
-		d.subs = append(d.subs, &sub{src: src, u: u, st: SubStats{URL: src.URL, Path: src.Path}})
+		d.subs = append(d.subs, &sub{src: src, u: u, st: SubStats{URL: src.URL, Path: src.Path, Group: src.Group}})
 		d.probes = append(d.probes, make(chan probeResult, 1))
 	}
 
@@ -351,6 +362,9 @@ func (d *dl) sample() {
 		snap.Names = append(snap.Names, s.u.Host+" "+s.src.Path)
 		snap.MBps = append(snap.MBps, s.rate/1e6)
 	}
+	if d.electLocked() {
+		d.notifyLocked()
+	}
 	d.samples = append(d.samples, sm)
 	d.mu.Unlock()
 	if d.cfg.Progress != nil {
@@ -366,6 +380,9 @@ func (d *dl) stats() *Stats {
 	for _, s := range d.subs {
 		ss := s.st
 		ss.RTTms = float64(s.srtt) / 1e6
+		if d.leaders[s.src.Group] == s && !s.ledSince.IsZero() {
+			ss.Led += time.Since(s.ledSince).Seconds()
+		}
 		ss.MBps = float64(ss.Bytes+ss.DupBytes) / el / 1e6
 		st.Bytes += ss.Bytes + ss.DupBytes
 		st.Subflows = append(st.Subflows, ss)
@@ -563,8 +580,18 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 	}
 
 	var q []inflight
+	d.mu.Lock()
+	s.live = true
+	if d.electLocked() {
+		d.notifyLocked()
+	}
+	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()
+		s.live = false
+		if d.electLocked() {
+			d.notifyLocked()
+		}
 		for _, r := range q {
 			d.sched.Release(i, r.sp.Block)
 		}
@@ -685,11 +712,19 @@ func (d *dl) probeFailed(i int, probed *bool, err error) error {
 	return err
 }
 
+// minWindowTime is the least time of a sub-flow's rate its window holds.
+const minWindowTime = 250 * time.Millisecond
+
 // windowLocked returns sub-flow s's window: what it may have requested and
 // not received, grown with its measured rate x RTT (twice, so the pipe
 // stays full while the next request crosses), at least one range.
 func (d *dl) windowLocked(s *sub) int64 {
-	w := int64(2*s.rate*s.srtt.Seconds()) + d.cfg.Block
+	if !d.mayRequestLocked(s) {
+		return 0
+	}
+	// The RTT measured on an empty pipeline misses the queue a competing
+	// flow keeps at the bottleneck: at least minWindowTime of the rate.
+	w := int64(s.rate*max(2*s.srtt.Seconds(), minWindowTime.Seconds())) + d.cfg.Block
 	if s.rate == 0 {
 		w = 2 * d.cfg.Block
 	}
