@@ -41,8 +41,11 @@
 // both ways or a RST. Removing an entry under a live flow (Remove, Close, the
 // sweeper) hands its packets back to this host's stack, which has no socket
 // for them and answers with a RST: the flow ends cleanly, never silently.
-// Entries outlive the process only while the program stays attached: Close
-// detaches it (the tcx links are not pinned).
+// With Config.PinDir the maps and tcx links are pinned in bpffs, so entries
+// keep translating after the process dies (a killed relay's flows go on);
+// Open with the same PinDir adopts them, Close removes the pins. While a
+// join lives, silent TCP_REPAIR sockets keep its tuples taken, so a new
+// connection of this host cannot reuse the local port (pin_linux.go).
 //
 // Counters: Splicer.Stats (joined, removed, refused by reason, and from the
 // program packets, bytes, redirected, passed-as-malformed, errors, timestamp

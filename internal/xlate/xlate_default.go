@@ -20,6 +20,7 @@ type Config struct {
 	CloseLinger   time.Duration
 	SweepInterval time.Duration
 	NoKick        bool
+	PinDir        string
 	Log           *slog.Logger
 }
 

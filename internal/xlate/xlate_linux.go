@@ -44,6 +44,11 @@ type Config struct {
 	// experiments that show what they prevent: a sender stalled by a zero
 	// window waits for its persist timer).
 	NoKick bool
+	// PinDir, when set, pins the maps and the tcx links there (on a bpffs;
+	// below DefaultBPFFS it is mounted when absent): joined flows then
+	// survive the process, and Open adopts the pins an earlier process
+	// left. Close removes them. See pin_linux.go.
+	PinDir string
 	Log    *slog.Logger
 }
 
@@ -59,6 +64,12 @@ type Splicer struct {
 
 	mu    sync.Mutex // serializes joins and installs
 	pairs map[Tuple]Tuple
+	// held are silent (TCP_REPAIR) sockets that keep a joined tuple taken,
+	// by In tuple (pin_linux.go).
+	held map[Tuple]int
+
+	adopted       int
+	reserveFailed atomic.Uint64
 
 	joined  atomic.Uint64
 	removed atomic.Uint64
@@ -93,26 +104,39 @@ func Open(ctx context.Context, cfg Config) (*Splicer, error) {
 		return nil, err
 	}
 	spec.Maps["joins"].MaxEntries = uint32(cfg.MaxEntries)
-	s := &Splicer{cfg: cfg, log: log, ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{},
+	s := &Splicer{cfg: cfg, log: log, ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{}, held: map[Tuple]int{},
 		refused: map[Reason]*atomic.Uint64{}, done: make(chan struct{})}
 	for _, r := range Reasons {
 		s.refused[r] = new(atomic.Uint64)
 	}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
-		return nil, fmt.Errorf("xlate: load program: %w", err)
-	}
 	ifs, err := pickInterfaces(cfg.Interfaces)
 	if err != nil {
-		s.objs.Close()
 		return nil, err
 	}
+	if cfg.PinDir != "" {
+		if err := ensureBPFFS(cfg.PinDir, log); err != nil {
+			return nil, err
+		}
+		if err := s.loadPinned(spec, cfg.PinDir); err != nil {
+			return nil, err
+		}
+	} else if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		return nil, fmt.Errorf("xlate: load program: %w", err)
+	}
+	keep := map[string]bool{}
 	for _, ifi := range ifs {
 		l3 := len(ifi.HardwareAddr) == 0
 		prog := s.objs.XlateEth
 		if l3 {
 			prog = s.objs.XlateL3
 		}
-		l, err := link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: prog, Attach: ebpf.AttachTCXIngress})
+		var l link.Link
+		if cfg.PinDir != "" {
+			l, err = s.attachPinned(ifi.Index, ifi.Name, prog)
+			keep[linkPin(cfg.PinDir, ifi.Index, ifi.Name)] = true
+		} else {
+			l, err = link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: prog, Attach: ebpf.AttachTCXIngress})
+		}
 		if err != nil {
 			s.closeObjs()
 			return nil, fmt.Errorf("xlate: attach to %s: %w", ifi.Name, err)
@@ -120,9 +144,13 @@ func Open(ctx context.Context, cfg Config) (*Splicer, error) {
 		s.links = append(s.links, l)
 		s.ifaces[ifi.Index] = l3
 	}
+	if cfg.PinDir != "" {
+		s.dropStaleLinks(keep)
+		s.adopted = s.adopt()
+	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	go s.sweeper(ctx)
-	log.Info("xlate attached", "interfaces", len(ifs), "max_entries", cfg.MaxEntries)
+	log.Info("xlate attached", "interfaces", len(ifs), "max_entries", cfg.MaxEntries, "pin_dir", cfg.PinDir, "adopted", s.adopted)
 	return s, nil
 }
 
@@ -134,7 +162,7 @@ func newUnattached(maxEntries int) (*Splicer, error) {
 		return nil, err
 	}
 	spec.Maps["joins"].MaxEntries = uint32(maxEntries)
-	s := &Splicer{log: slog.New(slog.DiscardHandler), ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{},
+	s := &Splicer{log: slog.New(slog.DiscardHandler), ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{}, held: map[Tuple]int{},
 		refused: map[Reason]*atomic.Uint64{}, done: make(chan struct{})}
 	for _, r := range Reasons {
 		s.refused[r] = new(atomic.Uint64)
@@ -175,18 +203,26 @@ func pickInterfaces(names []string) ([]net.Interface, error) {
 	return out, nil
 }
 
-// Close detaches the program and removes every entry: joined connections
-// that are still live then reach this host's stack, which has no socket for
-// them and answers with a RST.
+// Close detaches the program, removes its pins and every entry: joined
+// connections that are still live then reach this host's stack, which has
+// no socket for them and answers with a RST.
 func (s *Splicer) Close() error {
 	if s.cancel != nil {
 		s.cancel()
 	}
 	<-s.done
+	s.unpinAll()
 	s.closeObjs()
+	s.mu.Lock()
+	for t, fd := range s.held {
+		unix.Close(fd)
+		delete(s.held, t)
+	}
+	s.mu.Unlock()
 	return nil
 }
 
+// closeObjs closes this process's handles (pinned objects stay).
 func (s *Splicer) closeObjs() {
 	for _, l := range s.links {
 		l.Close()
@@ -242,6 +278,10 @@ func (s *Splicer) removePair(a, b Tuple) {
 		k := tupleKey(t)
 		s.objs.Joins.Delete(&k)
 		delete(s.pairs, t)
+		if fd, ok := s.held[t]; ok {
+			unix.Close(fd) // in repair mode: silent
+			delete(s.held, t)
+		}
 	}
 	s.removed.Add(1)
 }
@@ -407,7 +447,11 @@ func entryStats(e xlateEntry) EntryStats {
 type Stats struct {
 	Joined, Removed uint64
 	Active          int // installed joins
-	Refused         map[Reason]uint64
+	// Adopted joins were found pinned by Open; Held sockets keep joined
+	// tuples taken, ReserveFailed counts tuples that could not be.
+	Adopted, Held int
+	ReserveFailed uint64
+	Refused       map[Reason]uint64
 	// From the program, summed over CPUs.
 	Packets, Bytes, Redirected, Passed, Errors, Latched uint64
 }
@@ -420,7 +464,9 @@ func (s *Splicer) Stats() Stats {
 	}
 	s.mu.Lock()
 	st.Active = len(s.pairs) / 2
+	st.Adopted, st.Held = s.adopted, len(s.held)
 	s.mu.Unlock()
+	st.ReserveFailed = s.reserveFailed.Load()
 	vals := make([]uint64, 6)
 	for i := range vals {
 		var per []uint64
@@ -479,6 +525,10 @@ func (s *Splicer) join(a, b *net.TCPConn, fwdA, fwdB int) (*Splice, error) {
 	cerr := ra.Control(func(fa uintptr) {
 		cerr := rb.Control(func(fb uintptr) {
 			joinErr = s.joinFDs(int(fa), int(fb), fwdA, fwdB, &sa, &sb, &ab, &ba)
+			if joinErr == nil {
+				s.hold(ab.In, int(fa))
+				s.hold(ba.In, int(fb))
+			}
 		})
 		if cerr != nil && joinErr == nil {
 			joinErr = refuse(ReasonSocket, "%v", cerr)
@@ -570,6 +620,17 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 		ba.Ifindex = int(v.Ifindex)
 	}
 	return nil
+}
+
+// hold keeps a joined socket's tuple taken (pin_linux.go).
+func (s *Splicer) hold(in Tuple, fd int) {
+	d, err := holdFD(fd)
+	if err != nil {
+		s.reserveFailed.Add(1)
+		s.log.Warn("xlate: cannot hold a joined socket", "tuple", in, "err", err)
+		return
+	}
+	s.held[in] = d
 }
 
 // readForwarded reads a socket's state, counting fwd bytes of its receive
