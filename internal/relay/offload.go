@@ -14,6 +14,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -38,6 +41,46 @@ type OffloadConfig struct {
 	Timeout Duration `yaml:"timeout"`
 	// MaxFlows bounds the joined flows at once (default 32768).
 	MaxFlows int `yaml:"max_flows"`
+	// PinDir is where the program's maps and links are pinned (bpffs), so
+	// offloaded flows survive a killed relay and a restarted one adopts
+	// them; "off": not pinned (offloaded flows end with the process).
+	// Default: /sys/fs/bpf/mosto/net<netns inode>/<id>[-w<worker>]
+	// (bpffs is mounted at /sys/fs/bpf when absent). A clean stop removes
+	// the pins.
+	PinDir string `yaml:"pin_dir"`
+	// Linger keeps a joined flow's entries this long after FIN both ways or
+	// a RST (default 10s).
+	Linger Duration `yaml:"linger"`
+}
+
+// pinDir resolves PinDir for relay id in the calling process's network
+// namespace ("" when pinning is off).
+func (c OffloadConfig) pinDir(id string) (string, error) {
+	switch c.PinDir {
+	case "off":
+		return "", nil
+	case "":
+	default:
+		return c.PinDir, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("offload: network namespace: %w", err)
+	}
+	name := id
+	if name == "" {
+		name = "relay"
+	}
+	name = strings.Map(func(r rune) rune {
+		if r == '/' || r == 0 {
+			return '_'
+		}
+		return r
+	}, name)
+	if w := os.Getenv(WorkerEnv); w != "" {
+		name += "-w" + w
+	}
+	return filepath.Join(xlate.DefaultBPFFS, "mosto", "net"+strconv.FormatUint(st.Ino, 10), name), nil
 }
 
 // Offload modes.
@@ -59,8 +102,11 @@ func (c OffloadConfig) validate() error {
 	default:
 		return fmt.Errorf("offload.mode: %q, want off, slow-start or bytes", c.Mode)
 	}
-	if c.AfterBytes < 0 || c.MaxFlows < 0 || c.Timeout < 0 {
-		return errors.New("offload: after_bytes, max_flows and timeout must not be negative")
+	if c.AfterBytes < 0 || c.MaxFlows < 0 || c.Timeout < 0 || c.Linger < 0 {
+		return errors.New("offload: after_bytes, max_flows, timeout and linger must not be negative")
+	}
+	if c.PinDir != "" && c.PinDir != "off" && !filepath.IsAbs(c.PinDir) {
+		return fmt.Errorf("offload.pin_dir: %q, want an absolute path or off", c.PinDir)
 	}
 	return nil
 }
@@ -90,12 +136,18 @@ func (s *Server) startOffload(ctx context.Context) error {
 	if max == 0 {
 		max = 32768
 	}
-	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * max, Log: s.log})
+	pin, err := c.pinDir(s.cfg.ID)
+	if err != nil {
+		return err
+	}
+	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * max, PinDir: pin,
+		CloseLinger: time.Duration(c.Linger), Log: s.log})
 	if err != nil {
 		return err
 	}
 	s.offload.Store(&offloader{cfg: c, sp: sp})
-	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes)
+	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes, "pin_dir", pin,
+		"adopted", sp.Stats().Adopted)
 	return nil
 }
 

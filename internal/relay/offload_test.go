@@ -133,6 +133,10 @@ func TestOffloadConfigValidate(t *testing.T) {
 		{OffloadConfig{Mode: "bytes"}, false},
 		{OffloadConfig{Mode: "always"}, false},
 		{OffloadConfig{Mode: "slow-start", MaxFlows: -1}, false},
+		{OffloadConfig{Mode: "slow-start", PinDir: "off"}, true},
+		{OffloadConfig{Mode: "slow-start", PinDir: "/sys/fs/bpf/x"}, true},
+		{OffloadConfig{Mode: "slow-start", PinDir: "relative/dir"}, false},
+		{OffloadConfig{Mode: "slow-start", Linger: -1}, false},
 	} {
 		if err := c.cfg.validate(); (err == nil) != c.ok {
 			t.Errorf("validate(%+v) = %v, want ok %v", c.cfg, err, c.ok)

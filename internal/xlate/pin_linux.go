@@ -290,3 +290,30 @@ func holdFD(fd int) (int, error) {
 	unix.SetsockoptInt(d, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 0)
 	return d, nil
 }
+
+// PinnedEntry is one entry found in a pin directory.
+type PinnedEntry struct {
+	In, Out Tuple
+	Stats   EntryStats
+}
+
+// ReadPinned lists the entries pinned in dir (by a running or a dead
+// process), for inspection.
+func ReadPinned(dir string) ([]PinnedEntry, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "joins"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("xlate: pinned joins: %w", err)
+	}
+	defer m.Close()
+	var out []PinnedEntry
+	var k xlateTuple
+	var v xlateEntry
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, PinnedEntry{In: keyTuple(k), Out: keyTuple(v.Out), Stats: entryStats(v)})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("xlate: pinned joins: %w", err)
+	}
+	return out, nil
+}

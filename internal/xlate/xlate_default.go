@@ -47,3 +47,14 @@ func (s *Splicer) Install(ab, ba Entry) error {
 
 // Close does nothing.
 func (s *Splicer) Close() error { return nil }
+
+// DefaultBPFFS is where bpffs is mounted by convention.
+const DefaultBPFFS = "/sys/fs/bpf"
+
+// PinnedEntry is one entry found in a pin directory.
+type PinnedEntry struct{ In, Out Tuple }
+
+// ReadPinned fails: not supported on this OS.
+func ReadPinned(dir string) ([]PinnedEntry, error) {
+	return nil, refuse(ReasonUnsupported, "eBPF splicing is not supported on this OS")
+}

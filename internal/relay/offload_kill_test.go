@@ -1,0 +1,274 @@
+package relay
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/mosto-net/mosto/internal/testenv"
+	"github.com/mosto-net/mosto/internal/xlate"
+	"github.com/mosto-net/mosto/internal/xlate/xlatetest"
+	"golang.org/x/sys/unix"
+)
+
+const offloadKillChild = "MOSTO_RELAY_OFFLOAD_KILL_CHILD"
+
+// relayChild is a relay process (this test binary) in the relay namespace.
+type relayChild struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string // the child's "KILLCHILD ..." lines
+	mu    sync.Mutex
+	out   strings.Builder
+	done  chan struct{} // stdout closed
+}
+
+func startRelayChild(t *testing.T, ns string, args ...string) *relayChild {
+	t.Helper()
+	c := &relayChild{lines: make(chan string, 16), done: make(chan struct{})}
+	c.cmd = exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestOffloadSurvivesKill$", "-test.v", "-test.count=1")
+	c.cmd.Env = append(os.Environ(), offloadKillChild+"="+strings.Join(args, ","))
+	var err error
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Stderr = c.cmd.Stdout
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(c.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.mu.Lock()
+			c.out.WriteString(sc.Text() + "\n")
+			c.mu.Unlock()
+			if rest, ok := strings.CutPrefix(sc.Text(), "KILLCHILD "); ok {
+				c.lines <- rest
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+		if t.Failed() {
+			t.Logf("relay child output:\n%s", c.output())
+		}
+	})
+	return c
+}
+
+func (c *relayChild) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+func (c *relayChild) waitLine(t *testing.T, prefix string) string {
+	t.Helper()
+	select {
+	case l := <-c.lines:
+		if !strings.HasPrefix(l, prefix) {
+			t.Fatalf("relay child said %q, want %q...", l, prefix)
+		}
+		return l
+	case <-c.done:
+		t.Fatalf("relay child ended before %q:\n%s", prefix, c.output())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("relay child did not say %q in 30 s", prefix)
+	}
+	return ""
+}
+
+// TestOffloadSurvivesKill: a relay offloads a flow, is killed with
+// SIGKILL, and the flow keeps flowing through the pinned program (bytes
+// intact, SHA-256 both ways); a restarted relay adopts the join (its
+// tuples taken again), removes it once the flow ended, and its clean
+// shutdown leaves no pin and no program behind.
+func TestOffloadSurvivesKill(t *testing.T) {
+	if !xlate.Supported {
+		t.Skip("xlate not supported on this OS")
+	}
+	if env := os.Getenv(offloadKillChild); env != "" {
+		offloadKillChildBody(t, strings.Split(env, ","))
+		return
+	}
+	testenv.RequirePrivileged(t)
+	l := xlatetest.NewLine(t, false)
+	bpffs := t.TempDir()
+	if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(bpffs, unix.MNT_DETACH) })
+	pin := filepath.Join(bpffs, "mosto", "a")
+	childArgs := []string{l.RAddr1, l.P2Addr, pin}
+
+	var oln net.Listener
+	xlatetest.MustIn(t, l.P2, func() (err error) { oln, err = net.Listen("tcp", net.JoinHostPort(l.P2Addr, "80")); return })
+	defer oln.Close()
+	go func() {
+		for {
+			c, err := oln.Accept()
+			if err != nil {
+				return
+			}
+			go echo(c.(*net.TCPConn))
+		}
+	}()
+	pinned := func() []xlate.PinnedEntry {
+		es, err := xlate.ReadPinned(pin)
+		if err != nil {
+			t.Fatalf("read pins: %v", err)
+		}
+		return es
+	}
+
+	relay1 := startRelayChild(t, l.R, childArgs...)
+	relay1.waitLine(t, "ready adopted=0")
+	var c *net.TCPConn
+	xlatetest.MustIn(t, l.P1, func() error {
+		nc, err := net.DialTimeout("tcp", net.JoinHostPort(l.RAddr1, "8080"), 5*time.Second)
+		if err == nil {
+			c = nc.(*net.TCPConn)
+		}
+		return err
+	})
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(120 * time.Second))
+	var echoed atomic.Int64
+	got := make(chan [32]byte, 1)
+	go func() {
+		h := sha256.New()
+		io.Copy(io.MultiWriter(h, counter{&echoed}), c)
+		got <- [32]byte(h.Sum(nil))
+	}()
+	h := sha256.New()
+	var sent int64
+	send := func(n int64) {
+		t.Helper()
+		if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, n)); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		sent += n
+	}
+	for len(pinned()) < 2 {
+		if sent > 1<<30 {
+			t.Fatalf("no join after %d bytes", sent)
+		}
+		send(1 << 20)
+	}
+
+	// SIGKILL: no Close, no unpinning.
+	relay1.cmd.Process.Kill()
+	relay1.cmd.Wait()
+	before := pinned()
+	send(8 << 20)
+	waitFor(t, 60*time.Second, "the bytes sent after the kill echoed", func() bool { return echoed.Load() == sent })
+	after := pinned()
+	if len(after) != 2 {
+		t.Fatalf("entries after the kill: %+v", after)
+	}
+	was := map[xlate.Tuple]uint64{}
+	for _, e := range before {
+		was[e.In] = e.Stats.Bytes
+	}
+	for _, e := range after {
+		if e.Stats.Bytes <= was[e.In] {
+			t.Errorf("entry %v translated no byte after the kill (%d -> %d)", e.In, was[e.In], e.Stats.Bytes)
+		}
+	}
+
+	relay2 := startRelayChild(t, l.R, childArgs...)
+	relay2.waitLine(t, "ready adopted=1 held=2")
+	// The restarted relay holds the outgoing leg's tuple again.
+	for _, e := range after {
+		if e.In.Src.Addr().String() != l.P2Addr {
+			continue
+		}
+		err := xlatetest.In(t, l.R, func() error {
+			d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(e.In.Dst), Timeout: 5 * time.Second}
+			nc, err := d.Dial("tcp", e.In.Src.String())
+			if err == nil {
+				nc.Close()
+			}
+			return err
+		})
+		if !errors.Is(err, unix.EADDRINUSE) && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			t.Errorf("dial from the joined tuple %v after the restart: %v, want it taken", e.In, err)
+		}
+	}
+	send(4 << 20)
+	c.CloseWrite()
+	if <-got != [32]byte(h.Sum(nil)) {
+		t.Fatalf("echo differs (%d sent, %d echoed)", sent, echoed.Load())
+	}
+	waitFor(t, 30*time.Second, "the restarted relay to remove the ended join", func() bool { return len(pinned()) == 0 })
+
+	// Clean shutdown: no pin, no program left.
+	relay2.stdin.Close()
+	if err := relay2.cmd.Wait(); err != nil {
+		t.Fatalf("restarted relay: %v", err)
+	}
+	<-relay2.done
+	if !strings.Contains(relay2.output(), "--- PASS: TestOffloadSurvivesKill") {
+		t.Fatalf("restarted relay did not pass:\n%s", relay2.output())
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pin dir after a clean shutdown: %v, want removed", err)
+	}
+	xlatetest.MustIn(t, l.R, func() error {
+		ifs, err := net.Interfaces()
+		if err != nil {
+			return err
+		}
+		for _, ifi := range ifs {
+			q, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
+			if err == nil && len(q.Programs) != 0 {
+				t.Errorf("%s: %d tcx programs attached after a clean shutdown", ifi.Name, len(q.Programs))
+			}
+		}
+		return nil
+	})
+	t.Logf("%d bytes echoed; %d of them sent while no relay process ran", sent, 8<<20)
+}
+
+type counter struct{ n *atomic.Int64 }
+
+func (c counter) Write(p []byte) (int, error) { c.n.Add(int64(len(p))); return len(p), nil }
+
+// offloadKillChildBody is the relay process: it serves until its stdin
+// closes (then stops cleanly), or until it is killed.
+func offloadKillChildBody(t *testing.T, args []string) {
+	relayAddr, originAddr, pin := args[0], args[1], args[2]
+	cfg := baseConfig("a")
+	cfg.Destinations.Allow = []string{"10.71.0.0/16"}
+	cfg.Services = []ServiceConfig{{Name: "svc", Listen: net.JoinHostPort(relayAddr, "8080"), Origin: net.JoinHostPort(originAddr, "80")}}
+	cfg.Loops = -1
+	cfg.Offload = OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20, PinDir: pin, Linger: Duration(300 * time.Millisecond)}
+	r := start(t, cfg)
+	waitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
+	st := r.offload.Load().sp.Stats()
+	fmt.Printf("KILLCHILD ready adopted=%d held=%d\n", st.Adopted, st.Held)
+	io.Copy(io.Discard, os.Stdin)
+	if err := r.stop(t); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
