@@ -122,6 +122,10 @@ func (p *pipe) send(now int64, buf []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cfg.perPacket() && p.w.offload && isGSO(buf) {
+		if p.cfg.JitterGSO {
+			p.sendWholeLocked(now, buf)
+			return
+		}
 		// Loss needs single segments. A rate limit only needs pieces short
 		// enough to serialize in about chunkTime, so that fast links keep
 		// most of the GSO savings.
@@ -140,6 +144,61 @@ func (p *pipe) send(now int64, buf []byte) {
 	p.enqueueLocked(now, buf)
 }
 
+// sendWholeLocked handles a GSO super-packet on a JitterGSO link: loss is
+// drawn per segment; when no segment is lost the super-packet goes on whole
+// (one serialization, one jitter draw, delivered as one GSO packet, so a
+// forwarding host passes it on whole too, as netem and veth treat an skb);
+// otherwise the surviving segments go on one by one with the same jitter.
+func (p *pipe) sendWholeLocked(now int64, buf []byte) {
+	jit := p.drawJitterLocked()
+	n := gsoSegments(buf)
+	var lost []bool
+	if p.cfg.LossPct > 0 {
+		for i := range n {
+			if p.rng.Float64()*100 < p.cfg.LossPct {
+				if lost == nil {
+					lost = make([]bool, n)
+				}
+				lost[i] = true
+			}
+		}
+	}
+	if lost == nil {
+		p.enqueueWithLocked(now, buf, jit)
+		return
+	}
+	i := 0
+	err := splitGSO(buf, 1, p.w.bufs.get, func(seg []byte) {
+		if i < len(lost) && lost[i] {
+			p.lossDrops.Add(1)
+			p.w.bufs.put(seg)
+		} else {
+			p.enqueueWithLocked(now, seg, jit)
+		}
+		i++
+	})
+	p.w.bufs.put(buf)
+	if err != nil {
+		p.writeErrs.Add(1)
+	}
+}
+
+// drawJitterLocked returns one jitter draw in ns, uniform in [-J, +J].
+func (p *pipe) drawJitterLocked() int64 {
+	if p.cfg.JitterMS <= 0 {
+		return 0
+	}
+	return int64((p.rng.Float64()*2 - 1) * p.cfg.JitterMS * 1e6)
+}
+
+// gsoSegments returns how many wire segments the GSO packet buf carries.
+func gsoSegments(buf []byte) int {
+	if _, segs, ok := gsoGeometry(buf); ok {
+		return segs
+	}
+	return 1
+}
+
 func (p *pipe) enqueueLocked(now int64, buf []byte) {
 	c := &p.cfg
 	if c.LossPct > 0 && p.rng.Float64()*100 < c.LossPct {
@@ -147,6 +206,12 @@ func (p *pipe) enqueueLocked(now int64, buf []byte) {
 		p.w.bufs.put(buf)
 		return
 	}
+	p.enqueueWithLocked(now, buf, p.drawJitterLocked())
+}
+
+// enqueueWithLocked queues buf (past the loss draw) with jitter jit ns.
+func (p *pipe) enqueueWithLocked(now int64, buf []byte, jit int64) {
+	c := &p.cfg
 	size := wireBytes(buf, p.w.offload)
 	depart := now
 	if c.RateMbit > 0 {
@@ -170,9 +235,8 @@ func (p *pipe) enqueueLocked(now int64, buf []byte) {
 		return
 	}
 	at := depart + max(int64(c.DelayMS*1e6)-forwardCost, 0)
-	if c.JitterMS > 0 {
-		at += int64((p.rng.Float64()*2 - 1) * c.JitterMS * 1e6)
-		at = max(at, depart)
+	if jit != 0 {
+		at = max(at+jit, depart)
 	}
 	if !c.Reorder {
 		at = max(at, p.lastAt)
@@ -204,27 +268,36 @@ func wireBytes(buf []byte, offload bool) int {
 		return len(buf)
 	}
 	n := len(buf) - vnetHdrLen
-	if !isGSO(buf) {
-		return n
+	if hdrLen, segs, ok := gsoGeometry(buf); ok {
+		return n + (segs-1)*hdrLen
 	}
+	return n
+}
+
+// gsoGeometry returns the IP + TCP header length and the segment count of
+// a GSO packet (virtio header + IP packet); ok is false for anything else.
+func gsoGeometry(buf []byte) (hdrLen, segs int, ok bool) {
+	if !isGSO(buf) {
+		return 0, 0, false
+	}
+	n := len(buf) - vnetHdrLen
 	// The virtio hdr_len is only a hint (the linear part of the skb), so
 	// read the real IP + TCP header length.
 	pkt := buf[vnetHdrLen:]
 	if len(pkt) < 20 {
-		return n
+		return 0, 0, false
 	}
 	ipHL := 40
 	if pkt[0]>>4 == 4 {
 		ipHL = int(pkt[0]&0x0f) * 4
 	}
 	if len(pkt) < ipHL+20 {
-		return n
+		return 0, 0, false
 	}
-	hdrLen := ipHL + int(pkt[ipHL+12]>>4)*4
+	hdrLen = ipHL + int(pkt[ipHL+12]>>4)*4
 	gsoSize := int(binary.LittleEndian.Uint16(buf[4:6]))
 	if gsoSize == 0 || hdrLen >= n {
-		return n
+		return 0, 0, false
 	}
-	segs := (n - hdrLen + gsoSize - 1) / gsoSize
-	return n + (segs-1)*hdrLen
+	return hdrLen, (n - hdrLen + gsoSize - 1) / gsoSize, true
 }

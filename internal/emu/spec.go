@@ -59,9 +59,14 @@ type HostSpec struct {
 
 // Link holds the one-way properties of a direction of a pair of hosts.
 type Link struct {
-	DelayMS   float64 `yaml:"delay_ms"`   // one-way delay
-	JitterMS  float64 `yaml:"jitter_ms"`  // uniform in [-jitter, +jitter], delay never below 0
-	Reorder   bool    `yaml:"reorder"`    // let jitter reorder packets (default: keep order)
+	DelayMS  float64 `yaml:"delay_ms"`  // one-way delay
+	JitterMS float64 `yaml:"jitter_ms"` // uniform in [-jitter, +jitter], delay never below 0
+	Reorder  bool    `yaml:"reorder"`   // let jitter reorder packets (default: keep order)
+	// JitterGSO draws the jitter once per packet the sending kernel hands
+	// over (a GSO super-packet: all its segments keep one delay and stay
+	// whole when none is lost), as netem does per skb on a veth with TSO
+	// (Mininet); default: per wire segment.
+	JitterGSO bool    `yaml:"jitter_gso"`
 	LossPct   float64 `yaml:"loss_pct"`   // independent per-packet loss, 0..100
 	RateMbit  float64 `yaml:"rate_mbit"`  // serialization rate; 0 = unlimited
 	QueueMS   float64 `yaml:"queue_ms"`   // queue limit as time to drain at rate; 0 = default
@@ -80,6 +85,7 @@ type LinkSpec struct {
 	DelayMS   *float64 `yaml:"delay_ms"`
 	JitterMS  *float64 `yaml:"jitter_ms"`
 	Reorder   *bool    `yaml:"reorder"`
+	JitterGSO *bool    `yaml:"jitter_gso"`
 	LossPct   *float64 `yaml:"loss_pct"`
 	RateMbit  *float64 `yaml:"rate_mbit"`
 	QueueMS   *float64 `yaml:"queue_ms"`
@@ -188,11 +194,12 @@ func (l Link) validate(what string) error {
 // smaller non-zero one.
 func combine(a, b Link) Link {
 	out := Link{
-		LossPct:  100 * (1 - (1-a.LossPct/100)*(1-b.LossPct/100)),
-		JitterMS: math.Max(a.JitterMS, b.JitterMS),
-		Reorder:  a.Reorder || b.Reorder,
-		RateMbit: minNonZero(a.RateMbit, b.RateMbit),
-		QueueMS:  minNonZero(a.QueueMS, b.QueueMS),
+		LossPct:   100 * (1 - (1-a.LossPct/100)*(1-b.LossPct/100)),
+		JitterMS:  math.Max(a.JitterMS, b.JitterMS),
+		Reorder:   a.Reorder || b.Reorder,
+		JitterGSO: a.JitterGSO || b.JitterGSO,
+		RateMbit:  minNonZero(a.RateMbit, b.RateMbit),
+		QueueMS:   minNonZero(a.QueueMS, b.QueueMS),
 	}
 	out.QueuePkts = int(minNonZero(float64(a.QueuePkts), float64(b.QueuePkts)))
 	return out
@@ -469,6 +476,9 @@ func (ls LinkSpec) apply(l *Link) {
 	}
 	if ls.Reorder != nil {
 		l.Reorder = *ls.Reorder
+	}
+	if ls.JitterGSO != nil {
+		l.JitterGSO = *ls.JitterGSO
 	}
 	if ls.LossPct != nil {
 		l.LossPct = *ls.LossPct

@@ -59,7 +59,7 @@ hosts:
   - {name: origin, location: "San Francisco", addr: 10.77.0.1}
   - {name: extra}
 links:
-  - {a: client, b: extra, delay_ms: 5, loss_pct: 0.5, jitter_ms: 1, rate_mbit: 100, queue_ms: 50}
+  - {a: client, b: extra, delay_ms: 5, loss_pct: 0.5, jitter_ms: 1, jitter_gso: true, rate_mbit: 100, queue_ms: 50}
   - {a: fep-lon, b: extra, delay_ms: 7}
   - {a: origin, b: extra, delay_ms: 70}
   - {a: client, b: origin, rate_mbit: 50}
@@ -91,8 +91,11 @@ tcp: {rmem_max: 67108864, wmem_max: 67108864, congestion: cubic, slow_start_afte
 		t.Errorf("matrix delays not symmetric: %v vs %v", p.links[0][2].DelayMS, p.links[2][0].DelayMS)
 	}
 	ce := p.links[0][3]
-	if ce.DelayMS != 5 || ce.LossPct != 0.5 || ce.RateMbit != 100 || ce.QueueMS != 50 || ce.JitterMS != 1 {
+	if ce.DelayMS != 5 || ce.LossPct != 0.5 || ce.RateMbit != 100 || ce.QueueMS != 50 || ce.JitterMS != 1 || !ce.JitterGSO {
 		t.Errorf("client->extra = %+v; want the explicit link", ce)
+	}
+	if p.links[1][3].JitterGSO {
+		t.Errorf("fep-lon->extra has jitter_gso; want the default (per segment)")
 	}
 	// client's host loss applies to its other pairs, both directions.
 	if l := p.links[1][0].LossPct; math.Abs(l-1) > 1e-9 {

@@ -57,9 +57,13 @@ type Config struct {
 	Realtime bool // emulator threads at real-time priority
 	// Sysctls ("net.ipv4.tcp_recovery=0") are set in every host of the
 	// world after it comes up (experiments with the TCP stack).
-	Sysctls  []string
-	Log      *slog.Logger
-	Progress io.Writer // one line per finished cell; nil: none
+	Sysctls []string
+	// JitterWire draws the links' jitter per wire segment; by default it is
+	// drawn per GSO packet as netem does per skb on the seed's veth links
+	// (emu.Link.JitterGSO).
+	JitterWire bool
+	Log        *slog.Logger
+	Progress   io.Writer // one line per finished cell; nil: none
 }
 
 // DefaultSize makes end-to-end TCP take about 5.9 s at 100 Mbit/s on the
@@ -138,10 +142,10 @@ func (l *lab) close() {
 	l.w.Close()
 }
 
-func linkSpec(a, b string, delay, jitter, loss, rate float64) emu.LinkSpec {
+func linkSpec(a, b string, delay, jitter, loss, rate float64, jitterGSO bool) emu.LinkSpec {
 	q := 1000 // netem's default limit (packets), as Mininet's TCLink
 	r := true // netem jitter reorders
-	return emu.LinkSpec{A: a, B: b, DelayMS: &delay, JitterMS: &jitter, LossPct: &loss, RateMbit: &rate, QueuePkts: &q, Reorder: &r}
+	return emu.LinkSpec{A: a, B: b, DelayMS: &delay, JitterMS: &jitter, LossPct: &loss, RateMbit: &rate, QueuePkts: &q, Reorder: &r, JitterGSO: &jitterGSO}
 }
 
 // sysctls sets cfg.Sysctls in every host.

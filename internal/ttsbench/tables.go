@@ -30,24 +30,24 @@ type key struct {
 
 // tableSpec is the seed's topology: client - relay - server, the pair
 // client-server routed through the relay.
-func tableSpec(r Row, cc string, rate float64) *emu.Spec {
+func tableSpec(r Row, cc string, rate float64, jitterGSO bool) *emu.Spec {
 	return &emu.Spec{
 		Name:  "tts",
 		Hosts: []emu.HostSpec{{Name: "c"}, {Name: "r1"}, {Name: "s"}},
 		Links: []emu.LinkSpec{
-			linkSpec("c", "r1", r.D1, r.J1, r.L1, rate),
-			linkSpec("r1", "s", r.D2, r.J2, r.L2, rate),
+			linkSpec("c", "r1", r.D1, r.J1, r.L1, rate, jitterGSO),
+			linkSpec("r1", "s", r.D2, r.J2, r.L2, rate, jitterGSO),
 		},
 		Routes: []emu.RouteSpec{{From: "c", To: "s", Via: []string{"r1"}}},
 		TCP:    emu.TCP{Congestion: cc},
 	}
 }
 
-func (r Row) link(rate float64, first bool) emu.Link {
+func (r Row) link(rate float64, first, jitterGSO bool) emu.Link {
 	if first {
-		return emu.Link{DelayMS: r.D1, JitterMS: r.J1, LossPct: r.L1, RateMbit: rate, QueuePkts: 1000, Reorder: true}
+		return emu.Link{DelayMS: r.D1, JitterMS: r.J1, LossPct: r.L1, RateMbit: rate, QueuePkts: 1000, Reorder: true, JitterGSO: jitterGSO}
 	}
-	return emu.Link{DelayMS: r.D2, JitterMS: r.J2, LossPct: r.L2, RateMbit: rate, QueuePkts: 1000, Reorder: true}
+	return emu.Link{DelayMS: r.D2, JitterMS: r.J2, LossPct: r.L2, RateMbit: rate, QueuePkts: 1000, Reorder: true, JitterGSO: jitterGSO}
 }
 
 // RunTables runs the seed's rows: for every congestion control one world,
@@ -67,7 +67,7 @@ func RunTables(ctx context.Context, cfg Config) (*TableResult, error) {
 }
 
 func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) error {
-	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg.RateMbit), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
+	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg.RateMbit, !cfg.JitterWire), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
 	if err != nil {
 		return err
 	}
@@ -92,10 +92,10 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 		Split: split[0],
 	}
 	for ri, row := range cfg.Rows {
-		if err := w.SetLink("c", "r1", row.link(cfg.RateMbit, true)); err != nil {
+		if err := w.SetLink("c", "r1", row.link(cfg.RateMbit, true, !cfg.JitterWire)); err != nil {
 			return err
 		}
-		if err := w.SetLink("r1", "s", row.link(cfg.RateMbit, false)); err != nil {
+		if err := w.SetLink("r1", "s", row.link(cfg.RateMbit, false, !cfg.JitterWire)); err != nil {
 			return err
 		}
 		start := time.Now()
