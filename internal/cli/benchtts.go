@@ -33,7 +33,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound of one transfer (a slower one counts as failed)")
 	out := fs.String("out", "", "results folder (default results/tts-YYYYMMDD-HHMMSS)")
 	realtime := fs.Bool("emu-realtime", false, "emulator threads at real-time priority")
-	jitterWire := fs.Bool("jitter-wire", false, "draw link jitter per wire segment (default: per GSO packet, as netem per skb on the seed's veth links)")
+	jitterGSO := fs.Bool("jitter-gso", false, "draw link jitter once per GSO packet, as netem per skb on the seed's veth links (default: per wire segment)")
 	sysctl := fs.String("sysctl", "", "sysctls set in every host of the worlds, comma-separated (e.g. net.ipv4.tcp_recovery=0)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench tts [--trials N] [--only tables,grid] [flags]\n\nNeeds root. See docs/tts.md.")
@@ -121,7 +121,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	cfg := ttsbench.Config{
 		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
 		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
-		Realtime: *realtime, Sysctls: splitList(*sysctl), JitterWire: *jitterWire, Log: env.Log, Progress: env.Stderr,
+		Realtime: *realtime, Sysctls: splitList(*sysctl), JitterGSO: *jitterGSO, Log: env.Log, Progress: env.Stderr,
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())

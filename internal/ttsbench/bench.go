@@ -58,10 +58,10 @@ type Config struct {
 	// Sysctls ("net.ipv4.tcp_recovery=0") are set in every host of the
 	// world after it comes up (experiments with the TCP stack).
 	Sysctls []string
-	// JitterWire draws the links' jitter per wire segment; by default it is
-	// drawn per GSO packet as netem does per skb on the seed's veth links
-	// (emu.Link.JitterGSO).
-	JitterWire bool
+	// JitterGSO draws the links' jitter once per GSO packet, as netem does
+	// per skb on the seed's veth links (emu.Link.JitterGSO); default: per
+	// wire segment.
+	JitterGSO bool
 	Log        *slog.Logger
 	Progress   io.Writer // one line per finished cell; nil: none
 }

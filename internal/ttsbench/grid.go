@@ -127,7 +127,7 @@ func RunGrid(ctx context.Context, cfg Config, g GridConfig) (*GridResult, error)
 		spec.Hosts = append(spec.Hosts, emu.HostSpec{Name: n})
 	}
 	for i := range gridHops {
-		spec.Links = append(spec.Links, linkSpec(names[i], names[i+1], 1, 0, 0, cfg.RateMbit, !cfg.JitterWire))
+		spec.Links = append(spec.Links, linkSpec(names[i], names[i+1], 1, 0, 0, cfg.RateMbit, cfg.JitterGSO))
 	}
 	// Every non-adjacent pair goes along the line.
 	for i := range names {

@@ -67,7 +67,7 @@ func RunTables(ctx context.Context, cfg Config) (*TableResult, error) {
 }
 
 func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) error {
-	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg.RateMbit, !cfg.JitterWire), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
+	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg.RateMbit, cfg.JitterGSO), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
 	if err != nil {
 		return err
 	}
@@ -92,10 +92,10 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 		Split: split[0],
 	}
 	for ri, row := range cfg.Rows {
-		if err := w.SetLink("c", "r1", row.link(cfg.RateMbit, true, !cfg.JitterWire)); err != nil {
+		if err := w.SetLink("c", "r1", row.link(cfg.RateMbit, true, cfg.JitterGSO)); err != nil {
 			return err
 		}
-		if err := w.SetLink("r1", "s", row.link(cfg.RateMbit, false, !cfg.JitterWire)); err != nil {
+		if err := w.SetLink("r1", "s", row.link(cfg.RateMbit, false, cfg.JitterGSO)); err != nil {
 			return err
 		}
 		start := time.Now()
