@@ -33,6 +33,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound of one transfer (a slower one counts as failed)")
 	out := fs.String("out", "", "results folder (default results/tts-YYYYMMDD-HHMMSS)")
 	realtime := fs.Bool("emu-realtime", false, "emulator threads at real-time priority")
+	relayCC := fs.String("relay-cc", "", "congestion control of the relay's own connections (default: the table's, --cc)")
 	jitterGSO := fs.Bool("jitter-gso", false, "draw link jitter once per GSO packet, as netem per skb on the seed's veth links (default: per wire segment)")
 	sysctl := fs.String("sysctl", "", "sysctls set in every host of the worlds, comma-separated (e.g. net.ipv4.tcp_recovery=0)")
 	fs.Usage = func() {
@@ -121,7 +122,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	cfg := ttsbench.Config{
 		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
 		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
-		Realtime: *realtime, Sysctls: splitList(*sysctl), JitterGSO: *jitterGSO, Log: env.Log, Progress: env.Stderr,
+		Realtime: *realtime, Sysctls: splitList(*sysctl), JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())

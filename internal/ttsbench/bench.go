@@ -62,8 +62,11 @@ type Config struct {
 	// per skb on the seed's veth links (emu.Link.JitterGSO); default: per
 	// wire segment.
 	JitterGSO bool
-	Log       *slog.Logger
-	Progress  io.Writer // one line per finished cell; nil: none
+	// RelayCC is the congestion control of the relay's own connections
+	// (the proxy's socket.congestion); default: the table's.
+	RelayCC  string
+	Log      *slog.Logger
+	Progress io.Writer // one line per finished cell; nil: none
 }
 
 // DefaultSize makes end-to-end TCP take about 5.9 s at 100 Mbit/s on the

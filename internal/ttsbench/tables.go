@@ -83,7 +83,11 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 	}
 	s := w.Addr("s")
 	split := [2]netip.AddrPort{netip.AddrPortFrom(w.Addr("r1"), portSplit), netip.AddrPortFrom(s, portDirect)}
-	if err := l.proxy(ctx, "r1", proxyConf("r1", []int{portTTS}, &split, cc), split[0]); err != nil {
+	relayCC := cc
+	if cfg.RelayCC != "" {
+		relayCC = cfg.RelayCC
+	}
+	if err := l.proxy(ctx, "r1", proxyConf("r1", []int{portTTS}, &split, relayCC), split[0]); err != nil {
 		return err
 	}
 	target := map[Mode]netip.AddrPort{
