@@ -20,7 +20,7 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 	runs3 := fs.Int("runs-multipath", 40, "iterations of the multipath scenario (seed: 4 x 10)")
 	runs4 := fs.Int("runs-shared", 5, "iterations of the shared-bottleneck scenario (coupled congestion control)")
 	quick := fs.Int("quick", 0, "if > 0, this many iterations of every scenario")
-	only := fs.String("scenarios", "", "comma-separated subset of multisource,failure,multipath,shared")
+	only := fs.String("scenarios", "", "comma-separated subset of multisource,nginx,failure,multipath,shared (nginx: multisource with nginx mirrors, --runs-multisource iterations)")
 	out := fs.String("out", "", "write the markdown report here (default: stdout)")
 	svg := fs.String("svg", "", "write the per-sub-flow rate plot of a failure run here (seed Fig. 5), and of the congested-chain run beside it (NAME-congested.svg)")
 	jsonOut := fs.String("json", "", "write every download (with mosto get's stats) here")

@@ -27,7 +27,11 @@ func runGet(ctx context.Context, env *Env, args []string) error {
 Downloads one object from all the URLs (mirrors of it) at once: receiver-driven
 range requests over one sub-flow per (mirror, path). Paths: direct, and one per
 --via entry (a local mosto proxy's SOCKS5 entry, which carries the flow over
-the overlay's chain).
+the overlay's chain). With --controller, the paths are the --paths K chains
+the controller ranks from --from (the local proxy's FEP) to --to (the FEP near
+each mirror), each sub-flow pinned to its chain through the proxy's HTTP
+CONNECT entry (--connect); sub-flows whose chains share links are coupled (they
+take no more than one TCP flow would on the best of them).
 
 flags:
 `)
@@ -39,6 +43,14 @@ flags:
 	jsonOut := fs.Bool("json", false, "print the stats as JSON on stdout")
 	var via listFlag
 	fs.Var(&via, "via", "SOCKS5 entry of a local mosto proxy (host:port); repeatable: one path each")
+	ctrl := fs.String("controller", "", "the controller's API URL: take the chains of each mirror from its GET /v1/paths")
+	from := fs.String("from", "", "with --controller: the FEP id of the local proxy (the chains' InP)")
+	to := fs.String("to", "", "with --controller: the FEP id near the mirrors (the chains' EgP), or one per URL, comma-separated")
+	connect := fs.String("connect", "", "with --controller: the local proxy's HTTP CONNECT entry (host:port)")
+	connectAuth := fs.String("connect-auth-file", "", "with --controller: file with USER:PASSWORD of the CONNECT entry")
+	ctrlCA := fs.String("controller-ca", "", "the controller's CA certificate (PEM), for an https --controller")
+	ctrlCert := fs.String("controller-cert", "", "client certificate (PEM) for the controller")
+	ctrlKey := fs.String("controller-key", "", "client key (PEM) for the controller")
 	paths := fs.Int("paths", 0, "paths per mirror: direct first, then the --via entries (0: direct only without --via, the entries only with it)")
 	block := fs.Int64("block", 128<<10, "range size in bytes")
 	stall := fs.Duration("stall", 2*time.Second, "a sub-flow that receives nothing for this long gives its ranges back and retries")
@@ -70,6 +82,31 @@ flags:
 			cfg.Out = "index.html"
 		}
 	}
+	if *ctrl != "" {
+		if len(via) > 0 {
+			return usageErrorf("--controller and --via exclude each other")
+		}
+		cp := &controllerPaths{base: *ctrl, from: *from, entry: *connect, k: *paths}
+		if *paths < 1 || *from == "" || *to == "" || *connect == "" {
+			return usageErrorf("--controller needs --paths K (>= 1), --from, --to and --connect")
+		}
+		cp.to = strings.Split(*to, ",")
+		if len(cp.to) != 1 && len(cp.to) != len(urls) {
+			return usageErrorf("--to: %d FEPs for %d URLs; want one, or one per URL", len(cp.to), len(urls))
+		}
+		if *connectAuth != "" {
+			if cp.user, cp.pass, err = readBasicAuth(*connectAuth); err != nil {
+				return err
+			}
+		}
+		if cp.client, err = controllerClient(*ctrlCA, *ctrlCert, *ctrlKey); err != nil {
+			return err
+		}
+		if cfg.Sources, err = cp.sources(ctx, urls); err != nil {
+			return err
+		}
+		return finishGet(ctx, env, cfg, *jsonOut)
+	}
 	type pathSpec struct {
 		name  string
 		entry string
@@ -100,14 +137,19 @@ flags:
 			cfg.Sources = append(cfg.Sources, src)
 		}
 	}
-	if f, ok := env.Stderr.(*os.File); ok && !*jsonOut && isTerminal(f) {
+	return finishGet(ctx, env, cfg, *jsonOut)
+}
+
+// finishGet runs the download and prints its outcome.
+func finishGet(ctx context.Context, env *Env, cfg mget.Config, jsonOut bool) error {
+	if f, ok := env.Stderr.(*os.File); ok && !jsonOut && isTerminal(f) {
 		cfg.Progress = func(s mget.Snapshot) { drawProgress(f, s) }
 	}
 	st, err := mget.Get(ctx, cfg)
 	if cfg.Progress != nil {
 		fmt.Fprintln(env.Stderr)
 	}
-	if *jsonOut && st != nil {
+	if jsonOut && st != nil {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
 		if jerr := enc.Encode(st); jerr != nil && err == nil {
@@ -117,7 +159,7 @@ flags:
 	if err != nil {
 		return err
 	}
-	if !*jsonOut {
+	if !jsonOut {
 		fmt.Fprintf(env.Stderr, "%s: %d bytes in %.2f s (%.2f MB/s), sha256 %s\n", st.File, st.Identity.Size, st.Seconds, st.MBps, st.SHA256)
 		for _, s := range st.Subflows {
 			note := ""

@@ -26,7 +26,7 @@ import (
 // Config configures Run.
 type Config struct {
 	Runs      [4]int   // iterations of multisource, failure, multipath (seed: 30, 20, 4x10), shared
-	Scenarios []string // subset of "multisource", "failure", "multipath", "shared"; empty: all
+	Scenarios []string // subset of "multisource", "failure", "multipath", "shared", "nginx"; empty: all
 	Mosto     string   // mosto binary for the proxies of the multipath scenario
 	Dir       string   // work directory (downloads, proxy configs and logs)
 	Log       *slog.Logger
@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if len(cfg.Scenarios) == 0 {
-		cfg.Scenarios = []string{"multisource", "failure", "multipath", "shared"}
+		cfg.Scenarios = []string{"multisource", "nginx", "failure", "multipath", "shared"}
 	}
 	for _, tool := range []string{"aria2c", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -134,6 +134,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("getbench: %w", err)
 		}
+		if host == "milan" {
+			// The shared scenario measures shares against a loss-based
+			// TCP flow (RFC 6356's reference): CUBIC on both sides' senders.
+			ln = cubicListener{ln}
+		}
 		o := origin.New(origin.Config{Seed: 3}, cfg.Log.With("host", host))
 		b.origins[host] = o
 		go func() { done <- o.Serve(octx, ln) }()
@@ -155,6 +160,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			err = b.multipath(ctx)
 		case "shared":
 			err = b.shared(ctx)
+		case "nginx":
+			err = b.nginx(ctx)
 		default:
 			err = fmt.Errorf("getbench: unknown scenario %q", sc)
 		}

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mosto-net/mosto/internal/mget"
 	"github.com/mosto-net/mosto/internal/origin"
@@ -126,4 +129,21 @@ func SharedBottleneck(ctx context.Context, dial mget.DialFunc, sharedURL, soloUR
 		res.Solo /= float64(n)
 	}
 	return res, nil
+}
+
+// cubicListener sets CUBIC on every accepted connection (the emulator's
+// default is the machine's, BBR).
+type cubicListener struct{ net.Listener }
+
+func (l cubicListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		if rc, err := tc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, "cubic") })
+		}
+	}
+	return c, nil
 }

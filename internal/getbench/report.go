@@ -60,8 +60,8 @@ func f2(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
 // WriteMarkdown writes one table per scenario and the ratios the issue asks
 // for.
 func WriteMarkdown(w io.Writer, rs []Result) error {
-	sizes := map[string]float64{"multisource": 12e6, "failure": 50e6, "multipath": 50e6, "shared": 16e6}
-	for _, sc := range []string{"multisource", "failure", "multipath", "shared"} {
+	sizes := map[string]float64{"multisource": 12e6, "nginx": 12e6, "failure": 50e6, "multipath": 50e6, "shared": 16e6}
+	for _, sc := range []string{"multisource", "nginx", "failure", "multipath", "shared"} {
 		ms := modes(rs, sc)
 		if len(ms) == 0 {
 			continue
@@ -84,6 +84,17 @@ func WriteMarkdown(w io.Writer, rs []Result) error {
 		}
 		fmt.Fprintln(w)
 		switch sc {
+		case "nginx":
+			mg, one := sum["mosto get"], sum["single Paris"]
+			if mg.n > 0 && one.n > 0 {
+				fmt.Fprintf(w, "- nginx mirrors: mosto get %.2fx Paris alone; variance %.3f vs %.3f; %.2f of what the nominal link rates allow\n", one.mean/mg.mean, mg.v, one.v, Ideal(12e6)/mg.mean)
+				if a := sum["aria2c"]; a.n > 0 {
+					fmt.Fprintf(w, "- mosto get vs aria2c with the same nginx mirrors: **%.2fx** (aria2c %.2f s)\n", a.mean/mg.mean, a.mean)
+				}
+				if c := sum["curl Paris"]; c.n > 0 {
+					fmt.Fprintf(w, "- mosto get vs curl from Paris' nginx: **%.2fx** (curl %.2f s)\n", c.mean/mg.mean, c.mean)
+				}
+			}
 		case "multisource":
 			best, bestMode := math.Inf(1), ""
 			for _, m := range ms {

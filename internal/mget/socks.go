@@ -1,12 +1,15 @@
 package mget
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -99,4 +102,69 @@ func socksConnect(rw io.ReadWriter, addr string) error {
 	}
 	_, err = io.ReadFull(rw, b[:n])
 	return err
+}
+
+// ViaConnect returns a Dial that reaches addr through the HTTP CONNECT
+// entry at entry (a local mosto proxy), pinned to route when it is not
+// empty (the chain's FEP ids, the entry's FEP first: the proxy's
+// Mosto-Route header), with Basic proxy authentication when user is set.
+// dial reaches the entry; nil dials directly.
+func ViaConnect(entry string, route []string, user, password string, dial DialFunc) DialFunc {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, "tcp", entry)
+		if err != nil {
+			return nil, fmt.Errorf("connect entry %s: %w", entry, err)
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			conn.SetDeadline(dl)
+		} else {
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+		}
+		if err := httpConnect(conn, addr, route, user, password); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("connect entry %s to %s: %w", entry, addr, err)
+		}
+		conn.SetDeadline(time.Time{})
+		return conn, nil
+	}
+}
+
+// httpConnect sends a CONNECT for addr and reads the reply head byte by
+// byte (nothing after it may be consumed: the tunnel starts there).
+func httpConnect(rw io.ReadWriter, addr string, route []string, user, password string) error {
+	req := "CONNECT " + addr + " HTTP/1.1\r\nHost: " + addr + "\r\n"
+	if user != "" {
+		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password)) + "\r\n"
+	}
+	if len(route) > 0 {
+		req += "Mosto-Route: " + strings.Join(route, ",") + "\r\n"
+	}
+	if _, err := io.WriteString(rw, req+"\r\n"); err != nil {
+		return err
+	}
+	var head []byte
+	var b [1]byte
+	for !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+		if len(head) > 8<<10 {
+			return fmt.Errorf("reply head longer than 8 KiB")
+		}
+		if _, err := io.ReadFull(rw, b[:]); err != nil {
+			return fmt.Errorf("reply: %w", err)
+		}
+		head = append(head, b[0])
+	}
+	line, _, _ := strings.Cut(string(head), "\r\n")
+	proto, rest, _ := strings.Cut(line, " ")
+	code, _, _ := strings.Cut(rest, " ")
+	if !strings.HasPrefix(proto, "HTTP/1.") || len(code) != 3 {
+		return fmt.Errorf("malformed reply %q", line)
+	}
+	if code[0] != '2' {
+		return fmt.Errorf("entry replied %q", line)
+	}
+	return nil
 }

@@ -28,6 +28,7 @@ type Intent struct {
 	Size   int64          // transfer-size hint, picks the chain's size class
 	Client netip.AddrPort // the client's address
 	Local  netip.AddrPort // the address the client connected to
+	Route  []string       // a chain pinned by the client (pin.go); nil: looked up
 
 	learn sizeKeys // where the flow's size is learned (sizelearn.go)
 }
@@ -177,12 +178,21 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in *Intent) *net.TCPC
 		s.refuse(refuseEntryAllow, c, in.Client, fmt.Errorf("target %s", t))
 		return nil
 	}
+	if v := hdr.Get(RouteHeader); v != "" {
+		if in.Route, err = s.pinnedRoute(v); err != nil {
+			httpconnect.WriteReply(c, http.StatusBadRequest)
+			s.refuse(refuseEntryProto, c, in.Client, err)
+			return nil
+		}
+	}
 	in.Target, in.Size = t, int64(s.cfg.HTTPConnect.Size)
 	s.learnSize(in, "", nil)
 	up, err := s.open(*in, nil)
 	if err != nil {
 		code := http.StatusBadGateway
 		switch {
+		case errors.Is(err, errRoute):
+			code = http.StatusBadRequest
 		case errors.Is(err, errPolicy):
 			code = http.StatusForbidden
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -217,6 +227,9 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in *Intent) *net.TCPC
 // early holds client bytes already read from the client's connection:
 // they are sent first on the returned connection.
 func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
+	if in.Route != nil {
+		return s.openPinned(in, early)
+	}
 	egp := s.origin.egress.lookup(in.Target)
 	if egp == s.self {
 		s.m.directFor("self_egress").Inc()
