@@ -28,7 +28,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench offload fig3")
 	rtts := fs.String("rtt", "50ms,100ms", "end-to-end RTTs (each leg has half)")
 	ccs := fs.String("cc", "cubic,bbr", "congestion controls")
-	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), mosto (window probes at the join)")
+	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), probe (window probes at the join), mosto (probes carrying the reopened windows)")
 	dur := fs.Duration("duration", 8*time.Second, "flow duration")
 	at := fs.Duration("at", 4*time.Second, "offload time")
 	rate := fs.Float64("rate", 200, "rate of both links, Mbit/s (0: unlimited)")
@@ -45,8 +45,8 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	if *at <= 0 || *at >= *dur {
 		return usageErrorf("-at must be inside (0, -duration)")
 	}
-	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "handover"},
-		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "handover", "stopped / quiet / joined"},
+		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
 	plots := map[string]*report.Plot{}
 	var order []string
 	for _, rs := range strings.Split(*rtts, ",") {
@@ -80,7 +80,12 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 				if tr.Handover > 0 {
 					ho = tr.Handover.Round(time.Millisecond).String()
 				}
-				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), ho)
+				phases := "-"
+				if tr.Phases.Joined > 0 {
+					ms := func(d time.Duration) string { return fmt.Sprint(d.Milliseconds()) }
+					phases = fmt.Sprintf("%s / %s / %s ms (%d)", ms(tr.Phases.Stopped), ms(tr.Phases.Quiet), ms(tr.Phases.Joined), tr.Phases.Attempts)
+				}
+				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), ho, phases)
 				key := fmt.Sprintf("%v %s", rtt, cfg.CC)
 				p, ok := plots[key]
 				if !ok {

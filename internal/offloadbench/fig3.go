@@ -22,7 +22,8 @@ import (
 const (
 	ModeRelay   = "relay"   // never offloaded
 	ModePlain   = "plain"   // offloaded, no mitigation (no window probes after the join)
-	ModeMosto   = "mosto"   // offloaded with the join's window probes
+	ModeProbe   = "probe"   // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
+	ModeMosto   = "mosto"   // offloaded with the join's window probes carrying reopened windows
 	ModeGradual = "gradual" // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
 )
 
@@ -49,6 +50,7 @@ type Trace struct {
 	RTOs       int       // retransmission timeouts at the sender (tcpi_total_rto), -1 unknown
 	Retrans    int       // segments retransmitted by the sender
 	Handover   time.Duration
+	Phases     xlate.Phases // of the handover
 }
 
 const relayPort, serverPort = 9100, 9101
@@ -83,7 +85,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	var sp *xlate.Splicer
 	if cfg.Mode != ModeRelay {
 		if err := w.Do("relay", func() (err error) {
-			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, Log: cfg.Log})
+			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Log: cfg.Log})
 			return err
 		}); err != nil {
 			return tr, err
@@ -180,7 +182,10 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 				err := w.Do("relay", func() error {
 					hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
 					defer hcancel()
-					_, err := sp.Handover(hctx, a, b)
+					j, err := sp.Handover(hctx, a, b)
+					if err == nil {
+						tr.Phases = j.Phases
+					}
 					return err
 				})
 				tr.Handover = time.Since(t0)

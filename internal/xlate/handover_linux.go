@@ -74,6 +74,8 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 	}
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	t0 := time.Now()
+	var ph Phases
 	for {
 		quiet := true
 		for i, l := range legs {
@@ -131,6 +133,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					return nil, err
 				}
 			}
+			allStopped := ok
 			for i := range legs {
 				if !ok {
 					break
@@ -139,13 +142,23 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				// The sender into leg i has stopped: its window is used up, or
 				// it sent nothing for two RTTs of this leg.
 				stopped := legs[i].eof || in.RcvWnd == 0 || in.LastDataRecv > max(2*in.RTT, 2*time.Millisecond)
+				allStopped = allStopped && stopped
 				if in.InQ != 0 || !stopped || out.OutQ != 0 || out.Unacked != 0 {
 					ok = false
 				}
 			}
+			if allStopped && ph.Stopped == 0 {
+				ph.Stopped = time.Since(t0)
+			}
 			if ok {
+				if ph.Quiet == 0 {
+					ph.Quiet = time.Since(t0)
+				}
+				ph.Attempts++
 				sp, err := s.lockedJoin(a, b, legs[0].fwd, legs[1].fwd)
 				if err == nil {
+					ph.Joined = time.Since(t0)
+					sp.Phases = ph
 					return sp, nil
 				}
 				var re *RefusedError
@@ -162,6 +175,15 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 		case <-tick.C:
 		}
 	}
+}
+
+// Phases says where a handover's time went, from its start: until both
+// senders had stopped (window used up, FIN or idle), until the quiescent
+// point (everything forwarded and acknowledged) and until the join; Attempts
+// counts joins tried at the quiescent point (a raced one is retried).
+type Phases struct {
+	Stopped, Quiet, Joined time.Duration
+	Attempts               int
 }
 
 func (s *Splicer) lockedJoin(a, b *net.TCPConn, fwdA, fwdB int) (*Splice, error) {

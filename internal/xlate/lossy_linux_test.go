@@ -12,6 +12,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,9 +26,19 @@ import (
 // emulated path with 1% loss on both legs (TUN devices: the xlate_l3
 // program), so retransmissions cross the join both ways; every flow's echo
 // must come back intact, whether its handover succeeded or was refused.
+// MOSTO_XLATE_LOSSY_FLOWS sets the number of flows (default 48; the issue's
+// figure is 1000), at most 64 at a time.
 func TestHandoverLossy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("emulator test")
+	}
+	flows := 48
+	if v := os.Getenv("MOSTO_XLATE_LOSSY_FLOWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("MOSTO_XLATE_LOSSY_FLOWS=%q: want a positive number", v)
+		}
+		flows = n
 	}
 	one, loss, direct := 5.0, 1.0, 10.0
 	spec := &emu.Spec{
@@ -93,22 +104,32 @@ func TestHandoverLossy(t *testing.T) {
 		}
 	}()
 
-	const flows, n = 48, 256 << 10
+	const n = 256 << 10
+	start := time.Now()
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, 64)
+	var failed atomic.Int32
 	for i := range flows {
+		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-slots }()
 			if err := echoThrough(ctx, w, fmt.Sprintf("%s:9200", w.Addr("relay")), n); err != nil {
-				t.Errorf("flow %d: %v", i, err)
+				if failed.Add(1) <= 10 {
+					t.Errorf("flow %d: %v", i, err)
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		t.Errorf("%d of %d flows failed", f, flows)
+	}
 	rl.Close()
 	st := s.Stats()
-	t.Logf("%d flows: %d offloaded, %d kept relayed; splicer %+v", flows, offloaded.Load(), refused.Load(), st)
-	if offloaded.Load() < flows/2 {
+	t.Logf("%d flows in %v: %d offloaded, %d kept relayed; splicer %+v", flows, time.Since(start).Round(time.Millisecond), offloaded.Load(), refused.Load(), st)
+	if int(offloaded.Load()) < flows/2 {
 		t.Errorf("only %d of %d flows offloaded", offloaded.Load(), flows)
 	}
 	if st.Errors != 0 {

@@ -44,6 +44,13 @@ type Config struct {
 	// experiments that show what they prevent: a sender stalled by a zero
 	// window waits for its persist timer).
 	NoKick bool
+	// NoReopen keeps the relay's receive windows closed at the join (for
+	// experiments): by default a handover's join drops the forwarded
+	// bytes from both sockets' receive queues before the window probes, so
+	// each probe tells its peer the window is open again and a stalled
+	// sender resumes after one one-way trip instead of waiting for the
+	// other peer's answer to be translated.
+	NoReopen bool
 	// PinDir, when set, pins the maps and the tcx links there (on a bpffs;
 	// below DefaultBPFFS it is mounted when absent): joined flows then
 	// survive the process, and Open adopts the pins an earlier process
@@ -416,6 +423,8 @@ func (s *Splicer) Remove(in Tuple) bool {
 // Splice is one installed join.
 type Splice struct {
 	AB, BA Entry
+	// Phases of the handover that made it (zero after a plain Join).
+	Phases Phases
 	s      *Splicer
 }
 
@@ -601,12 +610,18 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 	// handover drains it that way) resumes after one trip instead of
 	// waiting for its persist timer. Then back into repair mode for a
 	// silent close.
-	for _, fd := range []int{fa, fb} {
+	for _, l := range []struct{ fd, fwd int }{{fa, fwdA}, {fb, fwdB}} {
 		if s.cfg.NoKick {
 			break
 		}
-		if setRepair(fd, unix.TCP_REPAIR_OFF) == nil {
-			setRepair(fd, 1)
+		if l.fwd > 0 && !s.cfg.NoReopen && setRepair(l.fd, unix.TCP_REPAIR_OFF_NO_WP) == nil {
+			// Out of repair mode, drop what was forwarded: the window
+			// opens, and the probe below carries it.
+			unix.SetsockoptInt(l.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, -1)
+			dropQueued(l.fd, l.fwd)
+		}
+		if setRepair(l.fd, unix.TCP_REPAIR_OFF) == nil {
+			setRepair(l.fd, 1)
 		}
 	}
 	// Fill ifindexes as installed.
@@ -620,6 +635,19 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 		ba.Ifindex = int(v.Ifindex)
 	}
 	return nil
+}
+
+// dropQueued consumes n received bytes of fd (MSG_TRUNC: TCP discards
+// them without copying).
+func dropQueued(fd, n int) {
+	buf := make([]byte, min(n, 256<<10))
+	for n > 0 {
+		m, _, err := unix.Recvfrom(fd, buf[:min(n, len(buf))], unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+		if err != nil || m <= 0 {
+			return
+		}
+		n -= m
+	}
 }
 
 // hold keeps a joined socket's tuple taken (pin_linux.go).
