@@ -151,3 +151,43 @@ routes:
 		t.Errorf("Unrouted = %d; want 0", w.Unrouted())
 	}
 }
+
+// TestJitterGSOForwarded: on jitter_gso links a GSO super-packet travels
+// whole, also across the forwarding host (one jitter draw per packet the
+// sender's kernel handed over, as netem per skb on veth); without it the
+// rate-limited, jittered hops carry single segments.
+func TestJitterGSOForwarded(t *testing.T) {
+	w := Start(t, mustSpec(t, `
+hosts: [{name: c}, {name: r}, {name: s}]
+links:
+  - {a: c, b: r, delay_ms: 5, jitter_ms: 1, reorder: true, rate_mbit: 100, loss_pct: 0.000001, jitter_gso: true}
+  - {a: r, b: s, delay_ms: 5, jitter_ms: 1, reorder: true, rate_mbit: 100, loss_pct: 0.000001, jitter_gso: true}
+routes:
+  - {from: c, to: s, via: [r]}
+`))
+	ctx := context.Background()
+	perPacket := func(a, b string, before LinkStats) float64 {
+		st := w.Stats(a, b)
+		return float64(st.Bytes-before.Bytes) / float64(max(st.Packets-before.Packets, 1))
+	}
+	for _, gso := range []bool{true, false} {
+		for _, hop := range [][2]string{{"c", "r"}, {"r", "s"}} {
+			l := Link{DelayMS: 5, JitterMS: 1, Reorder: true, RateMbit: 100, LossPct: 1e-6, JitterGSO: gso}
+			if err := w.SetLink(hop[0], hop[1], l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sr, rc := w.Stats("s", "r"), w.Stats("r", "c")
+		if _, err := w.Fetch(ctx, "c", "s", 8<<20); err != nil {
+			t.Fatalf("fetch 8 MiB c<-s via r (jitter_gso %v): %v", gso, err)
+		}
+		sender, forwarded := perPacket("s", "r", sr), perPacket("r", "c", rc)
+		t.Logf("jitter_gso %v: %.0f bytes per delivered packet s->r, %.0f r->c", gso, sender, forwarded)
+		if gso && (sender < 3000 || forwarded < 3000) {
+			t.Errorf("jitter_gso: %.0f / %.0f bytes per delivered packet on s->r / r->c; want GSO packets kept whole (> 3000)", sender, forwarded)
+		}
+		if !gso && (sender > 1500 || forwarded > 1500) {
+			t.Errorf("per-segment jitter: %.0f / %.0f bytes per delivered packet on s->r / r->c; want single segments (<= 1500)", sender, forwarded)
+		}
+	}
+}
