@@ -19,6 +19,7 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 	runs2 := fs.Int("runs-failure", 20, "iterations of the failure scenario (seed: 20)")
 	runs3 := fs.Int("runs-multipath", 40, "iterations of the multipath scenario (seed: 4 x 10)")
 	runs4 := fs.Int("runs-shared", 5, "iterations of the shared-bottleneck scenario (coupled congestion control)")
+	aria2 := fs.String("aria2", "", "aria2c's settings, space-separated (default: getbench.Aria2Args)")
 	quick := fs.Int("quick", 0, "if > 0, this many iterations of every scenario")
 	only := fs.String("scenarios", "", "comma-separated subset of multisource,nginx,failure,multipath,shared (nginx: multisource with nginx mirrors, --runs-multisource iterations)")
 	out := fs.String("out", "", "write the markdown report here (default: stdout)")
@@ -31,6 +32,9 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 	cfg := getbench.Config{Runs: [4]int{*runs1, *runs2, *runs3, *runs4}, Log: env.Log, Progress: env.Stderr}
 	if *quick > 0 {
 		cfg.Runs = [4]int{*quick, *quick, *quick, *quick}
+	}
+	if *aria2 != "" {
+		cfg.Aria2 = strings.Fields(*aria2)
 	}
 	if *only != "" {
 		cfg.Scenarios = strings.Split(*only, ",")
