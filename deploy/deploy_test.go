@@ -378,6 +378,15 @@ func TestSystemdUnits(t *testing.T) {
 	if s.get("Socket", "ListenStream") == "" || s.get("Socket", "FileDescriptorName") == "" {
 		t.Errorf("mosto-proxy@.socket: want ListenStream and FileDescriptorName")
 	}
+	// FileDescriptorName= names every socket of a unit (the last one wins):
+	// one line, a name the proxy matches its stream socket to, and the
+	// datagram socket is taken by its type.
+	if n := len(s["Socket"]["FileDescriptorName"]); n != 1 || s.get("Socket", "FileDescriptorName") != "hop" {
+		t.Errorf("mosto-proxy@.socket: FileDescriptorName %q; want one line, hop (it names every socket of the unit)", s["Socket"]["FileDescriptorName"])
+	}
+	if s.get("Socket", "ListenDatagram") == "" {
+		t.Errorf("mosto-proxy@.socket: no ListenDatagram (the measurement endpoint)")
+	}
 	if got := s.get("Socket", "Service"); got != "mosto-proxy@%i.service" {
 		t.Errorf("mosto-proxy@.socket: Service=%q; want mosto-proxy@%%i.service", got)
 	}

@@ -23,22 +23,21 @@ func newActivatedPool(socks []activation.Socket) *activatedPool {
 }
 
 // take returns the passed stream socket for the listener name at addr,
-// or nil when none was passed for it.
+// or nil when none was passed for it. systemd gives every socket of a
+// socket unit its one FileDescriptorName=, so a name may be carried by
+// several sockets: a socket with the listener's name and address is taken
+// first, then one with its name (a wrong address is an error), then one
+// at its address whose name is no listener's or is shared by several
+// sockets.
 func (p *activatedPool) take(name, addr string) (net.Listener, error) {
-	pick := -1
-	for i, s := range p.socks {
-		if !p.used[i] && s.Listener != nil && s.Name == name {
-			pick = i
-			break
-		}
+	pick := p.find(func(s activation.Socket) bool { return s.Name == name && sameAddr(s.Listener.Addr(), addr) })
+	if pick < 0 {
+		pick = p.find(func(s activation.Socket) bool { return s.Name == name })
 	}
 	if pick < 0 {
-		for i, s := range p.socks {
-			if !p.used[i] && s.Listener != nil && (s.Name == "" || !knownName(s.Name)) && sameAddr(s.Listener.Addr(), addr) {
-				pick = i
-				break
-			}
-		}
+		pick = p.find(func(s activation.Socket) bool {
+			return (s.Name == "" || !knownName(s.Name) || p.shared(s.Name)) && sameAddr(s.Listener.Addr(), addr)
+		})
 	}
 	if pick < 0 {
 		return nil, nil
@@ -49,6 +48,27 @@ func (p *activatedPool) take(name, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("passed socket %q listens on %s, but the configuration says %s", name, s.Listener.Addr(), addr)
 	}
 	return s.Listener, nil
+}
+
+// find returns the index of the first unused stream socket ok accepts, or -1.
+func (p *activatedPool) find(ok func(activation.Socket) bool) int {
+	for i, s := range p.socks {
+		if !p.used[i] && s.Listener != nil && ok(s) {
+			return i
+		}
+	}
+	return -1
+}
+
+// shared reports whether more than one passed stream socket is named n.
+func (p *activatedPool) shared(n string) bool {
+	c := 0
+	for _, s := range p.socks {
+		if s.Listener != nil && s.Name == n {
+			c++
+		}
+	}
+	return c > 1
 }
 
 // knownName reports whether n names a listener kind (then it is matched
