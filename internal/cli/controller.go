@@ -254,7 +254,11 @@ func runController(ctx context.Context, env *Env, args []string) error {
 			}
 		}
 	}()
-	uis, err := startUI(runCtx, ui, ctl, env.Log)
+	storeKind := "bbolt"
+	if *etcd != "" {
+		storeKind = "etcd"
+	}
+	uis, err := startUI(runCtx, ui, ctl, storeKind, env.Log)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ type uiServer struct {
 
 // startUI checks the flags, listens, and serves the dashboard of src until
 // stop is called. It returns nil, nil when --ui-listen is empty.
-func startUI(ctx context.Context, f uiFlags, src dashboard.Source, log *slog.Logger) (*uiServer, error) {
+func startUI(ctx context.Context, f uiFlags, src dashboard.Source, store string, log *slog.Logger) (*uiServer, error) {
 	if *f.listen == "" {
 		if *f.authFile != "" {
 			return nil, usageErrorf("--ui-auth-file without --ui-listen")
@@ -93,7 +93,7 @@ func startUI(ctx context.Context, f uiFlags, src dashboard.Source, log *slog.Log
 	} else if !isLoopback(*f.listen) {
 		return nil, usageErrorf("--ui-listen %s is not a loopback address: give --ui-auth-file", *f.listen)
 	}
-	d, err := dashboard.New(dashboard.Config{Source: src, Poll: *f.poll, Log: log})
+	d, err := dashboard.New(dashboard.Config{Source: src, Poll: *f.poll, Store: store, Log: log})
 	if err != nil {
 		return nil, err
 	}

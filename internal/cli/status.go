@@ -119,8 +119,12 @@ func writeStatus(w io.Writer, st *dashboard.State, tab *api.Table, from, to stri
 	if !c.KeysRotated.IsZero() {
 		key = (time.Duration(c.KeyAgeS) * time.Second).Round(time.Second).String()
 	}
-	fmt.Fprintf(w, "controller: leader %s, table version %d, %d FEPs, key age %s, at %s\n\n",
-		leader, c.Version, c.FEPs, key, st.At.Format(time.RFC3339))
+	store := c.Store
+	if store == "" {
+		store = "unknown"
+	}
+	fmt.Fprintf(w, "controller: leader %s, store %s, table version %d, %d FEPs, key age %s, at %s\n\n",
+		leader, store, c.Version, c.FEPs, key, st.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FEP\tlocation\tstatus\tlast report\tflows/s\tbytes/s\tactive\trefusals\tdirect\ttable")
 	for _, f := range st.FEPs {

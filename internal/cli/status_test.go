@@ -90,7 +90,7 @@ func TestStatusAgainstController(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("mosto status:\n%s", out)
-	for _, want := range []string{"leader yes", "2 FEPs", "Frankfurt", "up", "chains fra -> nyc (LoP fra"} {
+	for _, want := range []string{"leader yes", "store bbolt", "2 FEPs", "Frankfurt", "up", "chains fra -> nyc (LoP fra"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q", want)
 		}

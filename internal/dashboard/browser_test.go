@@ -314,6 +314,9 @@ func TestDashboardInChromium(t *testing.T) {
 	if firstMS > 30000 {
 		t.Errorf("first render after %.0f ms", firstMS)
 	}
+	if store, _ := c.eval(ctx, s, "document.getElementById('c-store').textContent"); store != "bbolt" {
+		t.Errorf("store shown %q; want bbolt (the demo controller's)", store)
+	}
 	weight, _ := c.eval(ctx, s, "performance.getEntriesByType('resource').concat(performance.getEntriesByType('navigation')).filter(e => !e.name.endsWith('/events')).reduce((a, e) => a + e.transferSize, 0)")
 	t.Logf("page weight as transferred: %s bytes", weight)
 

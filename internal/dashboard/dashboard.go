@@ -2,13 +2,17 @@ package dashboard
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,15 +49,19 @@ type Config struct {
 	// DownAfter: a FEP that did not report for longer is shown down; 0
 	// means 30s (proxies push their counters every 5s).
 	DownAfter time.Duration
-	Log       *slog.Logger
-	Now       func() time.Time // nil: time.Now
+	// Store names the controller's store kind ("bbolt", "etcd"), shown
+	// beside the leader.
+	Store string
+	Log   *slog.Logger
+	Now   func() time.Time // nil: time.Now
 }
 
 // Dashboard keeps the current State and serves it.
 type Dashboard struct {
-	cfg Config
-	log *slog.Logger
-	tr  *tracker
+	cfg  Config
+	log  *slog.Logger
+	tr   *tracker
+	page *page
 
 	mu    sync.Mutex
 	state *State
@@ -81,7 +89,11 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Dashboard{cfg: cfg, log: cfg.Log, tr: newTracker(), next: make(chan struct{})}, nil
+	pg, err := buildPage()
+	if err != nil {
+		return nil, err
+	}
+	return &Dashboard{cfg: cfg, log: cfg.Log, tr: newTracker(), page: pg, next: make(chan struct{})}, nil
 }
 
 // Run rebuilds the state every Poll and after reports until ctx ends.
@@ -119,6 +131,7 @@ func (d *Dashboard) refresh(ctx context.Context) {
 		}
 		return
 	}
+	st.Controller.Store = d.cfg.Store
 	body, err := json.Marshal(st)
 	if err != nil {
 		d.log.Warn("dashboard: encode state", "err", err)
@@ -155,6 +168,7 @@ func (d *Dashboard) Handler() http.Handler {
 	sub, _ := fs.Sub(assets, "assets")
 	files := http.FileServerFS(sub)
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", withHeaders(files)))
+	mux.HandleFunc("GET /ui/{$}", d.servePage)
 	mux.HandleFunc("GET /ui/state", d.serveState)
 	mux.HandleFunc("GET /ui/events", d.serveEvents)
 	mux.HandleFunc("GET /ui/table/{lop}", d.serveTable)
@@ -169,6 +183,75 @@ func (d *Dashboard) Handler() http.Handler {
 		http.NotFound(w, r)
 	})
 	return mux
+}
+
+// page is the dashboard page with its style and script inlined, so the
+// first render needs one request: the current state rides in the page
+// (a JSON data block the script renders at once), the live stream
+// (/ui/events) follows. The policy allows exactly these inline blocks by
+// their hashes.
+type page struct {
+	head, tail []byte // the page around the state
+	csp        string
+}
+
+// pageMarker is where the state goes (before the inlined script).
+const pageMarker = "</body>"
+
+func buildPage() (*page, error) {
+	read := func(n string) (string, error) {
+		b, err := assets.ReadFile("assets/" + n)
+		return string(b), err
+	}
+	html, err := read("index.html")
+	if err != nil {
+		return nil, err
+	}
+	css, err := read("style.css")
+	if err != nil {
+		return nil, err
+	}
+	js, err := read("app.js")
+	if err != nil {
+		return nil, err
+	}
+	const link, script = `<link rel="stylesheet" href="style.css">`, `<script src="app.js" defer></script>`
+	if !strings.Contains(html, link) || !strings.Contains(html, script) || !strings.Contains(html, pageMarker) {
+		return nil, errors.New("dashboard: index.html lacks the style link, the script or </body>")
+	}
+	html = strings.Replace(html, link, "<style>"+css+"</style>", 1)
+	html = strings.Replace(html, script, "", 1)
+	i := strings.LastIndex(html, pageMarker)
+	hash := func(s string) string {
+		h := sha256.Sum256([]byte(s))
+		return "'sha256-" + base64.StdEncoding.EncodeToString(h[:]) + "'"
+	}
+	return &page{
+		head: []byte(html[:i] + `<script type="application/json" id="state0">`),
+		tail: []byte("</script>\n<script>" + js + "</script>\n" + html[i:]),
+		csp: "default-src 'self'; img-src 'self' data:; style-src 'self' " + hash(css) + "; script-src 'self' " + hash(js) +
+			"; connect-src 'self'; frame-ancestors 'none'",
+	}, nil
+}
+
+// servePage answers /ui/: the page with the current state (null before
+// the first one; the script then waits for the stream).
+func (d *Dashboard) servePage(w http.ResponseWriter, r *http.Request) {
+	body, _ := d.current()
+	if body == nil {
+		body = []byte("null")
+	}
+	w.Header().Set("Content-Security-Policy", d.page.csp)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(d.page.head)+len(body)+len(d.page.tail)))
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(d.page.head)
+	w.Write(body) // JSON from encoding/json: <, > and & are escaped
+	w.Write(d.page.tail)
 }
 
 // withHeaders adds the security headers of the page: scripts and styles

@@ -3,6 +3,8 @@ package dashboard
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"io/fs"
@@ -199,7 +201,7 @@ func TestLiveUpdate(t *testing.T) {
 // restart (new Started) is no negative rate; old reports are down.
 func TestRatesAndStatus(t *testing.T) {
 	src := newFake()
-	d, err := New(Config{Source: src, DownAfter: 20 * time.Second})
+	d, err := New(Config{Source: src, DownAfter: 20 * time.Second, Store: "etcd"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +244,9 @@ func TestRatesAndStatus(t *testing.T) {
 	if f := get("nyc"); f.Status != "unknown" {
 		t.Errorf("nyc never reported: status %q; want unknown", f.Status)
 	}
+	if s := d.State().Controller.Store; s != "etcd" {
+		t.Errorf("store %q; want etcd (Config.Store)", s)
+	}
 	if k := d.State().Controller.KeyAgeS; k < 3*3600-60 || k > 3*3600+60 {
 		t.Errorf("key age %v s; want about 3 h", k)
 	}
@@ -265,8 +270,31 @@ func TestHandler(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b), resp.Header
 	}
-	if code, body, h := get("/ui/"); code != 200 || !strings.Contains(body, "app.js") || !strings.Contains(h.Get("Content-Security-Policy"), "script-src 'self'") {
-		t.Errorf("/ui/: %d, CSP %q", code, h.Get("Content-Security-Policy"))
+	// The page comes with its style, script and the current state inline
+	// (one request to the first render); the policy allows exactly those
+	// inline blocks by hash.
+	code, body, h := get("/ui/")
+	csp := h.Get("Content-Security-Policy")
+	if code != 200 || !strings.Contains(csp, "script-src 'self' 'sha256-") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("/ui/: %d, CSP %q", code, csp)
+	}
+	inline := func(open, close string) string {
+		i := strings.Index(body, open)
+		j := strings.Index(body[i+len(open):], close)
+		if i < 0 || j < 0 {
+			t.Fatalf("/ui/ lacks %s...%s", open, close)
+		}
+		return body[i+len(open) : i+len(open)+j]
+	}
+	for _, b := range []struct{ open, close, src string }{{"<script>", "</script>", "script-src"}, {"<style>", "</style>", "style-src"}} {
+		sum := sha256.Sum256([]byte(inline(b.open, b.close)))
+		if want := b.src + " 'self' 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"; !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q (the inline block's hash)", csp, want)
+		}
+	}
+	var st0 State
+	if err := json.Unmarshal([]byte(inline(`<script type="application/json" id="state0">`, "</script>")), &st0); err != nil || len(st0.FEPs) == 0 {
+		t.Errorf("/ui/: inline state %v, %d FEPs; want the current state", err, len(st0.FEPs))
 	}
 	if code, _, _ := get("/ui/app.js"); code != 200 {
 		t.Errorf("/ui/app.js: %d", code)

@@ -26,6 +26,7 @@ type State struct {
 // ControllerState is the controller's side of a State.
 type ControllerState struct {
 	Leader       bool      `json:"leader"`
+	Store        string    `json:"store,omitempty"` // the controller's store kind: bbolt or etcd
 	Version      uint64    `json:"version"` // highest table version
 	FEPs         int       `json:"feps"`
 	KeysRotated  time.Time `json:"keys_rotated"`

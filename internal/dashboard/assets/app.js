@@ -44,6 +44,7 @@
   function renderController() {
     const c = state.controller;
     $("c-leader").textContent = c.leader ? "this controller" : "no (follower)";
+    $("c-store").textContent = c.store || "-";
     $("c-version").textContent = c.version;
     $("c-feps").textContent = c.feps;
     $("c-key").textContent = c.keys_rotated ? age(c.key_age_s) : "no key yet";
@@ -226,5 +227,8 @@
     });
     es.onerror = () => { $("c-live").textContent = "reconnecting"; $("c-live").className = "off"; };
   }
+  // The state the page came with: the first render needs no other request.
+  const s0 = JSON.parse($("state0") ? $("state0").textContent : "null");
+  if (s0) { state = s0; render(); }
   connect();
 })();
