@@ -27,7 +27,7 @@ type State struct {
 type ControllerState struct {
 	Leader       bool      `json:"leader"`
 	Store        string    `json:"store,omitempty"` // the controller's store kind: bbolt or etcd
-	Version      uint64    `json:"version"` // highest table version
+	Version      uint64    `json:"version"`         // highest table version
 	FEPs         int       `json:"feps"`
 	KeysRotated  time.Time `json:"keys_rotated"`
 	KeyAgeS      float64   `json:"key_age_s"`
