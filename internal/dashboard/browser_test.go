@@ -307,6 +307,9 @@ func TestDashboardInChromium(t *testing.T) {
 	firstMS, _ := strconv.ParseFloat(first, 64)
 	doc, _ := c.eval(ctx, s, "Math.round(performance.getEntriesByType('navigation')[0].responseEnd)")
 	js, _ := c.eval(ctx, s, "document.body.dataset.renderMs")
+	from, _ := c.eval(ctx, s, "document.body.dataset.firstFrom || 'stream'")
+	dcl, _ := c.eval(ctx, s, "Math.round(performance.getEntriesByType('navigation')[0].domContentLoadedEventStart)")
+	t.Logf("first render from the %s state; DOMContentLoaded at %s ms", from, dcl)
 	// A figure (target 500 ms; it includes the emulated WAN between the
 	// client host and the controller, and a loaded machine's scheduling):
 	// the test fails only when the page plainly does not work (30 s).

@@ -229,6 +229,6 @@
   }
   // The state the page came with: the first render needs no other request.
   const s0 = JSON.parse($("state0") ? $("state0").textContent : "null");
-  if (s0) { state = s0; render(); }
+  if (s0) { state = s0; document.body.dataset.firstFrom = "page"; render(); }
   connect();
 })();
