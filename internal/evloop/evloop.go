@@ -66,6 +66,12 @@ type Config struct {
 	Bulk bool
 	// AcceptBatch bounds the connections one loop accepts per wakeup; 0: 16.
 	AcceptBatch int
+	// NoFINMerge sends a direction's last bytes and its FIN as separate
+	// segments. By default the last write before a FIN that follows at
+	// once (the source already ended) uses MSG_MORE, so the shutdown or
+	// close sends data and FIN in one segment: a short flow costs the
+	// relay and its peers one segment less each way.
+	NoFINMerge bool
 }
 
 func (c Config) withDefaults() Config {

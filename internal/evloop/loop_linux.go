@@ -900,7 +900,16 @@ func (l *loop) move(f *flow, d int) (bool, error) {
 			from += f.sent
 		}
 		if h.end > from && !blocked && f.ready[dst]&canWrite != 0 {
-			n, e := rawWrite(f.fd[dst], h.buf[from:h.end])
+			var n int
+			var e unix.Errno
+			if h.eof && !tentative && !f.fastOpen && !l.cfg.NoFINMerge {
+				// The source ended: the FIN follows these bytes at once
+				// (shutdown below, or the close that ends the flow), so
+				// it can ride in their last segment.
+				n, e = rawSendMore(f.fd[dst], h.buf[from:h.end])
+			} else {
+				n, e = rawWrite(f.fd[dst], h.buf[from:h.end])
+			}
 			switch e {
 			case 0:
 			case unix.EINTR:

@@ -873,3 +873,56 @@ func TestSlotGenerations(t *testing.T) {
 		t.Errorf("stale event applied to the new flow: ready %v, ended %v", f2.ready, f2.ended)
 	}
 }
+
+// TestFINMerge checks that a direction's last bytes and its FIN reach the
+// upstream in one segment when the client's FIN came with its bytes (the
+// loop writes them with MSG_MORE and the shutdown pushes both), and in
+// two with NoFINMerge. The upstream counts the segments it received.
+func TestFINMerge(t *testing.T) {
+	segs := func(t *testing.T, cfg Config) uint32 {
+		srv := newUpServer(t, nil)
+		h := newTestHandler(t, srv.addr)
+		r := newRig(t, cfg, h)
+		c := r.dial(t)
+		// The client's request and FIN in one segment, so the loop sees
+		// both in one event whatever the scheduling.
+		rc, err := c.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var serr error
+		rc.Control(func(fd uintptr) {
+			serr = unix.Sendto(int(fd), []byte("request"), unix.MSG_MORE, nil)
+			if serr == nil {
+				serr = unix.Shutdown(int(fd), unix.SHUT_WR)
+			}
+		})
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		u := srv.next(t)
+		readEOF(t, u, "request")
+		urc, err := u.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ti *unix.TCPInfo
+		urc.Control(func(fd uintptr) {
+			ti, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeAll(t, u, "reply")
+		u.Close()
+		readEOF(t, c, "reply")
+		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], OK)
+		return ti.Segs_in
+	}
+	merged := segs(t, Config{})
+	split := segs(t, Config{NoFINMerge: true})
+	t.Logf("segments the upstream received before replying: %d merged, %d with NoFINMerge", merged, split)
+	if merged+1 != split {
+		t.Fatalf("upstream received %d segments with the FIN merged, %d without; want one fewer merged (data and FIN in one segment)", merged, split)
+	}
+}

@@ -35,6 +35,19 @@ func rawWrite(fd int, p []byte) (int, unix.Errno) {
 	return int(r), 0
 }
 
+// rawSendMore writes p to the socket fd with MSG_MORE: the kernel holds a
+// segment it could send now until the next write, shutdown or close pushes
+// it, so a last write followed at once by the FIN leaves as one segment
+// (data and FIN) instead of two. MSG_NOSIGNAL: a reset peer is an EPIPE
+// error, not a signal.
+func rawSendMore(fd int, p []byte) (int, unix.Errno) {
+	r, _, e := syscall.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), unix.MSG_MORE|unix.MSG_NOSIGNAL, 0, 0)
+	if e != 0 {
+		return 0, unix.Errno(e)
+	}
+	return int(r), 0
+}
+
 // rawEpollWait takes the events ready on epfd without waiting.
 func rawEpollWait(epfd int, events []unix.EpollEvent) (int, unix.Errno) {
 	r, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)

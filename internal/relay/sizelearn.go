@@ -80,7 +80,11 @@ type sizeRing struct {
 	v    []int64 // ring of up to window sizes
 	next int     // where the next size goes once v is full
 	seen uint64  // tick of the last update
-	est  int64   // the estimate over v, recomputed on update
+	est  int64   // the estimate over v, when !dirty
+	// dirty: v changed since est was computed. The median is computed
+	// when a lookup asks for it, not per completed flow (a relay with no
+	// table never asks).
+	dirty bool
 }
 
 // newSizeLearner returns the learner of c, or nil when c turns it off.
@@ -117,6 +121,9 @@ func (l *sizeLearner) hint(k sizeKeys, static int64) int64 {
 	defer l.mu.Unlock()
 	for _, key := range [2]string{k.path, k.base} {
 		if r := l.keys[key]; key != "" && r != nil && len(r.v) >= l.minFlows {
+			if r.dirty {
+				r.est, r.dirty = medianSize(r.v), false
+			}
 			return r.est
 		}
 	}
@@ -157,7 +164,7 @@ func (l *sizeLearner) add(key string, down int64) {
 		r.next = (r.next + 1) % l.window
 	}
 	r.seen = l.tick
-	r.est = medianSize(r.v)
+	r.dirty = true
 }
 
 // evict forgets the least recently updated key (O(keys), once per new key
