@@ -64,6 +64,8 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	dests := fs.Int("dests", 8, "each destination with a probe address is measured by its N nearest FEPs (>= 1)")
 	icw := fs.Int("icw", 10, "planner model: initial congestion window in segments of the links between proxies (the route initcwnd of the FEPs, or the window a pooled hop keeps)")
 	mss := fs.Int("mss", 1460, "planner model: maximum segment size in bytes")
+	endICW := fs.Int("end-icw", 0, "planner model: initial window in segments of the end segments (client - InP, EgP - origin: fresh connections) while the hops keep --icw; 0: the ends ramp like the hops (docs/planner.md)")
+	endRTT := fs.Float64("end-rtt", 0, "planner model: RTT in `ms` assumed for each end segment (with --end-icw)")
 	maxProxies := fs.Int("max-proxies", 0, "at most N intermediate proxies per chain (0 = default 4, negative = unlimited, at most 14)")
 	insecure := fs.Bool("insecure", false, "serve plain HTTP without client authentication (labs and tests only)")
 	ui := addUIFlags(fs)
@@ -101,10 +103,17 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	if *icw < 1 || *icw > maxICW || *mss < 1 || *mss > 65535 {
 		return usageErrorf("--icw %d, --mss %d: want 1-%d segments and 1-65535 bytes", *icw, *mss, maxICW)
 	}
+	if *endICW < 0 || *endICW > maxICW || *endRTT < 0 || *endRTT > pathcomp.MaxRTT || *endRTT != *endRTT {
+		return usageErrorf("--end-icw %d, --end-rtt %v: want 0-%d segments and 0-%v ms", *endICW, *endRTT, maxICW, float64(pathcomp.MaxRTT))
+	}
+	if *endRTT > 0 && *endICW == 0 {
+		return usageErrorf("--end-rtt needs --end-icw (the ends' window)")
+	}
 	model := pathcomp.Model{ICW: *icw, MSS: *mss}
 	if model == (pathcomp.Model{ICW: 10, MSS: 1460}) {
 		model = pathcomp.Model{} // the default: tables stay as before
 	}
+	model.EndICW, model.EndRTT = *endICW, *endRTT
 	var topo controller.Topology
 	if *lopMap != "" {
 		f, err := os.Open(*lopMap)

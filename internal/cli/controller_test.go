@@ -24,6 +24,8 @@ func TestControllerUsage(t *testing.T) {
 		{[]string{"controller", "--data", t.TempDir(), "--dests", "-3", "--insecure"}, 2, "--dests"},
 		{[]string{"controller", "--data", t.TempDir(), "--icw", "0", "--insecure"}, 2, "--icw 0"},
 		{[]string{"controller", "--data", t.TempDir(), "--mss", "70000", "--insecure"}, 2, "--mss 70000"},
+		{[]string{"controller", "--data", t.TempDir(), "--end-icw", "-1", "--insecure"}, 2, "--end-icw -1"},
+		{[]string{"controller", "--data", t.TempDir(), "--end-rtt", "20", "--insecure"}, 2, "--end-rtt needs --end-icw"},
 		{[]string{"controller", "--data", t.TempDir(), "--listen", "127.0.0.1:1"}, 1, "controller init"},
 	}
 	for _, tc := range tests {

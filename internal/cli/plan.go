@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -21,6 +22,7 @@ import (
 
 const planUsage = `usage:
   mosto plan --from A --to B --size 500KB [--rtt FILE] [--format F] [--icw 10] [--mss 1460]
+             [--end-icw 10 --end-rtt 20]   (pooled, tuned hops (--icw) and fresh end segments)
   mosto plan table [--rtt FILE] [--format F] [--sizes 14KB,450KB,14935KB] [--json] [-o FILE]
   mosto plan eval [flags]      Fig. 2 reproduction (run 'mosto plan eval -h')
   mosto plan bench [--max-n 1000] [--runs 3] [--plain-max-n 246]
@@ -53,6 +55,8 @@ type inputFlags struct {
 	rtt, format string
 	icw, mss    int
 	maxProxies  int
+	endICW      int
+	endRTT      float64
 }
 
 func (in *inputFlags) register(fs *flag.FlagSet) {
@@ -60,6 +64,8 @@ func (in *inputFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&in.format, "format", "", "input `format`: "+topo.Formats+"; default: by extension")
 	fs.IntVar(&in.icw, "icw", 10, "initial congestion window in segments")
 	fs.IntVar(&in.mss, "mss", 1460, "maximum segment size in bytes")
+	fs.IntVar(&in.endICW, "end-icw", 0, "initial window in segments of the two end segments (client - InP, EgP - origin: fresh connections) when the chain's hops are pooled and tuned (--icw); 0: the ends ramp like the chain (docs/planner.md, per-segment windows)")
+	fs.Float64Var(&in.endRTT, "end-rtt", 0, "RTT in `ms` assumed for each end segment (with --end-icw)")
 	fs.IntVar(&in.maxProxies, "max-proxies", 0, "at most `N` intermediate proxies per chain (1-14; 0 = unlimited)")
 }
 
@@ -75,7 +81,13 @@ func (in *inputFlags) model() (pathcomp.Model, error) {
 	if in.icw < 1 || in.mss < 1 {
 		return pathcomp.Model{}, usageErrorf("--icw and --mss must be >= 1 (got %d, %d)", in.icw, in.mss)
 	}
-	return pathcomp.Model{ICW: in.icw, MSS: in.mss}, nil
+	if in.endICW < 0 || in.endRTT < 0 || in.endRTT > pathcomp.MaxRTT || in.endRTT != in.endRTT {
+		return pathcomp.Model{}, usageErrorf("--end-icw %d, --end-rtt %v: want >= 0 (end rtt at most %v ms)", in.endICW, in.endRTT, float64(pathcomp.MaxRTT))
+	}
+	if in.endRTT > 0 && in.endICW == 0 {
+		return pathcomp.Model{}, usageErrorf("--end-rtt needs --end-icw (the ends' window)")
+	}
+	return pathcomp.Model{ICW: in.icw, MSS: in.mss, EndICW: in.endICW, EndRTT: in.endRTT}, nil
 }
 
 // load returns the chosen matrix and a description of it, printing the
@@ -152,8 +164,17 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 	}
 	rounds := model.Rounds(size)
 	icw := model.ICW
-	fmt.Fprintf(env.Stdout, "%s -> %s, %s: %d slow-start rounds (ICW %d x MSS %d)\ninput: %s\n\n",
-		m.Names[i], m.Names[j], *sizeFlag, rounds, icw, model.MSS, desc)
+	fmt.Fprintf(env.Stdout, "%s -> %s, %s: %d slow-start rounds (ICW %d x MSS %d)", m.Names[i], m.Names[j], *sizeFlag, rounds, icw, model.MSS)
+	if model.EndICW > 0 {
+		fmt.Fprintf(env.Stdout, "; ends: %d rounds (ICW %d), %.2f ms each", model.EndRounds(size), model.EndICW, model.EndRTT)
+	}
+	fmt.Fprintf(env.Stdout, "\ninput: %s\n\n", desc)
+	costOf := func(c pathcomp.Chain) float64 {
+		if model.EndICW > 0 {
+			return model.CostEnds(c, size, model.EndRTT, model.EndRTT)
+		}
+		return model.Cost(c, rounds)
+	}
 
 	type row struct {
 		name string
@@ -162,6 +183,9 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 	}
 	var rows []row
 	best, ok := f.Best(i, j, rounds)
+	if model.EndICW > 0 {
+		best, ok = f.BestEnds(i, j, size, model.EndRTT, model.EndRTT)
+	}
 	rows = append(rows, row{"mosto", best, ok})
 	direct := pathcomp.Chain{Path: []int{i, j}, Sum: m.RTT[i][j], Max: m.RTT[i][j]}
 	if i == j {
@@ -180,10 +204,10 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno chain: %s\n", r.name, noChainReason(r.name))
 			continue
 		}
-		cost := model.Cost(r.c, rounds)
+		cost := costOf(r.c)
 		vs := "-"
 		if rows[0].ok && r.name != "mosto" {
-			if base := model.Cost(rows[0].c, rounds); base > 0 {
+			if base := costOf(rows[0].c); base > 0 {
 				vs = fmt.Sprintf("%+.1f%%", 100*(cost-base)/base)
 			}
 		}
@@ -385,6 +409,9 @@ func writeTableJSON(w io.Writer, tf *pathcomp.TableFile) error {
 	if tf.ICW != 0 || tf.MSS != 0 {
 		fmt.Fprintf(bw, "\"icw\":%d,\"mss\":%d,\n", tf.ICW, tf.MSS)
 	}
+	if tf.EndICW != 0 {
+		fmt.Fprintf(bw, "\"end_icw\":%d,\"end_rtt_ms\":%s,\n", tf.EndICW, strconv.FormatFloat(tf.EndRTTMS, 'f', -1, 64))
+	}
 	fmt.Fprintf(bw, "\"locations\":%s,\n\"chains\":[", locs)
 	for k, c := range tf.Chains {
 		b, err := json.Marshal(c)
@@ -406,7 +433,11 @@ func writeTableText(w io.Writer, tf *pathcomp.TableFile, desc string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "from\tto\tsize\trounds\tcost ms\tsum ms\tmax ms\tproxies\tpath")
 	for _, c := range tf.Chains {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%d\t%s\n", c.From, c.To, c.Size, c.Rounds, c.CostMS, c.SumMS, c.MaxMS, max(0, len(c.Path)-2), strings.Join(c.Path, " > "))
+		rounds := strconv.Itoa(c.Rounds)
+		if tf.EndICW > 0 {
+			rounds += "/" + strconv.Itoa(c.EndRounds) // chain / ends
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%d\t%s\n", c.From, c.To, c.Size, rounds, c.CostMS, c.SumMS, c.MaxMS, max(0, len(c.Path)-2), strings.Join(c.Path, " > "))
 	}
 	return tw.Flush()
 }

@@ -70,6 +70,8 @@ func TestPlanChainErrors(t *testing.T) {
 		{"missing size", []string{"--from", "Frankfurt", "--to", "Sydney"}, true, "required"},
 		{"bad size", []string{"--from", "Frankfurt", "--to", "Sydney", "--size", "12XB"}, true, "unknown unit"},
 		{"bad icw", []string{"--from", "Frankfurt", "--to", "Sydney", "--size", "1KB", "--icw", "0"}, true, "--icw"},
+		{"bad end icw", []string{"--from", "Frankfurt", "--to", "Sydney", "--size", "1KB", "--end-icw", "-2"}, true, "--end-icw"},
+		{"end rtt alone", []string{"--from", "Frankfurt", "--to", "Sydney", "--size", "1KB", "--end-rtt", "10"}, true, "--end-rtt needs --end-icw"},
 		{"format without rtt", []string{"--from", "Frankfurt", "--to", "Sydney", "--size", "1KB", "--format", "csv"}, true, "--format needs --rtt"},
 		{"missing file", []string{"--from", "A", "--to", "B", "--size", "1KB", "--rtt", "/nonexistent/x.csv"}, false, "x.csv"},
 		{"stray argument", []string{"frobnicate"}, true, "unexpected argument"},
@@ -201,5 +203,32 @@ func TestPlanMaxProxies(t *testing.T) {
 	}
 	if _, _, err := runPlanArgs(t, "--from", "Dublin", "--to", "Tokyo", "--max-proxies", "15"); err == nil {
 		t.Error("--max-proxies 15 accepted")
+	}
+}
+
+// TestPlanEnds: with fresh ends (--end-icw, --end-rtt) the chain and its
+// predicted time follow the per-segment model: the ends' rounds are
+// printed and a 3-node matrix where the split wins at the hops' window
+// goes direct once the ends' rounds bound the transfer.
+func TestPlanEnds(t *testing.T) {
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "m.csv")
+	if err := os.WriteFile(csv, []byte(",A,B,C\nA,0,100,60\nB,100,0,60\nC,60,60,0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runPlanArgs(t, "--rtt", csv, "--from", "A", "--to", "B", "--size", "200KB", "--icw", "100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "mosto     120.00") || !strings.Contains(out, "A > C > B") {
+		t.Errorf("hops' window everywhere: want the split at 120 ms:\n%s", out)
+	}
+	out, _, err = runPlanArgs(t, "--rtt", csv, "--from", "A", "--to", "B", "--size", "200KB", "--icw", "100", "--end-icw", "10", "--end-rtt", "40")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// direct: 1/2 (100 + 80) + max(3 x 40, 1 x 100) = 210 ms; the split 220.
+	if !strings.Contains(out, "ends: 4 rounds (ICW 10), 40.00 ms each") || !strings.Contains(out, "mosto     210.00") {
+		t.Errorf("fresh ends: want 4 end rounds and the direct link at 210 ms:\n%s", out)
 	}
 }

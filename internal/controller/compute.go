@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
@@ -194,19 +195,24 @@ type plan struct {
 type sizeClass struct {
 	size   int64
 	rounds int
+	// endRounds: the end segments' rounds (a model with EndICW), else 0.
+	endRounds int
 }
 
 func sizeClasses(model pathcomp.Model, sizes []int64) []sizeClass {
 	var out []sizeClass
-	seen := map[int]bool{}
+	seen := map[[2]int]bool{}
 	for _, s := range sizes {
-		r := model.Rounds(s)
-		if !seen[r] {
-			seen[r] = true
-			out = append(out, sizeClass{s, r})
+		k := [2]int{model.Rounds(s), 0}
+		if model.EndICW > 0 {
+			k[1] = model.EndRounds(s)
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, sizeClass{s, k[0], k[1]})
 		}
 	}
-	slices.SortFunc(out, func(a, b sizeClass) int { return a.rounds - b.rounds })
+	slices.SortFunc(out, func(a, b sizeClass) int { return cmp.Or(a.rounds-b.rounds, a.endRounds-b.endRounds) })
 	return out
 }
 
@@ -301,6 +307,10 @@ func (p *plan) chains(i int, rows *tableRows, sc *chainScratch) {
 		}
 		direct[1] = j
 		dc := chain{path: direct[:], sum: micros(d), max: micros(d)}
+		if p.model.EndICW > 0 {
+			p.chainsEnds(i, j, dc, estimated && !down, rows)
+			continue
+		}
 		ok := p.fronts.BestEach(i, j, p.rounds, sc.picks)
 		for k, r := range p.rounds {
 			var c chain
@@ -333,6 +343,35 @@ func (p *plan) chains(i int, rows *tableRows, sc *chainScratch) {
 			}
 		}
 	}
+}
+
+// chainsEnds appends the entries from InP i to EgP j for a model with end
+// segments (pathcomp.Model.EndICW): per class, the front point of least
+// cost with the model's end RTT at both ends (Fronts.BestEnds), or the
+// direct connection dc when orDirect and it is not worse. One entry per
+// class: unlike the plain model, runs of classes are not merged.
+func (p *plan) chainsEnds(i, j int, dc chain, orDirect bool, rows *tableRows) {
+	for k, cl := range p.classes {
+		pc, ok := p.fronts.BestEnds(i, j, cl.size, p.model.EndRTT, p.model.EndRTT)
+		c := chain{path: pc.Path, sum: micros(pc.Sum), max: micros(pc.Max)}
+		if !ok || orDirect && p.twiceCostEnds(dc, cl) <= p.twiceCostEnds(c, cl) {
+			c = dc
+		}
+		rows.entries = append(rows.entries, tableEntry{
+			from: int32(i), to: int32(j), class: int32(k), off: int32(len(rows.paths)), n: int32(len(c.path)),
+			cost: (p.twiceCostEnds(c, cl) + 1) / 2, sum: c.sum, max: c.max,
+		})
+		for _, x := range c.path {
+			rows.paths = append(rows.paths, int32(x))
+		}
+	}
+}
+
+// twiceCostEnds is twice pathcomp.Model.CostEnds of c for class cl with
+// the model's end RTT at both ends, in microseconds.
+func (p *plan) twiceCostEnds(c chain, cl sizeClass) int64 {
+	e := micros(p.model.EndRTT)
+	return c.sum + 2*e + 2*max(int64(cl.endRounds-1)*e, int64(cl.rounds-1)*c.max)
 }
 
 // twiceCost is twice Model.Cost of c for r rounds, in microseconds.
@@ -520,6 +559,13 @@ func appendTableFile(b []byte, model pathcomp.Model, qnames [][]byte, classes []
 		b = strconv.AppendInt(b, int64(model.MSS), 10)
 		b = append(b, ',')
 	}
+	if model.EndICW != 0 {
+		b = append(b, `"end_icw":`...)
+		b = strconv.AppendInt(b, int64(model.EndICW), 10)
+		b = append(b, `,"end_rtt_ms":`...)
+		b = appendJSONFloat(b, model.EndRTT)
+		b = append(b, ',')
+	}
 	b = append(b, `"locations":[`...)
 	for k, x := range locs {
 		if k > 0 {
@@ -541,6 +587,10 @@ func appendTableFile(b []byte, model pathcomp.Model, qnames [][]byte, classes []
 		b = strconv.AppendInt(b, cl.size, 10)
 		b = append(b, `,"rounds":`...)
 		b = strconv.AppendInt(b, int64(cl.rounds), 10)
+		if cl.endRounds != 0 {
+			b = append(b, `,"end_rounds":`...)
+			b = strconv.AppendInt(b, int64(cl.endRounds), 10)
+		}
 		b = append(b, `,"path":[`...)
 		for x, id := range rows.paths[e.off : e.off+e.n] {
 			if x > 0 {

@@ -598,7 +598,6 @@ func TestAppendTableFileMatchesEncodingJSON(t *testing.T) {
 	for k, n := range names {
 		qnames[k] = appendJSONString(nil, n)
 	}
-	classes := []sizeClass{{14000, 1}, {15_000_000, 11}}
 	rows := tableRows{
 		entries: []tableEntry{
 			{from: 0, to: 1, class: 0, off: 0, n: 2, cost: 5000, sum: 10000, max: 10000},
@@ -607,23 +606,31 @@ func TestAppendTableFileMatchesEncodingJSON(t *testing.T) {
 		},
 		paths: []int32{0, 1, 0, 3, 2, 3, 2},
 	}
-	var entries []pathcomp.ChainEntry
-	for _, e := range rows.entries {
-		var path []string
-		for _, x := range rows.paths[e.off : e.off+e.n] {
-			path = append(path, names[x])
-		}
-		cl := classes[e.class]
-		entries = append(entries, pathcomp.ChainEntry{From: names[e.from], To: names[e.to], Size: cl.size, Rounds: cl.rounds,
-			Path: path, CostMS: float64(e.cost) / 1000, SumMS: float64(e.sum) / 1000, MaxMS: float64(e.max) / 1000})
-	}
 	locs := []int{0, 1, 2, 3}
-	for _, m := range []pathcomp.Model{{}, {ICW: 4, MSS: 1200}} {
-		want, err := json.Marshal(pathcomp.TableFile{ICW: m.ICW, MSS: m.MSS, Locations: names, Chains: entries})
+	for _, tc := range []struct {
+		m       pathcomp.Model
+		classes []sizeClass
+	}{
+		{pathcomp.Model{}, []sizeClass{{size: 14000, rounds: 1}, {size: 15_000_000, rounds: 11}}},
+		{pathcomp.Model{ICW: 4, MSS: 1200}, []sizeClass{{size: 14000, rounds: 1}, {size: 15_000_000, rounds: 11}}},
+		{pathcomp.Model{ICW: 100, EndICW: 10, EndRTT: 12.5}, []sizeClass{{size: 14000, rounds: 1, endRounds: 1}, {size: 15_000_000, rounds: 7, endRounds: 11}}},
+	} {
+		var entries []pathcomp.ChainEntry
+		for _, e := range rows.entries {
+			var path []string
+			for _, x := range rows.paths[e.off : e.off+e.n] {
+				path = append(path, names[x])
+			}
+			cl := tc.classes[e.class]
+			entries = append(entries, pathcomp.ChainEntry{From: names[e.from], To: names[e.to], Size: cl.size, Rounds: cl.rounds, EndRounds: cl.endRounds,
+				Path: path, CostMS: float64(e.cost) / 1000, SumMS: float64(e.sum) / 1000, MaxMS: float64(e.max) / 1000})
+		}
+		m := tc.m
+		want, err := json.Marshal(pathcomp.TableFile{ICW: m.ICW, MSS: m.MSS, EndICW: m.EndICW, EndRTTMS: m.EndRTT, Locations: names, Chains: entries})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := appendTableFile(nil, m, qnames, classes, locs, rows); !bytes.Equal(got, want) {
+		if got := appendTableFile(nil, m, qnames, tc.classes, locs, rows); !bytes.Equal(got, want) {
 			t.Errorf("appendTableFile(%+v) =\n%s\nwant\n%s", m, got, want)
 		}
 	}
@@ -804,5 +811,46 @@ func TestDebounceLeadingEdge(t *testing.T) {
 	case v := <-c.computed:
 		t.Errorf("a second computation (v%d) for one burst", v)
 	case <-time.After(debounce + 200*time.Millisecond):
+	}
+}
+
+// TestComputeTablesEnds: with pooled, tuned hops and fresh ends
+// (Model.EndICW) the controller's tables choose what the per-segment
+// model says. a-c is 100 ms direct or 60+60 ms over b: with every segment
+// at the hops' window the split wins at 200 KB (2 rounds of 60 ms), but
+// when the ends' own rounds (window 10 over 40 ms ends) bound the
+// transfer, the split's extra 20 ms lose. The table records the ends'
+// model and each entry's end rounds.
+func TestComputeTablesEnds(t *testing.T) {
+	rtts := []store.RTT{sample("a", "b", 60), sample("b", "c", 60), sample("a", "c", 100)}
+	for _, tc := range []struct {
+		model pathcomp.Model
+		want  []string
+	}{
+		{pathcomp.Model{ICW: 100}, []string{"a", "b", "c"}},
+		{pathcomp.Model{ICW: 100, EndICW: 100, EndRTT: 40}, []string{"a", "b", "c"}},
+		{pathcomp.Model{ICW: 100, EndICW: 10, EndRTT: 40}, []string{"a", "c"}},
+	} {
+		st := openBolt(t)
+		setup(t, st, line, rtts)
+		c, err := New(Config{Store: st, Model: tc.model, Sizes: []int64{14_000, 200_000, 15_000_000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Compute(testCtx(t), true); err != nil {
+			t.Fatal(err)
+		}
+		ta := decodeTable(t, c, "a")
+		if got := pathOf(ta, "a", "c", 200_000); !slices.Equal(got, tc.want) {
+			t.Errorf("model %+v: a -> c (200 KB) = %v; want %v", tc.model, got, tc.want)
+		}
+		if ta.Table.EndICW != tc.model.EndICW || ta.Table.EndRTTMS != tc.model.EndRTT {
+			t.Errorf("model %+v: table records end icw %d, end rtt %v", tc.model, ta.Table.EndICW, ta.Table.EndRTTMS)
+		}
+		for _, e := range ta.Table.Chains {
+			if want := tc.model.EndRounds(e.Size); tc.model.EndICW > 0 && e.EndRounds != want {
+				t.Errorf("model %+v: entry %v (%d B) has end rounds %d; want %d", tc.model, e.Path, e.Size, e.EndRounds, want)
+			}
+		}
 	}
 }

@@ -48,6 +48,9 @@ func Precompute(rtt [][]float64, opt Options) (*Fronts, error) {
 	if err := checkMatrix(rtt); err != nil {
 		return nil, err
 	}
+	if err := opt.Model.checkEnds(); err != nil {
+		return nil, err
+	}
 	if opt.MaxProxies < 0 || opt.MaxProxies > MaxProxiesLimit {
 		return nil, fmt.Errorf("pathcomp: max proxies %d; want 0 (unlimited) to %d", opt.MaxProxies, MaxProxiesLimit)
 	}

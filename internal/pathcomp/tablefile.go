@@ -12,6 +12,14 @@ import (
 type Model struct {
 	ICW int // initial congestion window in segments; 0 means 10
 	MSS int // maximum segment size in bytes; 0 means 1460
+	// EndICW is the initial window of the two end segments outside the
+	// chain (client - InP, EgP - origin: fresh connections) when the
+	// chain's hops are pooled and tuned (ICW); 0: the ends are not
+	// modelled apart (ends.go).
+	EndICW int
+	// EndRTT is the RTT in milliseconds a table assumes for each end
+	// segment (with EndICW).
+	EndRTT float64
 }
 
 // Rounds returns the number of slow-start rounds needed to send size bytes:
@@ -37,23 +45,30 @@ func (m Model) Rounds(size int64) int {
 // distributed to lookup proxies: the chosen chain for every ordered pair of
 // locations and every transfer size.
 type TableFile struct {
-	Version   uint64       `json:"version,omitempty"`
-	ICW       int          `json:"icw,omitempty"` // model of the rounds classes; 0: 10 segments
-	MSS       int          `json:"mss,omitempty"` // 0: 1460 bytes
+	Version uint64 `json:"version,omitempty"`
+	ICW     int    `json:"icw,omitempty"` // model of the rounds classes; 0: 10 segments
+	MSS     int    `json:"mss,omitempty"` // 0: 1460 bytes
+	// EndICW and EndRTTMS: the end segments' window and assumed RTT
+	// (Model.EndICW, Model.EndRTT); entries then carry end_rounds too.
+	EndICW    int          `json:"end_icw,omitempty"`
+	EndRTTMS  float64      `json:"end_rtt_ms,omitempty"`
 	Locations []string     `json:"locations"`
 	Chains    []ChainEntry `json:"chains"`
 }
 
 // ChainEntry is one row of a TableFile.
 type ChainEntry struct {
-	From   string   `json:"from"`
-	To     string   `json:"to"`
-	Size   int64    `json:"size"` // bytes
-	Rounds int      `json:"rounds"`
-	Path   []string `json:"path"` // From ... To, inclusive
-	CostMS float64  `json:"cost_ms"`
-	SumMS  float64  `json:"sum_ms"`
-	MaxMS  float64  `json:"max_ms"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Size   int64  `json:"size"` // bytes
+	Rounds int    `json:"rounds"`
+	// EndRounds is the rounds of the end segments the entry was chosen
+	// for (tables with end_icw only).
+	EndRounds int      `json:"end_rounds,omitempty"`
+	Path      []string `json:"path"` // From ... To, inclusive
+	CostMS    float64  `json:"cost_ms"`
+	SumMS     float64  `json:"sum_ms"`
+	MaxMS     float64  `json:"max_ms"`
 }
 
 // ReadTableFile decodes and checks a TableFile.
@@ -85,7 +100,10 @@ func NewIndex(tf *TableFile) (*Index, error) {
 	if tf.ICW < 0 || tf.MSS < 0 {
 		return nil, fmt.Errorf("pathcomp: table icw %d, mss %d: want >= 0", tf.ICW, tf.MSS)
 	}
-	ix := &Index{model: Model{ICW: tf.ICW, MSS: tf.MSS}, n: n, loc: make(map[string]int32, n)}
+	ix := &Index{model: Model{ICW: tf.ICW, MSS: tf.MSS, EndICW: tf.EndICW, EndRTT: tf.EndRTTMS}, n: n, loc: make(map[string]int32, n)}
+	if err := ix.model.checkEnds(); err != nil {
+		return nil, err
+	}
 	for i, l := range tf.Locations {
 		if _, dup := ix.loc[l]; dup {
 			return nil, fmt.Errorf("pathcomp: table location %q listed twice", l)
@@ -127,11 +145,13 @@ func NewIndex(tf *TableFile) (*Index, error) {
 	}
 	for p := 0; p < n*n; p++ {
 		list := ix.entries[ix.start[p]:ix.start[p+1]]
-		slices.SortStableFunc(list, func(a, b ChainEntry) int { return cmp.Compare(a.Rounds, b.Rounds) })
+		slices.SortStableFunc(list, func(a, b ChainEntry) int {
+			return cmp.Or(cmp.Compare(a.Rounds, b.Rounds), cmp.Compare(a.EndRounds, b.EndRounds))
+		})
 		for k := 1; k < len(list); k++ {
-			if list[k].Rounds == list[k-1].Rounds {
+			if list[k].Rounds == list[k-1].Rounds && list[k].EndRounds == list[k-1].EndRounds {
 				c := list[k]
-				return nil, fmt.Errorf("pathcomp: table chain %q -> %q: duplicate entry for %d rounds", c.From, c.To, c.Rounds)
+				return nil, fmt.Errorf("pathcomp: table chain %q -> %q: duplicate entry for %d rounds (end rounds %d)", c.From, c.To, c.Rounds, c.EndRounds)
 			}
 		}
 	}
@@ -156,6 +176,9 @@ func (ix *Index) Lookup(from, to string, size int64) (ChainEntry, bool) {
 		return ChainEntry{}, false
 	}
 	r := ix.model.Rounds(size)
+	if ix.model.endsOn() {
+		return ix.lookupEnds(list, r, ix.model.EndRounds(size))
+	}
 	best, bestCost := -1, int64(0)
 	for k := range list {
 		c := twiceMicros(list[k].SumMS, list[k].MaxMS, r)
@@ -173,4 +196,23 @@ func (ix *Index) Lookup(from, to string, size int64) (ChainEntry, bool) {
 // quantised as the fronts hold them), so that equal costs compare equal.
 func twiceMicros(sumMS, maxMS float64, rounds int) int64 {
 	return micros(sumMS) + int64(2*(rounds-1))*micros(maxMS)
+}
+
+// lookupEnds is Lookup for a table with end segments: the entry of least
+// cost at the size's chain rounds r and end rounds re with the table's end
+// RTT; ties go to the entry built for (r, re).
+func (ix *Index) lookupEnds(list []ChainEntry, r, re int) (ChainEntry, bool) {
+	e := micros(ix.model.EndRTT)
+	best, bestCost := -1, int64(0)
+	for k := range list {
+		c := ix.model.twiceEnds(micros(list[k].SumMS), micros(list[k].MaxMS), r, re, e, e)
+		own := list[k].Rounds == r && list[k].EndRounds == re
+		if best < 0 || c < bestCost || (c == bestCost && own) {
+			best, bestCost = k, c
+		}
+	}
+	out := list[best]
+	out.Rounds, out.EndRounds = r, re
+	out.CostMS = float64(bestCost) / 2000
+	return out, true
 }
