@@ -876,14 +876,33 @@ func TestSlotGenerations(t *testing.T) {
 
 // TestFINMerge checks that a direction's last bytes and its FIN reach the
 // upstream in one segment when the client's FIN came with its bytes (the
-// loop writes them with MSG_MORE and the shutdown pushes both), and in
-// two with NoFINMerge. The upstream counts the segments it received.
+// loop writes them with MSG_MORE and the shutdown pushes both). The
+// upstream counts the segments it received after the handshake. With
+// NoFINMerge they are two segments, unless the kernel held the data
+// segment back itself (a loaded machine), so that count is only logged.
 func TestFINMerge(t *testing.T) {
 	segs := func(t *testing.T, cfg Config) uint32 {
 		srv := newUpServer(t, nil)
 		h := newTestHandler(t, srv.addr)
 		r := newRig(t, cfg, h)
 		c := r.dial(t)
+		u := srv.next(t)
+		urc, err := u.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		segsIn := func() uint32 {
+			var ti *unix.TCPInfo
+			var err error
+			urc.Control(func(fd uintptr) {
+				ti, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ti.Segs_in
+		}
+		before := segsIn() // the handshake's
 		// The client's request and FIN in one segment, so the loop sees
 		// both in one event whatever the scheduling.
 		rc, err := c.SyscallConn()
@@ -900,29 +919,18 @@ func TestFINMerge(t *testing.T) {
 		if serr != nil {
 			t.Fatal(serr)
 		}
-		u := srv.next(t)
 		readEOF(t, u, "request")
-		urc, err := u.SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ti *unix.TCPInfo
-		urc.Control(func(fd uintptr) {
-			ti, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		n := segsIn() - before
 		writeAll(t, u, "reply")
 		u.Close()
 		readEOF(t, c, "reply")
 		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], OK)
-		return ti.Segs_in
+		return n
 	}
 	merged := segs(t, Config{})
 	split := segs(t, Config{NoFINMerge: true})
-	t.Logf("segments the upstream received before replying: %d merged, %d with NoFINMerge", merged, split)
-	if merged+1 != split {
-		t.Fatalf("upstream received %d segments with the FIN merged, %d without; want one fewer merged (data and FIN in one segment)", merged, split)
+	t.Logf("segments the upstream received for the request and its FIN: %d merged, %d with NoFINMerge", merged, split)
+	if merged != 1 {
+		t.Fatalf("upstream received the request and its FIN in %d segments; want 1 (data and FIN together)", merged)
 	}
 }
