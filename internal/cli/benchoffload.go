@@ -45,8 +45,8 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	if *at <= 0 || *at >= *dur {
 		return usageErrorf("-at must be inside (0, -duration)")
 	}
-	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "handover", "stopped / quiet / joined"},
-		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "handover", "stopped / quiet / joined", "longest stall"},
+		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
 	plots := map[string]*report.Plot{}
 	var order []string
 	for _, rs := range strings.Split(*rtts, ",") {
@@ -85,7 +85,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 					ms := func(d time.Duration) string { return fmt.Sprint(d.Milliseconds()) }
 					phases = fmt.Sprintf("%s / %s / %s ms (%d)", ms(tr.Phases.Stopped), ms(tr.Phases.Quiet), ms(tr.Phases.Joined), tr.Phases.Attempts)
 				}
-				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), ho, phases)
+				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), ho, phases, tr.MaxGap.Round(time.Millisecond).String())
 				key := fmt.Sprintf("%v %s", rtt, cfg.CC)
 				p, ok := plots[key]
 				if !ok {

@@ -51,6 +51,9 @@ type Trace struct {
 	Retrans    int       // segments retransmitted by the sender
 	Handover   time.Duration
 	Phases     xlate.Phases // of the handover
+	// MaxGap is the longest time peer1 received nothing, from the offload
+	// time on (the stall around the join).
+	MaxGap time.Duration
 }
 
 const relayPort, serverPort = 9100, 9101
@@ -126,8 +129,9 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	go copyHalf(b, a, copies)
 	go copyHalf(a, b, copies)
 
-	var got atomic.Int64
-	go drain(c1, &got)
+	var got, maxGap atomic.Int64
+	var watch atomic.Bool
+	go drain(c1, &got, &watch, &maxGap)
 	snd := <-sender
 
 	tick := time.NewTicker(cfg.Interval)
@@ -168,6 +172,9 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 			w.SetLink("p1", "relay", l)
 			w.SetLink("relay", "p2", l)
 		}
+		if i+1 == offIdx {
+			watch.Store(true)
+		}
 		if i+1 == offIdx && cfg.Mode != ModeRelay {
 			go func() {
 				t0 := time.Now()
@@ -202,6 +209,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 			return tr, fmt.Errorf("handover: %w", err)
 		}
 	}
+	tr.MaxGap = time.Duration(maxGap.Load())
 	tr.RTOs, tr.Retrans = senderStats(snd)
 	lo, hi := max(0, tr.OffloadIdx-int(time.Second/cfg.Interval)), tr.OffloadIdx
 	for _, v := range tr.Mbps[lo:hi] {
@@ -236,11 +244,21 @@ func serve(ctx context.Context, l net.Listener, sender chan<- *net.TCPConn) {
 	}
 }
 
-func drain(c net.Conn, got *atomic.Int64) {
+// drain reads c to the end, counting bytes in got; once watch is set it
+// records in maxGap the longest time between two reads.
+func drain(c net.Conn, got *atomic.Int64, watch *atomic.Bool, maxGap *atomic.Int64) {
 	buf := make([]byte, 256<<10)
+	last := time.Now()
 	for {
 		n, err := c.Read(buf)
 		got.Add(int64(n))
+		now := time.Now()
+		if watch.Load() {
+			if g := int64(now.Sub(last)); g > maxGap.Load() {
+				maxGap.Store(g)
+			}
+		}
+		last = now
 		if err != nil {
 			return
 		}
