@@ -285,9 +285,6 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := c.call(ctx, s, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": false}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.call(ctx, s, "Page.navigate", map[string]any{"url": page}, nil); err != nil {
-		t.Fatal(err)
-	}
 	waitFor := func(what, expr string, ok func(string) bool, limit time.Duration) (string, time.Duration) {
 		t.Helper()
 		start := time.Now()
@@ -303,19 +300,33 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	}
 	nonEmpty := func(v string) bool { return v != "" }
-	first, _ := waitFor("first render", "document.body.dataset.firstRenderMs", nonEmpty, 30*time.Second)
-	firstMS, _ := strconv.ParseFloat(first, 64)
-	doc, _ := c.eval(ctx, s, "Math.round(performance.getEntriesByType('navigation')[0].responseEnd)")
-	js, _ := c.eval(ctx, s, "document.body.dataset.renderMs")
-	from, _ := c.eval(ctx, s, "document.body.dataset.firstFrom || 'stream'")
-	dcl, _ := c.eval(ctx, s, "Math.round(performance.getEntriesByType('navigation')[0].domContentLoadedEventStart)")
-	t.Logf("first render from the %s state; DOMContentLoaded at %s ms", from, dcl)
-	// A figure (target 500 ms; it includes the emulated WAN between the
-	// client host and the controller, and a loaded machine's scheduling):
-	// the test fails only when the page plainly does not work (30 s).
-	t.Logf("first render %.0f ms after navigation start (HTML received at %s ms; one render takes %s ms of JavaScript)", firstMS, doc, js)
-	if firstMS > 30000 {
-		t.Errorf("first render after %.0f ms", firstMS)
+	// The first render, twice: in a fresh tab (the navigation from
+	// about:blank also starts Chromium's renderer process for the site),
+	// then navigating the tab to the page again (the renderer is up, as in
+	// a browser that is open on the dashboard). Figures (target 500 ms;
+	// they include the emulated WAN between the client host and the
+	// controller and a loaded machine's scheduling): the test fails only
+	// when the page plainly does not work (30 s). The rest of the test
+	// runs on the second page.
+	for _, tab := range []string{"fresh tab", "open tab"} {
+		if err := c.call(ctx, s, "Page.navigate", map[string]any{"url": page}, nil); err != nil {
+			t.Fatal(err)
+		}
+		// The new document: its own navigation entry.
+		waitFor("navigation", "String(document.body && document.body.dataset.renders !== undefined && performance.getEntriesByType('navigation').length === 1 && location.href === '"+page+"')", func(v string) bool { return v == "true" }, 30*time.Second)
+		first, _ := waitFor("first render", "document.body.dataset.firstRenderMs", nonEmpty, 30*time.Second)
+		firstMS, _ := strconv.ParseFloat(first, 64)
+		doc, _ := c.eval(ctx, s, "Math.round(performance.getEntriesByType('navigation')[0].responseEnd)")
+		js, _ := c.eval(ctx, s, "document.body.dataset.renderMs")
+		from, _ := c.eval(ctx, s, "document.body.dataset.firstFrom || 'stream'")
+		t.Logf("%s: first render %.0f ms after navigation start, from the %s state (HTML received at %s ms; one render takes %s ms of JavaScript)", tab, firstMS, from, doc, js)
+		if firstMS > 30000 {
+			t.Errorf("%s: first render after %.0f ms", tab, firstMS)
+		}
+		if tab == "fresh tab" {
+			// Mark the document so the next one is told apart.
+			c.eval(ctx, s, "document.body.dataset.renders = undefined; delete document.body.dataset.renders; 'x'")
+		}
 	}
 	if store, _ := c.eval(ctx, s, "document.getElementById('c-store').textContent"); store != "bbolt" {
 		t.Errorf("store shown %q; want bbolt (the demo controller's)", store)
