@@ -6,13 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"math"
 	"net"
 	"net/netip"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -95,109 +93,19 @@ type Header struct {
 	Lookup string
 }
 
-// Key is one HMAC-SHA256 key of the overlay.
-type Key struct {
-	ID     uint8
-	Secret []byte
-}
-
-// Keyring holds the valid keys: headers are signed with the current one and
-// accepted under any (current, previous, and a next key being published).
-// It is safe for concurrent use.
-type Keyring struct {
-	cur    keyState
-	prev   *keyState
-	accept []keyState // accepted, never used to sign
-}
-
-type keyState struct {
-	id   uint8
-	pool *sync.Pool // of hash.Hash (HMAC-SHA256 under this key)
-}
-
-func newKeyState(k Key) (keyState, error) {
-	if len(k.Secret) < MinSecretLen {
-		return keyState{}, fmt.Errorf("hop: key %d: secret of %d bytes, want at least %d", k.ID, len(k.Secret), MinSecretLen)
-	}
-	secret := append([]byte(nil), k.Secret...)
-	return keyState{id: k.ID, pool: &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}, nil
-}
-
-// NewKeyring returns a keyring that signs with current and also accepts
-// previous (nil for none). The two keys must have different ids.
-func NewKeyring(current Key, previous *Key) (*Keyring, error) {
-	cur, err := newKeyState(current)
-	if err != nil {
-		return nil, err
-	}
-	kr := &Keyring{cur: cur}
-	if previous != nil {
-		if previous.ID == current.ID {
-			return nil, fmt.Errorf("hop: previous key has the current key's id %d", current.ID)
-		}
-		prev, err := newKeyState(*previous)
-		if err != nil {
-			return nil, err
-		}
-		kr.prev = &prev
-	}
-	return kr, nil
-}
-
-// NewKeyringAccepting returns a keyring that signs with current and accepts
-// current, previous (nil for none) and accept. Every id must differ.
-func NewKeyringAccepting(current Key, previous *Key, accept ...Key) (*Keyring, error) {
-	kr, err := NewKeyring(current, previous)
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range accept {
-		if kr.lookup(k.ID) != nil {
-			return nil, fmt.Errorf("hop: accepted key id %d is already in the keyring", k.ID)
-		}
-		ks, err := newKeyState(k)
-		if err != nil {
-			return nil, err
-		}
-		kr.accept = append(kr.accept, ks)
-	}
-	return kr, nil
-}
-
-// CurrentID returns the id of the signing key.
-func (kr *Keyring) CurrentID() uint8 { return kr.cur.id }
-
-func (kr *Keyring) lookup(id uint8) *keyState {
-	switch {
-	case kr.cur.id == id:
-		return &kr.cur
-	case kr.prev != nil && kr.prev.id == id:
-		return kr.prev
-	}
-	for i := range kr.accept {
-		if kr.accept[i].id == id {
-			return &kr.accept[i]
-		}
-	}
-	return nil
-}
-
-// sum appends HMAC(data) under k to dst.
-func (k *keyState) sum(dst, data []byte) []byte {
-	h := k.pool.Get().(hash.Hash)
-	h.Reset()
-	h.Write(data)
-	dst = h.Sum(dst)
-	k.pool.Put(h)
-	return dst
-}
-
 // Marshal encodes h and signs it with the keyring's current key.
 func (h *Header) Marshal(kr *Keyring) ([]byte, error) {
 	if kr == nil {
 		return nil, errors.New("hop: marshal: nil keyring")
 	}
 	if err := h.validate(); err != nil {
+		return nil, fmt.Errorf("hop: marshal: %w", err)
+	}
+	if h.Hop == 0 {
+		return nil, errors.New("hop: marshal: hop index 0: a header is sent by route[hop-1]")
+	}
+	pk, err := kr.signer(h.Route[h.Hop-1], h.Route[h.Hop])
+	if err != nil {
 		return nil, fmt.Errorf("hop: marshal: %w", err)
 	}
 	if h.Time.Before(time.Unix(0, 0)) || h.Time.After(time.Unix(0, math.MaxInt64)) {
@@ -230,8 +138,7 @@ func (h *Header) Marshal(kr *Keyring) ([]byte, error) {
 		return nil, fmt.Errorf("hop: marshal: %w: %d bytes", ErrTooLarge, len(b)+macLen)
 	}
 	binary.BigEndian.PutUint16(b[14:16], uint16(len(b)+macLen-fixedLen))
-	b = kr.cur.sum(b, b)
-	return b, nil
+	return pk.sum(b, b), nil
 }
 
 func routeLen(route []string) int {
@@ -417,7 +324,7 @@ func parse(buf []byte, kr *Keyring, now time.Time, maxSkew time.Duration) (*Head
 		return nil, malformed("address family/protocol 0x%02x", buf[13])
 	}
 	var seen [256]bool
-	var macKey *keyState
+	var macID uint8
 	var mac []byte
 	for len(p) > 0 {
 		if len(p) < 3 {
@@ -443,10 +350,7 @@ func parse(buf []byte, kr *Keyring, now time.Time, maxSkew time.Duration) (*Head
 			if l != 1+macLen {
 				return nil, malformed("MAC TLV of %d bytes, want %d", l, 1+macLen)
 			}
-			if macKey = kr.lookup(v[0]); macKey == nil {
-				return nil, fmt.Errorf("%w: unknown key id %d", ErrAuth, v[0])
-			}
-			mac = v[1:]
+			macID, mac = v[0], v[1:]
 		}
 	}
 	for _, t := range []byte{TLVVersion, TLVRoute, TLVHop, TLVTarget, TLVSize, TLVFlowID, TLVTime, TLVMAC} {
@@ -454,8 +358,15 @@ func parse(buf []byte, kr *Keyring, now time.Time, maxSkew time.Duration) (*Head
 			return nil, malformed("missing TLV 0x%02x", t)
 		}
 	}
+	if h.Hop < 1 || h.Hop >= len(h.Route) {
+		return nil, malformed("hop index %d in a route of %d (a header is sent by route[hop-1] to route[hop])", h.Hop, len(h.Route))
+	}
+	pk, err := kr.verifier(macID, h.Route[h.Hop-1], h.Route[h.Hop])
+	if err != nil {
+		return nil, err
+	}
 	var sum [macLen]byte
-	if !hmac.Equal(macKey.sum(sum[:0], buf[:len(buf)-macLen]), mac) {
+	if !hmac.Equal(pk.sum(sum[:0], buf[:len(buf)-macLen]), mac) {
 		return nil, fmt.Errorf("%w: MAC mismatch", ErrAuth)
 	}
 	if err := h.validate(); err != nil {

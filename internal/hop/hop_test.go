@@ -70,7 +70,7 @@ func TestRoundTrip(t *testing.T) {
 		})},
 		{"mixed families", mod(func(h *Header) { h.Dest = netip.MustParseAddrPort("[2001:db8::2]:80") })},
 		{"no addresses", mod(func(h *Header) { h.Source, h.Dest = netip.AddrPort{}, netip.AddrPort{} })},
-		{"single hop route", mod(func(h *Header) { h.Route = []string{"only"}; h.Hop = 0 })},
+		{"two-id route", mod(func(h *Header) { h.Route = []string{"inp", "egp"}; h.Hop = 1 })},
 		{"max route", mod(func(h *Header) {
 			h.Route = nil
 			for i := 0; i < MaxRoute; i++ {
@@ -181,7 +181,7 @@ func resign(t testing.TB, kr *Keyring, b []byte) []byte {
 	t.Helper()
 	b = append([]byte(nil), b...)
 	b[14], b[15] = byte((len(b)-fixedLen)>>8), byte(len(b)-fixedLen)
-	return kr.cur.sum(b[:len(b)-macLen], b[:len(b)-macLen])
+	return testPairKey(kr, b).sum(b[:len(b)-macLen], b[:len(b)-macLen])
 }
 
 // tlvs splits a marshalled header into its fixed part + address block and
@@ -556,4 +556,46 @@ func TestConcurrentUse(t *testing.T) {
 	if total != 600 || c.Len() != 200 {
 		t.Errorf("replays = %d, Len = %d; want 600, 200", total, c.Len())
 	}
+}
+
+// testPairKey returns kr's current key for the sender and receiver a
+// (possibly hand-edited) header names, or for fep-a -> fep-b when it names
+// none.
+func testPairKey(kr *Keyring, b []byte) *pairKey {
+	sender, receiver := "fep-a", "fep-b"
+	if len(b) >= fixedLen {
+		p := b[fixedLen:]
+		switch b[13] {
+		case famTCP4:
+			p = p[min(12, len(p)):]
+		case famTCP6:
+			p = p[min(36, len(p)):]
+		}
+		var route []string
+		hopIdx := -1
+		for len(p) >= 3 {
+			typ, l := p[0], int(p[1])<<8|int(p[2])
+			if len(p) < 3+l {
+				break
+			}
+			v := p[3 : 3+l]
+			p = p[3+l:]
+			switch typ {
+			case TLVRoute:
+				route = nil
+				for len(v) > 0 && len(v) >= 1+int(v[0]) {
+					route = append(route, string(v[1:1+int(v[0])]))
+					v = v[1+int(v[0]):]
+				}
+			case TLVHop:
+				if l == 1 {
+					hopIdx = int(v[0])
+				}
+			}
+		}
+		if hopIdx >= 1 && hopIdx < len(route) {
+			sender, receiver = route[hopIdx-1], route[hopIdx]
+		}
+	}
+	return kr.cur.pair(kr.self, sender, receiver, true)
 }
