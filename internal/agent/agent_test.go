@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	ctlpkg "github.com/mosto-net/mosto/internal/controller"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/probe"
@@ -211,7 +212,7 @@ func testTableB(t testing.TB, keys pki.OverlayKeys, args ...any) *api.Table {
 	return &api.Table{
 		LoP:     lop,
 		Version: version,
-		Keys:    api.Keys{Current: keys.Current.Hex()},
+		Keys:    api.Keys{Current: ctlpkg.FEPKeyOf(keys.Current.Secret, lop, []string{"fra", "par", "ams"})},
 		Members: map[string]string{"fra": "127.0.0.1:1", "par": "127.0.0.1:2", "ams": "127.0.0.1:3"},
 		Table: pathcomp.TableFile{
 			Version:   version,
@@ -355,7 +356,7 @@ func TestAgentJoinReportWatchPersist(t *testing.T) {
 	}
 	rot, _ := keys.Rotate(time.Now())
 	next := testTable(t, "fra", 5, rot)
-	next.Keys.Previous = rot.Previous.Hex()
+	next.Keys.Previous = ctlpkg.FEPKeyOf(rot.Previous.Secret, "fra", []string{"fra", "par", "ams"})
 	c.fb.publish(next)
 	eventually(t, "version 5", func() bool { return a.Version() == 5 })
 	if kr := a.Keys(); kr.CurrentID() != rot.Current.ID {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	ctlpkg "github.com/mosto-net/mosto/internal/controller"
 	"github.com/mosto-net/mosto/internal/pki"
 )
 
@@ -15,14 +16,14 @@ func FuzzSnapshot(f *testing.F) {
 	good, _ := json.Marshal(testTableB(f, keys))
 	f.Add(good)
 	f.Add([]byte(`{"lop":"fra","version":1,"table":{"locations":["fra"],"chains":[]}}`))
-	f.Add([]byte(`{"lop":"fra","version":1,"keys":{"current":"zz"},"table":{"locations":[],"chains":[]}}`))
+	f.Add([]byte(`{"lop":"fra","version":1,"keys":{"current":{"id":1,"recv":"zz"}},"table":{"locations":[],"chains":[]}}`))
 	f.Add([]byte(`{}`))
 	withNext := testTableB(f, keys)
 	next, _ := pki.NewOverlayKey(keys.Current.ID)
-	withNext.Keys.Next, withNext.Epoch = next.Hex(), "00ff"
+	withNext.Keys.Next, withNext.Epoch = ctlpkg.FEPKeyOf(next.Secret, "fra", []string{"par"}), "00ff"
 	b, _ := json.Marshal(withNext)
 	f.Add(b)
-	withNext.Keys.Next = keys.Current.Hex() // the next key equals the current one
+	withNext.Keys.Next = withNext.Keys.Current // the next key equals the current one
 	b, _ = json.Marshal(withNext)
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +22,6 @@ type Snapshot struct {
 	Table   *api.Table        // as received (and persisted)
 	Index   *pathcomp.Index   // chain lookups over Table.Table
 	Members map[string]string // FEP id -> hop address
-	Keys    pki.OverlayKeys   // zero when the controller sent none
 	Keyring *hop.Keyring      // nil when the controller sent no keys
 	// ProbeKeys are the same keys for probe tags, current first; nil when
 	// the controller sent none.
@@ -56,38 +56,12 @@ func newSnapshot(t *api.Table, lop string) (*Snapshot, error) {
 	if s.Members == nil {
 		s.Members = map[string]string{}
 	}
-	if t.Keys.Current != "" {
-		ks, err := pki.ParseOverlayKeys(t.Keys.Current, t.Keys.Previous)
-		if err != nil {
+	if t.Keys.Current != nil {
+		if err := s.setKeys(t.LoP, t.Keys); err != nil {
 			return nil, fmt.Errorf("table version %d: keys: %w", t.Version, err)
 		}
-		cur := hop.Key{ID: ks.Current.ID, Secret: ks.Current.Secret}
-		var prev *hop.Key
-		if ks.Previous != nil {
-			prev = &hop.Key{ID: ks.Previous.ID, Secret: ks.Previous.Secret}
-		}
-		var accept []hop.Key
-		var next *pki.OverlayKey
-		if t.Keys.Next != "" {
-			nk, err := pki.ParseOverlayKey(t.Keys.Next)
-			if err != nil {
-				return nil, fmt.Errorf("table version %d: next key: %w", t.Version, err)
-			}
-			next = &nk
-			accept = append(accept, hop.Key{ID: nk.ID, Secret: nk.Secret})
-		}
-		kr, err := hop.NewKeyringAccepting(cur, prev, accept...)
-		if err != nil {
-			return nil, fmt.Errorf("table version %d: keys: %w", t.Version, err)
-		}
-		s.Keys, s.Keyring = ks, kr
-		s.ProbeKeys = []probe.Key{probe.NewKey(ks.Current.ID, ks.Current.Secret)}
-		if ks.Previous != nil {
-			s.ProbeKeys = append(s.ProbeKeys, probe.NewKey(ks.Previous.ID, ks.Previous.Secret))
-		}
-		if next != nil {
-			s.ProbeKeys = append(s.ProbeKeys, probe.NewKey(next.ID, next.Secret))
-		}
+	} else if t.Keys.Previous != nil || t.Keys.Next != nil {
+		return nil, fmt.Errorf("table version %d: keys: previous or next key without a current one", t.Version)
 	}
 	return s, nil
 }
@@ -99,4 +73,70 @@ func decodeTable(b []byte) (*api.Table, error) {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// setKeys builds the FEP keyring of self (the table's LoP) and the probe
+// keys from the table's keys.
+func (s *Snapshot) setKeys(self string, ks api.Keys) error {
+	parse := func(name string, k *api.FEPKey) (hop.FEPKey, probe.Key, error) {
+		fk := hop.FEPKey{ID: k.ID, Send: make(map[string][]byte, len(k.Send))}
+		var err error
+		if fk.Recv, err = hexKey(k.Recv); err != nil {
+			return fk, probe.Key{}, fmt.Errorf("%s recv: %w", name, err)
+		}
+		for m, h := range k.Send {
+			if err := api.ValidateID(m); err != nil {
+				return fk, probe.Key{}, fmt.Errorf("%s send: %w", name, err)
+			}
+			if fk.Send[m], err = hexKey(h); err != nil {
+				return fk, probe.Key{}, fmt.Errorf("%s send to %s: %w", name, m, err)
+			}
+		}
+		ps, err := hexKey(k.Probe)
+		if err != nil {
+			return fk, probe.Key{}, fmt.Errorf("%s probe: %w", name, err)
+		}
+		return fk, probe.NewKey(k.ID, ps), nil
+	}
+	cur, pcur, err := parse("current", ks.Current)
+	if err != nil {
+		return err
+	}
+	s.ProbeKeys = []probe.Key{pcur}
+	var prev *hop.FEPKey
+	if ks.Previous != nil {
+		p, pp, err := parse("previous", ks.Previous)
+		if err != nil {
+			return err
+		}
+		prev = &p
+		s.ProbeKeys = append(s.ProbeKeys, pp)
+	}
+	var accept []hop.FEPKey
+	if ks.Next != nil {
+		n, pn, err := parse("next", ks.Next)
+		if err != nil {
+			return err
+		}
+		accept = append(accept, n)
+		s.ProbeKeys = append(s.ProbeKeys, pn)
+	}
+	kr, err := hop.NewFEPKeyring(self, cur, prev, accept...)
+	if err != nil {
+		return err
+	}
+	s.Keyring = kr
+	return nil
+}
+
+// hexKey decodes a hex key of pki.OverlayKeySize bytes.
+func hexKey(h string) ([]byte, error) {
+	b, err := hex.DecodeString(h)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) != pki.OverlayKeySize {
+		return nil, fmt.Errorf("%d bytes, want %d", len(b), pki.OverlayKeySize)
+	}
+	return b, nil
 }

@@ -29,7 +29,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 	types := map[string]any{
 		"FEP": api.FEP{}, "FEPList": api.FEPList{}, "JoinRequest": api.JoinRequest{}, "JoinResponse": api.JoinResponse{},
 		"Target": api.Target{}, "Targets": api.Targets{}, "Sample": api.Sample{}, "Report": api.Report{},
-		"ReportResult": api.ReportResult{}, "Keys": api.Keys{}, "Egress": api.Egress{}, "Table": api.Table{},
+		"ReportResult": api.ReportResult{}, "Keys": api.Keys{}, "FEPKey": api.FEPKey{}, "Egress": api.Egress{}, "Table": api.Table{},
 		"Matrix": api.Matrix{}, "Health": api.Health{}, "Error": api.Error{},
 		"TableFile": pathcomp.TableFile{}, "ChainEntry": pathcomp.ChainEntry{},
 		"DestTarget": api.DestTarget{}, "Destination": api.Destination{}, "DestSample": api.DestSample{},

@@ -327,14 +327,28 @@ type ReportResult struct {
 	Refused int `json:"refused,omitempty"`
 }
 
-// Keys are the hop-header HMAC keys, hex encoded. Proxies sign with Current
-// and accept Current, Previous or Next. A rotation publishes Next first and
-// makes it Current only once every LoP has it, so no proxy signs with a key
-// a peer does not know yet.
+// Keys are the table's FEP's share of the overlay keys (per-FEP signing,
+// docs/security.md): the controller keeps the overlay secrets and gives
+// each FEP only what lets it sign as itself and verify headers sent to it.
+// Proxies sign with Current and accept Current, Previous or Next. A
+// rotation publishes Next first and makes it Current only once every LoP
+// has it, so no proxy signs with a key a peer does not know yet.
 type Keys struct {
-	Current  string `json:"current"`
-	Previous string `json:"previous,omitempty"`
-	Next     string `json:"next,omitempty"` // accept only
+	Current  *FEPKey `json:"current,omitempty"`
+	Previous *FEPKey `json:"previous,omitempty"`
+	Next     *FEPKey `json:"next,omitempty"` // accept only
+}
+
+// FEPKey is one overlay key id's share of one FEP (hex, 32 bytes each):
+// its receive key R(fep) = HMAC(secret, "mosto hop recv v1" 0 fep), the
+// keys K(fep->m) = HMAC(R(m), "mosto hop send v1" 0 fep) of the headers it
+// sends to each member m of the table, and the overlay's probe key (shared
+// by every FEP: it authenticates RTT probe echoes only).
+type FEPKey struct {
+	ID    uint8             `json:"id"`
+	Recv  string            `json:"recv"`
+	Send  map[string]string `json:"send,omitempty"`
+	Probe string            `json:"probe"`
 }
 
 // Egress maps a destination prefix to the egress FEP (EgP) closest to it.

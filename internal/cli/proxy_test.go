@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/controller"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/relay"
@@ -190,7 +191,7 @@ func TestProxyFollowsAgentTable(t *testing.T) {
 
 	dir := t.TempDir()
 	table := api.Table{
-		LoP: "a", Version: 1, Keys: api.Keys{Current: hex.EncodeToString(secret)},
+		LoP: "a", Version: 1, Keys: api.Keys{Current: controller.FEPKeyOf(secret, "a", []string{"b", "c"})},
 		Members: map[string]string{"a": "127.0.0.1:7", "b": b.HopAddr().String(), "c": c.HopAddr().String()},
 		Table: pathcomp.TableFile{Version: 1, Locations: []string{"a", "b", "c"}, Chains: []pathcomp.ChainEntry{
 			{From: "a", To: "c", Size: 1000, Rounds: 1, Path: []string{"a", "b", "c"}},

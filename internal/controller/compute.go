@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/pki"
 	"io"
 	"maps"
 	"math"
@@ -185,7 +187,7 @@ type plan struct {
 	model   pathcomp.Model
 	classes []sizeClass
 	lopOf   []int
-	keys    api.Keys
+	keys    []planKey // current, previous, next (those set)
 	epoch   string
 	egress  []api.Egress
 	rounds  []int    // rounds of each class
@@ -228,13 +230,14 @@ func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, err
 		model:   cfg.Model,
 		classes: sizeClasses(cfg.Model, cfg.Sizes),
 		lopOf:   assignLoPs(cfg.Topology, feps, m),
-		keys:    api.Keys{Current: hex.EncodeToString(keys.Current)},
 	}
-	if len(keys.Previous) > 0 {
-		p.keys.Previous = hex.EncodeToString(keys.Previous)
-	}
-	if len(keys.Next) > 0 {
-		p.keys.Next = hex.EncodeToString(keys.Next)
+	for _, k := range []struct {
+		name   string
+		secret []byte
+	}{{"current", keys.Current}, {"previous", keys.Previous}, {"next", keys.Next}} {
+		if len(k.secret) > 0 {
+			p.keys = append(p.keys, newPlanKey(k.name, k.secret, m.Names))
+		}
 	}
 	p.epoch = keys.Epoch
 	for _, cl := range p.classes {
@@ -380,6 +383,52 @@ func twiceCost(c chain, r int) int64 { return c.sum + int64(2*(r-1))*c.max }
 // micros rounds milliseconds to whole microseconds.
 func micros(ms float64) int64 { return int64(math.Round(ms * 1000)) }
 
+// planKey is one overlay secret as a computation hands it out: each FEP's
+// receive key, derived once per computation (per-FEP signing, hop.RecvKey).
+type planKey struct {
+	name  string // "current", "previous", "next": its field in api.Keys
+	id    uint8
+	probe string   // hex of the overlay's probe key
+	recv  [][]byte // R(fep) by FEP index
+}
+
+func newPlanKey(name string, secret []byte, ids []string) planKey {
+	pk := planKey{name: name, id: pki.KeyID(secret), probe: hex.EncodeToString(pki.ProbeSecret(secret)), recv: make([][]byte, len(ids))}
+	for i, id := range ids {
+		pk.recv[i] = hop.RecvKey(secret, id)
+	}
+	return pk
+}
+
+// appendFEP appends `"name":{api.FEPKey}` of FEP l: its receive key and
+// its send key to every other member of its table (locs).
+func (pk *planKey) appendFEP(b []byte, l int, locs []int, ids []string) []byte {
+	b = append(b, '"')
+	b = append(b, pk.name...)
+	b = append(b, `":{"id":`...)
+	b = strconv.AppendUint(b, uint64(pk.id), 10)
+	b = append(b, `,"recv":"`...)
+	b = hex.AppendEncode(b, pk.recv[l])
+	b = append(b, `","send":{`...)
+	first := true
+	for _, x := range locs {
+		if x == l {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendJSONString(b, ids[x])
+		b = append(b, `:"`...)
+		b = hex.AppendEncode(b, hop.SendKey(pk.recv[x], ids[l]))
+		b = append(b, '"')
+	}
+	b = append(b, `},"probe":"`...)
+	b = append(b, pk.probe...)
+	return append(b, `"}`...)
+}
+
 // lopContent is the version-independent part of one LoP's table, encoded.
 type lopContent struct {
 	lop  string
@@ -411,19 +460,20 @@ func (p *plan) content(b []byte, l int, inps []int, sc *chainScratch) (lopConten
 			locs = append(locs, x)
 		}
 	}
-	b = slices.Grow(b[:0], 64+len(rows.entries)*120)
-	keys, err := json.Marshal(p.keys)
-	if err != nil {
-		return lopContent{}, fmt.Errorf("encode keys: %w", err)
-	}
+	b = slices.Grow(b[:0], 64+len(rows.entries)*120+len(p.keys)*len(locs)*(100+hex.EncodedLen(32)))
 	if p.epoch != "" {
 		b = append(b, `"epoch":`...)
 		b = appendJSONString(b, p.epoch)
 		b = append(b, ',')
 	}
-	b = append(b, `"keys":`...)
-	b = append(b, keys...)
-	b = append(b, `,"members":{`...)
+	b = append(b, `"keys":{`...)
+	for k, pk := range p.keys {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = pk.appendFEP(b, l, locs, p.m.Names)
+	}
+	b = append(b, `},"members":{`...)
 	for k, x := range locs {
 		if k > 0 {
 			b = append(b, ',')
@@ -656,4 +706,18 @@ func appendJSONFloat(b []byte, v float64) []byte {
 		return append(b, q...)
 	}
 	return strconv.AppendFloat(b, v, 'f', -1, 64)
+}
+
+// FEPKeyOf returns FEP fep's share of the overlay secret (what its table's
+// api.Keys carry): its receive key, its send keys to members (fep itself
+// skipped) and the probe key. Tables are built by the same derivation.
+func FEPKeyOf(secret []byte, fep string, members []string) *api.FEPKey {
+	k := &api.FEPKey{ID: pki.KeyID(secret), Recv: hex.EncodeToString(hop.RecvKey(secret, fep)),
+		Send: map[string]string{}, Probe: hex.EncodeToString(pki.ProbeSecret(secret))}
+	for _, m := range members {
+		if m != fep {
+			k.Send[m] = hex.EncodeToString(hop.SendKey(hop.RecvKey(secret, m), fep))
+		}
+	}
+	return k
 }

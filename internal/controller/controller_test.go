@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,7 +19,6 @@ import (
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/pathcomp"
-	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/store"
 	"github.com/mosto-net/mosto/internal/store/boltstore"
 )
@@ -131,8 +132,8 @@ func TestComputeTables(t *testing.T) {
 			t.Errorf("a -> %s (%d B) = %v; want %v", tc.to, tc.size, got, tc.want)
 		}
 	}
-	if len(ta.Keys.Current) != 64 {
-		t.Errorf("current key %q; want 64 hex digits", ta.Keys.Current)
+	if k := ta.Keys.Current; k == nil || len(k.Recv) != 64 || len(k.Probe) != 64 || len(k.Send) != len(ta.Members)-1 || k.Send["a"] != "" {
+		t.Errorf("current key %+v; want a's receive key, probe key and a send key to every other member (%d)", k, len(ta.Members)-1)
 	}
 	if ta.Members["b"] != "b.example:7000" || ta.Members["d"] != "d.example:7000" {
 		t.Errorf("members = %v; want hop addresses of b and d", ta.Members)
@@ -199,7 +200,7 @@ func TestLoPAssignment(t *testing.T) {
 		if got := from(tab); !slices.Equal(got, w) {
 			t.Errorf("LoP %s serves InPs %v; want %v", lop, got, w)
 		}
-		if tab.Keys.Current == "" {
+		if tab.Keys.Current == nil {
 			t.Errorf("LoP %s: table has no hop key", lop)
 		}
 	}
@@ -541,7 +542,7 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	k1 := decodeTable(t, c, "a").Keys
-	if k1.Current == "" || k1.Previous != "" {
+	if k1.Current == nil || k1.Previous != nil {
 		t.Fatalf("first keys = %+v; want a current key only", k1)
 	}
 	now = now.Add(2 * time.Hour)
@@ -553,8 +554,8 @@ func TestKeyRotation(t *testing.T) {
 	}
 	// Phase 1: the new key is published, accept only.
 	kp := decodeTable(t, c, "a").Keys
-	if kp.Current != k1.Current || kp.Next == "" || kp.Next == k1.Current {
-		t.Fatalf("keys after the rotation is due = %+v; want current %s and a new next key", kp, k1.Current)
+	if !reflect.DeepEqual(kp.Current, k1.Current) || kp.Next == nil || kp.Next.ID == k1.Current.ID {
+		t.Fatalf("keys after the rotation is due = %+v; want current %+v and a new next key", kp, k1.Current)
 	}
 	// Phase 2, KeySwitchAfter later (nobody acknowledged): signing switches.
 	now = now.Add(c.cfg.KeySwitchAfter)
@@ -565,14 +566,11 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	k2 := decodeTable(t, c, "a").Keys
-	if k2.Previous != k1.Current || k2.Current != kp.Next || k2.Next != "" {
-		t.Errorf("rotated keys = %+v; want previous = %s, current = the published %s", k2, k1.Current, kp.Next)
+	if !reflect.DeepEqual(k2.Previous, k1.Current) || !reflect.DeepEqual(k2.Current, kp.Next) || k2.Next != nil {
+		t.Errorf("rotated keys = %+v; want previous = %+v, current = the published %+v", k2, k1.Current, kp.Next)
 	}
-	ks, err := pki.ParseOverlayKeys(k2.Current, k2.Previous)
-	if err != nil {
-		t.Errorf("rotated keys are not a valid overlay key set: %v", err)
-	} else if ks.Current.ID == ks.Previous.ID {
-		t.Errorf("rotated key ids are equal (%d)", ks.Current.ID)
+	if k2.Current.ID == k2.Previous.ID {
+		t.Errorf("rotated key ids are equal (%d)", k2.Current.ID)
 	}
 }
 
@@ -587,8 +585,13 @@ func TestInitialKeysSeedStore(t *testing.T) {
 	if err := c.Compute(testCtx(t), true); err != nil {
 		t.Fatal(err)
 	}
-	if got := decodeTable(t, c, "a").Keys.Current; got != strings.Repeat("07", 32) {
-		t.Errorf("current key = %s; want the seed", got)
+	ta := decodeTable(t, c, "a")
+	want := FEPKeyOf(seed.Current, "a", slices.Sorted(maps.Keys(ta.Members)))
+	if got := ta.Keys.Current; got == nil || !reflect.DeepEqual(*got, *want) {
+		t.Errorf("current key = %+v; want a's share of the seed %+v", got, want)
+	}
+	if strings.Contains(fmt.Sprint(ta.Keys), strings.Repeat("07", 32)) {
+		t.Error("the table carries the overlay secret")
 	}
 }
 

@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -59,6 +60,15 @@ func KeyID(secret []byte) uint8 {
 	h.Write([]byte("mosto overlay key id"))
 	h.Write(secret)
 	return h.Sum(nil)[0]
+}
+
+// ProbeSecret returns the overlay's probe key under secret: the key of
+// RTT probe tags, shared by every FEP (unlike hop headers, which are signed
+// per FEP, so a FEP never holds the overlay secret itself).
+func ProbeSecret(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("mosto probe key v1"))
+	return m.Sum(nil)
 }
 
 // Hex returns the secret in hex, the form of the controller API (api.Keys).

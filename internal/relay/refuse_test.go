@@ -61,6 +61,10 @@ func testRefusals(t *testing.T, loops int) {
 	}
 	valid := signed(t, kr, abc, 1, o.addr(), now)
 	oversized := append(append([]byte{}, valid[:14]...), 0xff, 0xff)
+	toInP := bytes.Replace(signed(t, kr, abc, 1, o.addr(), now), []byte{hop.TLVHop, 0, 1, 1}, []byte{hop.TLVHop, 0, 1, 0}, 1)
+	if bytes.Equal(toInP, valid) {
+		t.Fatal("hop TLV not found to alter")
+	}
 
 	for _, tc := range []struct {
 		name   string
@@ -79,7 +83,7 @@ func testRefusals(t *testing.T, loops int) {
 		{"slowloris", w.b, valid[:10], nil, true, refuseHeaderTimeout},
 		{"expired", w.b, signed(t, kr, abc, 1, o.addr(), now.Add(-time.Hour)), nil, false, refuseExpired},
 		{"not-self", w.b, signed(t, kr, []string{"a", "c"}, 1, o.addr(), now), nil, false, refuseNotSelf},
-		{"to-inp", w.a, signed(t, kr, abc, 0, o.addr(), now), nil, false, refuseNotSelf},
+		{"to-inp", w.a, toInP, nil, false, refuseMalformed}, // hop 0: no sender
 		{"next-not-member", w.b, signed(t, kr, []string{"a", "b", "x"}, 1, o.addr(), now), nil, false, refuseNotMember},
 		{"open-relay", w.c, signed(t, kr, abc, 2, "10.9.9.9:25", now), nil, false, refusePolicy},
 		{"open-relay-name", w.c, signed(t, kr, abc, 2, "mail.example.com:25", now), nil, false, refusePolicy},
