@@ -64,6 +64,7 @@ const (
 	TLVFlowID  = 0xE5 // 16 bytes
 	TLVTime    = 0xE6 // 8 bytes big endian: Unix nanoseconds
 	TLVLookup  = 0xE7 // optional: EgP id; asks the receiver (a LoP) to complete the route
+	TLVVerdict = 0xE8 // optional, empty: the InP waits for the EgP's verdict (VerdictLen bytes back)
 	TLVMAC     = 0xEF // 1 byte key id + 32 bytes HMAC-SHA256; always last
 )
 
@@ -91,6 +92,29 @@ type Header struct {
 	// receiver, the route's last id (a lookup proxy), completes the route to
 	// this EgP from its chain table. Empty in every other header.
 	Lookup string
+	// Verdict asks the EgP to answer VerdictLen bytes (AppendVerdict)
+	// before the origin's bytes: whether it reached the origin, so an
+	// entry replies to its client only after the destination was accepted.
+	Verdict bool
+}
+
+// VerdictLen is the length of an EgP's verdict: VerdictMagic, then a
+// SOCKS5 reply code (RFC 1928: 0 succeeded, 2 not allowed by ruleset, 4 host
+// unreachable, 5 connection refused, 6 TTL expired, 1 general failure...).
+const (
+	VerdictLen   = 2
+	VerdictMagic = 0x56 // 'V'
+)
+
+// AppendVerdict appends the verdict carrying code to b.
+func AppendVerdict(b []byte, code byte) []byte { return append(b, VerdictMagic, code) }
+
+// ParseVerdict returns the code of a verdict read from an EgP.
+func ParseVerdict(v [VerdictLen]byte) (byte, error) {
+	if v[0] != VerdictMagic {
+		return 0, fmt.Errorf("%w: verdict starts with 0x%02x, want 0x%02x", ErrMalformed, v[0], VerdictMagic)
+	}
+	return v[1], nil
 }
 
 // Marshal encodes h and signs it with the keyring's current key.
@@ -132,6 +156,9 @@ func (h *Header) Marshal(kr *Keyring) ([]byte, error) {
 	b = binary.BigEndian.AppendUint64(b, uint64(h.Time.UnixNano()))
 	if h.Lookup != "" {
 		b = appendTLV(b, TLVLookup, []byte(h.Lookup))
+	}
+	if h.Verdict {
+		b = append(b, TLVVerdict, 0, 0)
 	}
 	b = append(b, TLVMAC, 0, 1+macLen, kr.cur.id)
 	if len(b)+macLen > MaxHeaderLen {
@@ -438,6 +465,11 @@ func (h *Header) decodeTLV(typ byte, v []byte) error {
 			return malformed("empty lookup TLV")
 		}
 		h.Lookup = string(v) // checked by validate
+	case TLVVerdict:
+		if len(v) != 0 {
+			return malformed("verdict TLV of %d bytes, want 0", len(v))
+		}
+		h.Verdict = true
 	case TLVMAC:
 		// Checked by the caller.
 	default:

@@ -53,7 +53,7 @@ func mustMarshal(t testing.TB, h *Header, kr *Keyring) []byte {
 func equalHeader(a, b *Header) bool {
 	return a.Source == b.Source && a.Dest == b.Dest && reflect.DeepEqual(a.Route, b.Route) &&
 		a.Hop == b.Hop && a.Target == b.Target && a.Size == b.Size && a.FlowID == b.FlowID && a.Time.Equal(b.Time) &&
-		a.Lookup == b.Lookup
+		a.Lookup == b.Lookup && a.Verdict == b.Verdict
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -71,6 +71,7 @@ func TestRoundTrip(t *testing.T) {
 		{"mixed families", mod(func(h *Header) { h.Dest = netip.MustParseAddrPort("[2001:db8::2]:80") })},
 		{"no addresses", mod(func(h *Header) { h.Source, h.Dest = netip.AddrPort{}, netip.AddrPort{} })},
 		{"two-id route", mod(func(h *Header) { h.Route = []string{"inp", "egp"}; h.Hop = 1 })},
+		{"verdict asked", mod(func(h *Header) { h.Verdict = true })},
 		{"max route", mod(func(h *Header) {
 			h.Route = nil
 			for i := 0; i < MaxRoute; i++ {
@@ -253,6 +254,8 @@ func TestStructuralRefusals(t *testing.T) {
 	}{
 		{"duplicate target", with([]byte{TLVTarget, 0, 4, 'a', ':', '8', '0'})},
 		{"unknown critical TLV", with([]byte{0xE9, 0, 1, 0})},
+		{"verdict TLV with a value", with([]byte{TLVVerdict, 0, 1, 0})},
+		{"duplicate verdict TLV", with([]byte{TLVVerdict, 0, 0}, []byte{TLVVerdict, 0, 0})},
 		{"missing route", without(TLVRoute)},
 		{"missing time", without(TLVTime)},
 		{"missing version", without(TLVVersion)},
@@ -598,4 +601,19 @@ func testPairKey(kr *Keyring, b []byte) *pairKey {
 		}
 	}
 	return kr.cur.pair(kr.self, sender, receiver, true)
+}
+
+func TestVerdict(t *testing.T) {
+	for _, code := range []byte{0, 2, 5} {
+		b := AppendVerdict(nil, code)
+		if len(b) != VerdictLen {
+			t.Fatalf("verdict of %d bytes", len(b))
+		}
+		if got, err := ParseVerdict([VerdictLen]byte(b)); err != nil || got != code {
+			t.Errorf("ParseVerdict(%x) = %d, %v; want %d", b, got, err, code)
+		}
+	}
+	if _, err := ParseVerdict([VerdictLen]byte{'H', 'T'}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("ParseVerdict(HT) = %v; want ErrMalformed (an origin's bytes, not a verdict)", err)
+	}
 }

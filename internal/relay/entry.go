@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -31,6 +32,9 @@ type Intent struct {
 	Route  []string       // a chain pinned by the client (pin.go); nil: looked up
 
 	learn sizeKeys // where the flow's size is learned (sizelearn.go)
+	// verdict: the entry replies to its client only after the EgP reached
+	// the origin (SOCKS5, HTTP CONNECT): open waits for the EgP's verdict.
+	verdict bool
 }
 
 // learnSize sets in's learning keys and replaces its static size hint by
@@ -119,12 +123,16 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in *Intent) *net.TCPCo
 		s.refuse(refuseEntryProto, c, in.Client, err)
 		return nil
 	}
-	in.Target, in.Size = t, int64(s.cfg.SOCKS5.Size)
+	in.Target, in.Size, in.verdict = t, int64(s.cfg.SOCKS5.Size), true
 	s.learnSize(in, "", nil)
 	up, err := s.open(*in, nil)
 	if err != nil {
 		code := socks5.ReplyCode(err)
-		if errors.Is(err, errPolicy) {
+		var ve *verdictError
+		switch {
+		case errors.As(err, &ve):
+			code = ve.code
+		case errors.Is(err, errPolicy):
 			code = socks5.NotAllowed
 		}
 		c.SetWriteDeadline(time.Now().Add(s.accept.header))
@@ -185,17 +193,18 @@ func (s *Server) serveConnect(l *listener, c *net.TCPConn, in *Intent) *net.TCPC
 			return nil
 		}
 	}
-	in.Target, in.Size = t, int64(s.cfg.HTTPConnect.Size)
+	in.Target, in.Size, in.verdict = t, int64(s.cfg.HTTPConnect.Size), true
 	s.learnSize(in, "", nil)
 	up, err := s.open(*in, nil)
 	if err != nil {
 		code := http.StatusBadGateway
+		var ve *verdictError
 		switch {
 		case errors.Is(err, errRoute):
 			code = http.StatusBadRequest
 		case errors.Is(err, errPolicy):
 			code = http.StatusForbidden
-		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ve) && ve.code == socks5.TTLExpired:
 			code = http.StatusGatewayTimeout
 		}
 		httpconnect.WriteReply(c, code)
@@ -246,13 +255,14 @@ func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
 	next := route[1]
 	addr, _ := s.member(next)
 	h := &hop.Header{
-		Source: in.Client,
-		Dest:   in.Local,
-		Route:  route,
-		Hop:    1,
-		Target: in.Target.String(),
-		Size:   in.Size,
-		Time:   time.Now(),
+		Source:  in.Client,
+		Dest:    in.Local,
+		Route:   route,
+		Hop:     1,
+		Target:  in.Target.String(),
+		Size:    in.Size,
+		Time:    time.Now(),
+		Verdict: in.verdict,
 	}
 	rand.Read(h.FlowID[:])
 	log := s.log.With("flow", flowString(h.FlowID))
@@ -262,6 +272,9 @@ func (s *Server) open(in Intent, early []byte) (*net.TCPConn, error) {
 		log.Debug("first hop unreachable, going direct", "next", next, "err", err)
 		s.m.directFor("hop_unreachable").Inc()
 		return s.dialOriginEarly(in, early)
+	}
+	if err := s.awaitVerdict(up, in); err != nil {
+		return nil, err
 	}
 	if log.Enabled(context.Background(), slog.LevelDebug) {
 		log.Debug("flow", "role", roleInP, "client", in.Client.String(), "target", in.Target.String(), "route", route)
@@ -362,4 +375,48 @@ func (s *Server) route(egp string, size int64) ([]string, string) {
 		return nil, "bad_chain"
 	}
 	return p, ""
+}
+
+// verdictError is an EgP's refusal of a flow, as its verdict said: code is
+// a SOCKS5 reply code.
+type verdictError struct{ code byte }
+
+func (e *verdictError) Error() string {
+	return fmt.Sprintf("the EgP did not reach the destination (SOCKS5 reply code %d)", e.code)
+}
+
+// Unwrap makes a refusal by the EgP's destination policy an errPolicy.
+func (e *verdictError) Unwrap() error {
+	if e.code == socks5.NotAllowed {
+		return errPolicy
+	}
+	return nil
+}
+
+// awaitVerdict reads the EgP's verdict from up when in asked for one; on
+// any error up is closed. The wait is bounded by the EgP's own dial timeout
+// plus the header timeout for the way through the chain.
+func (s *Server) awaitVerdict(up *net.TCPConn, in Intent) error {
+	if !in.verdict {
+		return nil
+	}
+	up.SetReadDeadline(time.Now().Add(s.out.dialer.Timeout + s.accept.header))
+	var v [hop.VerdictLen]byte
+	_, err := io.ReadFull(up, v[:])
+	up.SetReadDeadline(time.Time{})
+	var code byte
+	if err == nil {
+		code, err = hop.ParseVerdict(v)
+	}
+	switch {
+	case err != nil:
+		err = fmt.Errorf("no verdict from the chain: %w", err)
+	case code != socks5.Succeeded:
+		err = &verdictError{code}
+	}
+	if err != nil {
+		s.untrack(up)
+		resetClose(up)
+	}
+	return err
 }

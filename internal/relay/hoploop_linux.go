@@ -137,7 +137,7 @@ func (s *Server) hopHeader(fl *loopFlow, first []byte) (evloop.Upstream, error) 
 	if err != nil {
 		return evloop.Upstream{}, s.loopRefuse(fl, refusePolicy, fl.src, err)
 	}
-	if !t.ip().IsValid() { // a name to resolve: the goroutine path
+	if !t.ip().IsValid() || h.Verdict { // a name to resolve, a verdict to answer: the goroutine path
 		fl.taken = h
 		return evloop.Upstream{}, evloop.ErrTaken
 	}

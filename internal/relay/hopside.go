@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/socks5"
 )
 
 // refusalReason maps an error of hop.Read to a refusal reason.
@@ -93,7 +94,7 @@ func (s *Server) hopOnward(c *net.TCPConn, src netip.AddrPort, h *hop.Header, ea
 		s.refuse(refusePolicy, c, src, err)
 		return "", nil
 	}
-	return roleEgP, s.exit(c, roleEgP, t, h.Source, h.Dest, log, early)
+	return roleEgP, s.exit(c, roleEgP, t, h, log, early)
 }
 
 // awaitFirstByte waits up to d for c's first byte. A connection closed
@@ -141,10 +142,19 @@ func (s *Server) forward(c *net.TCPConn, role role, next, addr string, h *hop.He
 
 // exit is the EgP's last step: connect to the origin if the destination
 // policy allows it, and relay. early holds bytes of the flow read already;
-// they go first.
-func (s *Server) exit(c *net.TCPConn, role role, t Target, client, local netip.AddrPort, log *slog.Logger, early []byte) *net.TCPConn {
-	up, err := s.dialOrigin(t, client, local)
+// they go first. When h asks for a verdict, the EgP answers it before any
+// byte of the origin: success, or why not (then closes with a FIN, so the
+// verdict is not lost to a reset).
+func (s *Server) exit(c *net.TCPConn, role role, t Target, h *hop.Header, log *slog.Logger, early []byte) *net.TCPConn {
+	client := h.Source
+	up, err := s.dialOrigin(t, client, h.Dest)
 	if errors.Is(err, errPolicy) {
+		if h.Verdict {
+			s.m.refusals.WithLabelValues(refusePolicy).Inc()
+			s.refLog.refused(refusePolicy, client, fmt.Errorf("target %s", t))
+			s.sendVerdict(c, socks5.NotAllowed)
+			return nil
+		}
 		s.refuse(refusePolicy, c, client, fmt.Errorf("target %s", t))
 		return nil
 	}
@@ -162,11 +172,35 @@ func (s *Server) exit(c *net.TCPConn, role role, t Target, client, local netip.A
 	if err != nil {
 		log.Debug("connect origin", "target", t.String(), "err", err)
 		s.endFlow(role, outcomeDialError)
+		if h.Verdict {
+			s.sendVerdict(c, socks5.ReplyCode(err))
+			return nil
+		}
 		resetClose(c)
 		return nil
 	}
+	if h.Verdict {
+		c.SetWriteDeadline(time.Now().Add(s.accept.header))
+		_, err := c.Write(hop.AppendVerdict(nil, socks5.Succeeded))
+		c.SetWriteDeadline(time.Time{})
+		if err != nil {
+			s.untrack(up)
+			resetClose(up)
+			s.endFlow(role, outcomeReset)
+			resetClose(c)
+			return nil
+		}
+	}
 	log.Debug("exit", "role", role, "target", t.String())
 	return up
+}
+
+// sendVerdict answers a refusal's verdict on c and closes it with a FIN.
+func (s *Server) sendVerdict(c *net.TCPConn, code byte) {
+	c.SetWriteDeadline(time.Now().Add(s.accept.header))
+	c.Write(hop.AppendVerdict(nil, code))
+	c.CloseWrite() // the FIN follows the verdict
+	c.Close()
 }
 
 func flowString(id [16]byte) string {

@@ -66,6 +66,8 @@ func (s *Server) openViaLoP(in Intent, egp string, early []byte) (*net.TCPConn, 
 		Target: in.Target.String(),
 		Size:   in.Size,
 		Time:   time.Now(),
+		// The EgP (or the LoP as EgP) answers its verdict first.
+		Verdict: in.verdict,
 	}
 	if egp != lop {
 		h.Lookup = egp
@@ -76,6 +78,9 @@ func (s *Server) openViaLoP(in Intent, egp string, early []byte) (*net.TCPConn, 
 	if ok && s.keyring() != nil {
 		up, err := s.dialHop(lop, addr, h, early)
 		if err == nil {
+			if err := s.awaitVerdict(up, in); err != nil {
+				return nil, err
+			}
 			s.lookups.inc(lookupAsked)
 			log.Debug("flow via LoP", "role", roleInP, "lop", lop, "egp", egp, "target", in.Target.String())
 			return up, nil
@@ -87,6 +92,9 @@ func (s *Server) openViaLoP(in Intent, egp string, early []byte) (*net.TCPConn, 
 		h.Route, h.Lookup, h.Time = []string{s.self, egp}, "", time.Now()
 		up, err := s.dialHop(egp, addr, h, early)
 		if err == nil {
+			if err := s.awaitVerdict(up, in); err != nil {
+				return nil, err
+			}
 			s.lookups.inc(lookupFallbackEgP)
 			return up, nil
 		}
@@ -118,7 +126,7 @@ func (s *Server) completeRoute(c *net.TCPConn, src netip.AddrPort, h *hop.Header
 			s.refuse(refusePolicy, c, src, err)
 			return "", nil
 		}
-		return roleEgP, s.exit(c, roleEgP, t, h.Source, h.Dest, log, early)
+		return roleEgP, s.exit(c, roleEgP, t, h, log, early)
 	}
 	if _, ok := s.member(egp); !ok {
 		s.refuse(refuseNotMember, c, src, fmt.Errorf("lookup of EgP %q", egp))

@@ -50,9 +50,18 @@ func (s *Server) openPinned(in Intent, early []byte) (*net.TCPConn, error) {
 		Target: in.Target.String(),
 		Size:   in.Size,
 		Time:   time.Now(),
+		// The CONNECT entry replies with the EgP's verdict.
+		Verdict: in.verdict,
 	}
 	rand.Read(h.FlowID[:])
-	return s.dialHop(next, addr, h, early)
+	up, err := s.dialHop(next, addr, h, early)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.awaitVerdict(up, in); err != nil {
+		return nil, err
+	}
+	return up, nil
 }
 
 // pinnedRoute parses and checks a RouteHeader value.
