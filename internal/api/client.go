@@ -55,6 +55,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	setTimeout(req)
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
@@ -182,6 +183,7 @@ func (c *Client) TableEpoch(ctx context.Context, lop string, since uint64, epoch
 	if err != nil {
 		return nil, fmt.Errorf("get table %s: %w", lop, err)
 	}
+	setTimeout(req)
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("get table %s: %w", lop, err)
@@ -233,6 +235,16 @@ func (c *Client) WatchTable(ctx context.Context, lop string, since uint64, fn fu
 		if t != nil {
 			since = t.Version
 			fn(t)
+		}
+	}
+}
+
+// setTimeout tells the server how long the client still waits (its
+// context's deadline), so the server stops working when the client gives up.
+func setTimeout(req *http.Request) {
+	if dl, ok := req.Context().Deadline(); ok {
+		if d := time.Until(dl); d > 0 {
+			req.Header.Set(TimeoutHeader, d.Round(time.Millisecond).String())
 		}
 	}
 }

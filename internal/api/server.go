@@ -101,6 +101,38 @@ type ServerConfig struct {
 	Metrics  http.Handler // served at /metrics; nil: 404
 	Log      *slog.Logger
 	Now      func() time.Time // nil: time.Now
+	// RequestTimeout bounds every request's work (its context), plus the
+	// wait of a table long-poll; a client's TimeoutHeader bounds it
+	// further. 0: DefaultRequestTimeout.
+	RequestTimeout time.Duration
+}
+
+// DefaultRequestTimeout is ServerConfig.RequestTimeout's default.
+const DefaultRequestTimeout = 30 * time.Second
+
+// TimeoutHeader carries how long the client still waits for the answer (a
+// Go duration, Client sets it from its context's deadline): the server
+// stops working on a request its client gave up on.
+const TimeoutHeader = "Mosto-Timeout"
+
+// requestBudget returns how long the server works on r: RequestTimeout
+// (plus a long-poll's wait), at most the client's TimeoutHeader.
+func (s *server) requestBudget(r *http.Request) time.Duration {
+	d := s.cfg.RequestTimeout
+	if d <= 0 {
+		d = DefaultRequestTimeout
+	}
+	if w := r.URL.Query().Get("wait"); w != "" {
+		if _, wait, err := ParseWatch("0", w); err == nil {
+			d += wait
+		}
+	}
+	if v := r.Header.Get(TimeoutHeader); v != "" {
+		if c, err := time.ParseDuration(v); err == nil && c > 0 && c < d {
+			d = c
+		}
+	}
+	return d
 }
 
 type server struct {
@@ -197,6 +229,9 @@ func CertSerial(r *http.Request) string {
 
 func (s *server) guard(h http.HandlerFunc, public bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.requestBudget(r))
+		defer cancel()
+		r = r.WithContext(ctx)
 		if !public && s.cfg.RequireClientCert {
 			if _, ok := s.cfg.Identity(r); !ok {
 				writeError(w, http.StatusUnauthorized, errors.New("a client certificate signed by the controller CA is required"))
@@ -262,6 +297,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusNotImplemented
 	case errors.Is(err, ErrTooMany):
 		code = http.StatusTooManyRequests
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
+		code = http.StatusServiceUnavailable
+		err = fmt.Errorf("request timed out (the server's per-request timeout or the client's %s): %w", TimeoutHeader, err)
 	}
 	if code == http.StatusInternalServerError {
 		s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -553,9 +591,10 @@ func (s *server) table(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if r.Context().Err() != nil {
-			// The client went away, or the server is shutting down
-			// (its base context ended): never an empty 200.
-			writeError(w, http.StatusServiceUnavailable, errors.New("controller shutting down"))
+			// The client went away, the request's budget ran out
+			// (requestBudget), or the server is shutting down (its
+			// base context ended): never an empty 200.
+			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("request ended: %w", context.Cause(r.Context())))
 			return
 		}
 		s.fail(w, r, err)
