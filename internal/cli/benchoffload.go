@@ -33,6 +33,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	at := fs.Duration("at", 4*time.Second, "offload time")
 	rate := fs.Float64("rate", 200, "rate of both links, Mbit/s (0: unlimited)")
 	queue := fs.Float64("queue-ms", 20, "queue of both links, ms at rate")
+	loss := fs.Float64("loss", 0, "random loss on both links each way, percent")
 	verbose := fs.Bool("v", false, "print every trace")
 	svg := fs.String("svg", "", "write the goodput traces as SVG, one file per RTT and cc: PREFIX-<rtt>-<cc>.svg")
 	pos, err := parseFlags(fs, args[1:])
@@ -45,8 +46,8 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	if *at <= 0 || *at >= *dur {
 		return usageErrorf("-at must be inside (0, -duration)")
 	}
-	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "handover", "stopped / quiet / joined", "longest stall"},
-		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "after Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "handover", "stopped / quiet / joined", "longest stall"},
+		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
 	plots := map[string]*report.Plot{}
 	var order []string
 	for _, rs := range strings.Split(*rtts, ",") {
@@ -57,7 +58,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 		for _, cc := range strings.Split(*ccs, ",") {
 			for _, mode := range strings.Split(*modes, ",") {
 				cfg := offloadbench.Fig3Config{RTT: rtt, CC: strings.TrimSpace(cc), Mode: strings.TrimSpace(mode),
-					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue}
+					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss}
 				tr, err := offloadbench.RunFig3(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("fig3 %v %s %s: %w", rtt, cc, mode, err)
@@ -85,7 +86,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 					ms := func(d time.Duration) string { return fmt.Sprint(d.Milliseconds()) }
 					phases = fmt.Sprintf("%s / %s / %s ms (%d)", ms(tr.Phases.Stopped), ms(tr.Phases.Quiet), ms(tr.Phases.Joined), tr.Phases.Attempts)
 				}
-				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), ho, phases, tr.MaxGap.Round(time.Millisecond).String())
+				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.0f", tr.Post), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), ho, phases, tr.MaxGap.Round(time.Millisecond).String())
 				key := fmt.Sprintf("%v %s", rtt, cfg.CC)
 				p, ok := plots[key]
 				if !ok {
@@ -108,7 +109,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 			}
 		}
 	}
-	fmt.Fprintf(env.Stdout, "Fig. 3: one flow peer2 -> relay -> peer1, links %.0f Mbit/s, queue %.0f ms, offload at %v of %v\n\n", *rate, *queue, *at, *dur)
+	fmt.Fprintf(env.Stdout, "Fig. 3: one flow peer2 -> relay -> peer1, links %.0f Mbit/s, queue %.0f ms, loss %g%%, offload at %v of %v\n\n", *rate, *queue, *loss, *at, *dur)
 	if err := tab.WriteMarkdown(env.Stdout); err != nil {
 		return err
 	}

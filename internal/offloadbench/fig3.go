@@ -36,6 +36,7 @@ type Fig3Config struct {
 	OffloadAt time.Duration // when the relay leaves
 	RateMbit  float64       // rate of both links (0: unlimited)
 	QueueMS   float64       // queue of both links
+	LossPct   float64       // random loss on every link, each way
 	Interval  time.Duration // goodput interval
 	Log       *slog.Logger
 }
@@ -54,6 +55,9 @@ type Trace struct {
 	// MaxGap is the longest time peer1 received nothing, from the offload
 	// time on (the stall around the join).
 	MaxGap time.Duration
+	// Post is the mean goodput from the end of the handover (or the offload
+	// time) to the end of the flow.
+	Post float64
 }
 
 const relayPort, serverPort = 9100, 9101
@@ -66,7 +70,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	}
 	tr := Trace{Cfg: cfg, RTOs: -1}
 	oneWay := float64(cfg.RTT.Microseconds()) / 4000
-	link := emu.Link{DelayMS: oneWay, RateMbit: cfg.RateMbit, QueueMS: cfg.QueueMS}
+	link := emu.Link{DelayMS: oneWay, RateMbit: cfg.RateMbit, QueueMS: cfg.QueueMS, LossPct: cfg.LossPct}
 	direct := link
 	direct.DelayMS *= 2
 	spec := &emu.Spec{
@@ -216,6 +220,11 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		tr.Pre += v
 	}
 	tr.Pre /= float64(max(1, hi-lo))
+	from := min(len(tr.Mbps), tr.OffloadIdx+int((tr.Handover+cfg.Interval-1)/cfg.Interval))
+	for _, v := range tr.Mbps[from:] {
+		tr.Post += v
+	}
+	tr.Post /= float64(max(1, len(tr.Mbps)-from))
 	tr.MinRatio = 1e9
 	for _, v := range tr.Mbps[tr.OffloadIdx:] {
 		tr.MinRatio = min(tr.MinRatio, v/tr.Pre)

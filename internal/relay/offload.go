@@ -12,6 +12,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -51,6 +53,12 @@ type OffloadConfig struct {
 	// Linger keeps a joined flow's entries this long after FIN both ways or
 	// a RST (default 10s).
 	Linger Duration `yaml:"linger"`
+	// IgnoreLoss offloads lossy flows too. By default a flow stays split
+	// while the rate one joined connection could sustain with the legs'
+	// loss over the end-to-end RTT (Mathis) is below what the relay
+	// delivers: under loss each leg recovers within its own RTT, which a
+	// join gives up (seed 000). See keepSplit.
+	IgnoreLoss bool `yaml:"ignore_loss"`
 }
 
 // pinDir resolves PinDir for relay id in the calling process's network
@@ -115,6 +123,7 @@ func (c OffloadConfig) validate() error {
 type offloader struct {
 	cfg OffloadConfig
 	sp  *xlate.Splicer
+	log *slog.Logger
 }
 
 // errPaused ends a copy direction paused for a handover.
@@ -145,7 +154,7 @@ func (s *Server) startOffload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.offload.Store(&offloader{cfg: c, sp: sp})
+	s.offload.Store(&offloader{cfg: c, sp: sp, log: s.log})
 	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes, "pin_dir", pin,
 		"adopted", sp.Stats().Adopted)
 	return nil
@@ -163,6 +172,7 @@ func (s *Server) stopOffload() {
 func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup) {
 	defer wg.Done()
 	var prev [2]ccSample
+	lossy := false
 	for {
 		wait := 10 * time.Millisecond
 		due := false
@@ -188,6 +198,15 @@ func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup) {
 				}
 			}
 			prev[i] = cur
+		}
+		if due && !o.cfg.IgnoreLoss {
+			if keep, est, rate := keepSplit(prev); keep {
+				due = false
+				if !lossy {
+					lossy = true
+					o.log.Debug("offload held back under loss", "joined_estimate_mbit", est/1e6, "relayed_mbit", rate/1e6)
+				}
+			}
 		}
 		if due {
 			p.pausing.Store(true)
@@ -252,6 +271,39 @@ type ccSample struct {
 	cwnd       uint32
 	ssthresh   uint32
 	bytesAcked uint64
+	mss        uint32
+	// dataSegsOut and totalRetrans count this socket's data segments sent
+	// and retransmitted; deliveryRate is its latest delivery rate (bytes/s).
+	dataSegsOut, totalRetrans uint32
+	deliveryRate              uint64
+}
+
+// keepSplit decides whether a flow whose legs are sampled in legs should
+// stay split because of loss. Each leg's sending socket shows the loss of
+// its own direction over the flow so far (retransmitted / sent data
+// segments); a joined connection would see their sum over the sum of the
+// RTTs, and a loss-based sender then sustains about 1.22 MSS / (RTT
+// sqrt(p)) (Mathis et al.). If that estimate is below the rate the relay
+// delivers now (the faster leg's delivery rate), the split serves the flow
+// better. est and rate are in bit/s.
+func keepSplit(legs [2]ccSample) (keep bool, est, rate float64) {
+	var p float64
+	var rtt time.Duration
+	mss := uint32(0)
+	for _, l := range legs {
+		segs, retr := l.dataSegsOut, l.totalRetrans
+		if segs >= 100 { // too few segments say nothing
+			p += float64(retr) / float64(segs)
+		}
+		rtt += l.rtt
+		mss = max(mss, l.mss)
+		rate = max(rate, float64(l.deliveryRate)*8)
+	}
+	if p == 0 || rtt <= 0 || mss == 0 {
+		return false, 0, rate
+	}
+	est = 1.22 * float64(mss) * 8 / rtt.Seconds() / math.Sqrt(p)
+	return est < rate, est, rate
 }
 
 // readCC reads the congestion state of c (TCP_INFO).
@@ -270,6 +322,12 @@ func readCC(c *net.TCPConn) (ccSample, bool) {
 			return
 		}
 		ne := binary.NativeEndian
+		s.mss = ne.Uint32(info[16:])
+		s.totalRetrans = ne.Uint32(info[100:])
+		if n >= 168 {
+			s.dataSegsOut = ne.Uint32(info[156:])
+			s.deliveryRate = ne.Uint64(info[160:])
+		}
 		s.rtt = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
 		s.ssthresh = ne.Uint32(info[76:])
 		s.cwnd = ne.Uint32(info[80:])

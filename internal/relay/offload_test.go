@@ -148,3 +148,32 @@ func TestOffloadConfigValidate(t *testing.T) {
 		t.Errorf("Config.Validate with a bad offload mode = %v", err)
 	}
 }
+
+// TestKeepSplit: the loss rule keeps a flow split when a joined connection
+// could not sustain the relayed rate (Mathis estimate over the end-to-end
+// RTT with the legs' loss summed), and offloads it otherwise.
+func TestKeepSplit(t *testing.T) {
+	leg := func(rtt time.Duration, segs, retr uint32, mbit float64) ccSample {
+		return ccSample{rtt: rtt, mss: 1448, dataSegsOut: segs, totalRetrans: retr, deliveryRate: uint64(mbit * 1e6 / 8)}
+	}
+	for _, c := range []struct {
+		name string
+		legs [2]ccSample
+		keep bool
+	}{
+		{"no loss", [2]ccSample{leg(25*time.Millisecond, 100000, 0, 200), leg(25*time.Millisecond, 1000, 0, 0)}, false},
+		// 1% on the sending leg: a joined flow at 50 ms sustains ~2.8 Mbit/s.
+		{"1% loss, 200 Mbit/s relayed", [2]ccSample{leg(25*time.Millisecond, 100000, 1000, 200), leg(25*time.Millisecond, 1000, 0, 0)}, true},
+		// 0.01% at 10 Mbit/s: the estimate (~28 Mbit/s) is above the rate.
+		{"0.01% loss, 10 Mbit/s relayed", [2]ccSample{leg(25*time.Millisecond, 100000, 10, 10), leg(25*time.Millisecond, 1000, 0, 0)}, false},
+		// Loss on both legs adds up.
+		{"0.05% each way, 20 Mbit/s", [2]ccSample{leg(25*time.Millisecond, 100000, 50, 20), leg(25*time.Millisecond, 100000, 50, 20)}, true},
+		// Too few segments to say anything.
+		{"50 segments", [2]ccSample{leg(25*time.Millisecond, 50, 10, 200), leg(25*time.Millisecond, 10, 0, 0)}, false},
+	} {
+		keep, est, rate := keepSplit(c.legs)
+		if keep != c.keep {
+			t.Errorf("%s: keepSplit = %v (joined estimate %.1f Mbit/s, relayed %.1f), want %v", c.name, keep, est/1e6, rate/1e6, c.keep)
+		}
+	}
+}
