@@ -35,6 +35,7 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 	dnsTTL := fs.Uint("dns-ttl", 5, "TTL of DNS answers in seconds")
 	pool := fs.Int("pool", 8, "pre-established connections per surrogate (proxy, handoff); 0 for none")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "time allowed for a complete request head (slowloris)")
+	pinDir := fs.String("pin-dir", "", "handoff: bpffs directory pinning the translation, so handed-off sessions survive a killed router and a restarted one adopts them; \"off\" for none (default /sys/fs/bpf/mosto/net<netns>/router-<port>; a clean stop removes it)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto router --listen ADDR --mode 302|proxy|handoff --surrogate NAME=HOST:PORT... [--near ...] [--dns ADDR]")
 		fs.PrintDefaults()
@@ -66,9 +67,25 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The listener is bound before the translation is opened: a restarted
+	// router's adopted joins then do not hold the listening port.
+	var ln net.Listener
+	if *listen != "" {
+		if ln, err = net.Listen("tcp", *listen); err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+		defer ln.Close()
+	}
 	var joiner router.Joiner
 	if m == router.ModeHandoff {
-		j, closeJoiner, err := newJoiner(ctx, env)
+		if *listen == "" {
+			return usageErrorf("--mode handoff needs --listen")
+		}
+		pin, err := routerPinDir(*pinDir, *listen)
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
+		j, closeJoiner, err := newJoiner(ctx, env, pin)
 		if err != nil {
 			return fmt.Errorf("router: handoff needs the kernel translation: %w", err)
 		}
@@ -96,12 +113,6 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 			cancel()
 			wg.Wait()
 			return err
-		}
-		ln, err := net.Listen("tcp", *listen)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("router: %w", err)
 		}
 		env.Log.Info("request router", "addr", ln.Addr().String(), "mode", m, "surrogates", len(pcfg.Surrogates))
 		wg.Go(func() {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/xlate"
@@ -46,8 +47,13 @@ type XlateJoiner struct {
 	// route lookup would look); 0: from the routing table.
 	Ifindex int
 
-	wg sync.WaitGroup
+	wg     sync.WaitGroup
+	silent atomic.Int64
 }
+
+// Silent is the number of handed-off sessions whose surrogate leg is held
+// silent now (in TCP_REPAIR mode: a killed router closes it without a FIN).
+func (j *XlateJoiner) Silent() int { return int(j.silent.Load()) }
 
 // TCP_REPAIR_QUEUE values (linux/tcp.h).
 const (
@@ -91,24 +97,70 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 	if linger == 0 {
 		linger = 3 * time.Second
 	}
-	j.wg.Go(func() { j.retire(ctx, surrogate, sin, linger) })
+	oneSegment := n <= mss(surrogate)
+	j.wg.Go(func() { j.retire(ctx, surrogate, sin, linger, oneSegment) })
 	return n, nil
 }
 
-// retire keeps the surrogate leg alive for linger (it retransmits the bytes
-// sent after the install if they are lost), then silent in TCP_REPAIR mode
-// until the join is gone, so its local port is not reused by a new pooled
+// mss is a connection's maximum segment size (536 when unknown).
+func mss(c *net.TCPConn) int {
+	v := 536
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if m, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG); err == nil && m > 0 {
+				v = m
+			}
+		})
+	}
+	return v
+}
+
+// answerPoll is how often a lingering surrogate leg checks whether the
+// surrogate has answered.
+const answerPoll = 5 * time.Millisecond
+
+// retire keeps the surrogate leg alive (it retransmits the bytes sent after
+// the install if they are lost) for linger, or until the surrogate has
+// answered when the request went in one segment (its answer's data then
+// proves the whole request arrived); then silent in TCP_REPAIR mode until
+// the join is gone, so its local port is not reused by a new pooled
 // connection whose packets would match the join's entry.
-func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in xlate.Tuple, linger time.Duration) {
+//
+// Leaving the live state early matters when the router is killed: the
+// kernel closes a live socket with a FIN, which the surrogate would take
+// as the client's half-close, while a socket in repair mode closes
+// silently (handed-off sessions survive a killed router with pinned
+// translation; docs/router.md).
+func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in xlate.Tuple, linger time.Duration, oneSegment bool) {
 	defer c.Close()
 	t := time.NewTimer(linger)
 	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+	var poll <-chan time.Time
+	if oneSegment {
+		tk := time.NewTicker(answerPoll)
+		defer tk.Stop()
+		poll = tk.C
 	}
+wait:
+	for {
+		select {
+		case <-t.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-poll:
+			if st, ok := j.Splicer.Entry(in); !ok || st.Bytes > 0 || st.FIN || st.RST {
+				break wait
+			}
+		}
+	}
+	silenced := false
 	if rc, err := c.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { setRepair(int(fd), 1) })
+		rc.Control(func(fd uintptr) { silenced = setRepair(int(fd), 1) == nil })
+	}
+	if silenced {
+		j.silent.Add(1)
+		defer j.silent.Add(-1)
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

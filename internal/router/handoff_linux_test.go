@@ -90,7 +90,8 @@ func startHandoffWorld(t *testing.T, slowSurrogate bool) *handoffWorld {
 	}); err != nil {
 		t.Fatalf("xlate.Open in rr: %v", err)
 	}
-	t.Cleanup(func() { hw.splicer.Close() })
+	// After the router and its lingering legs stopped (they read the map).
+	t.Cleanup(func() { cancel(); wg.Wait(); hw.splicer.Close() })
 	hw.joiner = &XlateJoiner{Splicer: hw.splicer, Ifindex: ifindex, Linger: time.Second}
 	p, err := NewPicker(PickConfig{Surrogates: []Surrogate{{"sur", hw.sur}}})
 	if err != nil {

@@ -376,8 +376,12 @@ func TestHandoffJoiner(t *testing.T) {
 		t.Errorf("joiner got %q; want both requests", j.pending)
 	}
 	j.mu.Unlock()
-	if st := r.Stats(); st.HandedOff != 1 {
-		t.Errorf("stats %+v; want 1 handed off", st)
+	// The count follows Join's return (the fake signals from inside it).
+	for deadline := time.Now().Add(10 * time.Second); r.Stats().HandedOff != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v; want 1 handed off", r.Stats())
+		}
+		time.Sleep(time.Millisecond) // polling a counter
 	}
 
 	addr2, _ := startRouter(t, Config{Mode: ModeHandoff, Joiner: &fakeJoiner{err: errors.New("no")}}, s0)

@@ -448,7 +448,7 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "## Bulk: %d B, %d hop(s), %d runs per mode\n\n", b.cfg.BulkSize, h, b.cfg.BulkRuns)
-	fmt.Fprintf(out, "| mode | time s (median) | p10-p90 | vs direct | Mbit/s | RR process CPU s per GB (median) |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "| mode | time s (median) | p10-p90 | vs direct | Mbit/s | RR process CPU s per GB (median, schedstat ns) |\n|---|---|---|---|---|---|\n")
 	direct := stats.Median(tm["direct"])
 	for _, m := range b.cfg.Modes {
 		t := stats.Median(tm[m])
@@ -458,7 +458,10 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 		}
 		rrcpu := "-"
 		if m != "direct" {
-			rrcpu = fmt.Sprintf("%.3f", stats.Median(cpu[m]))
+			rrcpu = fmt.Sprintf("%.4f", stats.Median(cpu[m]))
+			if pc := stats.Median(cpu["proxy"]); pc > 0 && m != "proxy" {
+				rrcpu += fmt.Sprintf(" (%.1f%% of proxy)", 100*stats.Median(cpu[m])/pc)
+			}
 		}
 		fmt.Fprintf(out, "| %s | %.3f | %.3f-%.3f | %s | %.0f | %s |\n", m, t, stats.Percentile(tm[m], 10), stats.Percentile(tm[m], 90), vs, float64(b.cfg.BulkSize)*8/t/1e6, rrcpu)
 	}

@@ -13,3 +13,17 @@ func (s *Splicer) Joined(in Tuple) bool {
 	_, ok := s.pairs[in]
 	return ok
 }
+
+// Entry returns the counters of the entry keyed by in (one direction of a
+// join); ok is false when it is not installed. The request router reads
+// the surrogate -> router direction to know the surrogate has answered
+// (so the request needs no retransmission and its leg can go silent).
+// Not to be called after Close.
+func (s *Splicer) Entry(in Tuple) (EntryStats, bool) {
+	var v xlateEntry
+	k := tupleKey(in)
+	if err := s.objs.Joins.Lookup(&k, &v); err != nil {
+		return EntryStats{}, false
+	}
+	return entryStats(v), true
+}
