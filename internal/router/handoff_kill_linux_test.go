@@ -162,10 +162,10 @@ func TestHandoffSurvivesKill(t *testing.T) {
 	// Sessions handed off, each paused after its first 64 KiB of body.
 	const sessions, size, first = 16, 4 << 20, 64 << 10
 	type session struct {
-		c  *net.TCPConn
-		br *bufio.Reader
-		h  io.Writer
-		n  int64 // body length
+		c   *net.TCPConn
+		br  *bufio.Reader
+		h   io.Writer
+		n   int64 // body length
 		sum func() [32]byte
 	}
 	ss := make([]*session, sessions)
