@@ -16,19 +16,36 @@ func DollarsPerTB(cpuSeconds float64, size int64, price float64) float64 {
 }
 
 // fetchModelDoc describes fetchModel for the report.
-const fetchModelDoc = "client-InP RTT (the client's handshake) + the RTT of the whole path (client-InP + the chain's sum + EgP-origin: request out, first byte back; hops and the origin connection pooled) + (rounds-1) x the chain's largest hop RTT + size / bottleneck rate"
+const fetchModelDoc = "client-InP RTT (the client's handshake) + the RTT of the whole path (client-InP + the chain's sum + EgP-origin: request out, first byte back; hops and the origin connection pooled) + max((rounds-1) x the chain's largest hop RTT, (client rounds-1) x the client-InP RTT) + size / bottleneck rate; client rounds = slow-start rounds at the client's initial receive window (an untuned client advertises 10 segments: the kernel's TCP_DEFAULT_INIT_RCVWND)"
+
+// clientRwnd is the initial receive window, in segments, of a client
+// host with Linux defaults (no route initrwnd): TCP_DEFAULT_INIT_RCVWND.
+// It grows as data arrives, like a congestion window in slow start, so
+// the segment from the InP to the client ramps from it whatever window
+// the InP's own route allows.
+const clientRwnd = 10
 
 // fetchModel predicts the time of a whole fetch of size bytes through the
 // chain of e (its Rounds at the planner's model): the client's handshake
 // with the InP, one RTT of the whole path for the request and the first
 // byte (the hops and the EgP's origin connection come from pools, so no
-// other handshake), the slow-start rounds the table's model counts on the
-// chain's largest hop, and the serialization at the bottleneck rate.
+// other handshake), the slow-start rounds of the slowest segment (the
+// chain's largest hop at the table's model, or the client's segment from
+// its default receive window: the per-segment model of
+// pathcomp.Model.CostEnds), and the serialization at the bottleneck rate.
 func (s *Scenario) fetchModel(e pathcomp.ChainEntry, size int64) float64 {
 	in := float64(s.w.RTT(s.roles.Client, s.roles.InP)) / 1e6
 	out := float64(s.w.RTT(s.roles.EgP, s.roles.Origin)) / 1e6
-	ms := in + in + e.SumMS + out + float64(max(e.Rounds-1, 0))*e.MaxMS
-	if _, rate := s.OriginRTT(); rate > 0 {
+	_, rate := s.OriginRTT()
+	return fetchTime(e, size, in, out, rate)
+}
+
+// fetchTime is fetchModel from the client-InP and EgP-origin RTTs (ms)
+// and the bottleneck rate (bytes/s, 0: none).
+func fetchTime(e pathcomp.ChainEntry, size int64, in, out, rate float64) float64 {
+	re := pathcomp.Model{ICW: clientRwnd}.Rounds(size)
+	ms := in + in + e.SumMS + out + max(float64(max(e.Rounds-1, 0))*e.MaxMS, float64(re-1)*in)
+	if rate > 0 {
 		ms += float64(size) / rate * 1e3
 	}
 	return ms
