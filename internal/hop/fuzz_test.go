@@ -23,6 +23,9 @@ func FuzzRead(f *testing.F) {
 	lk.Route, lk.Hop, lk.Lookup = []string{"edge", "lop"}, 1, "fep-c"
 	f.Add(mustMarshal(f, lk, kr), false)
 	f.Add(mustMarshal(f, lk, kr), true)
+	vh := sampleHeader()
+	vh.Verdict = true
+	f.Add(mustMarshal(f, vh, kr), true)
 	f.Add(AppendPlainV2(nil, sampleHeader().Source, sampleHeader().Dest), true)
 	f.Add([]byte("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n"), false)
 	f.Add(append(append([]byte(nil), good...), "trailing payload"...), false)

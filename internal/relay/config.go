@@ -102,6 +102,14 @@ type HopConfig struct {
 	// second times 2 x max_skew: mosto_relay_replay_evictions_total counts
 	// the headers forgotten early (a replay of one would pass).
 	ReplayEntries int `yaml:"replay_entries"`
+	// MemberAllow is the destination policy of member dials (same syntax
+	// and rules as destinations.allow: special-purpose addresses only when
+	// an entry names them; a member given by name is resolved and its
+	// addresses checked). A public overlay lists the ranges its members
+	// live in, as its controller does (`mosto controller --member-check
+	// --allow-member-net`). Unset: any member address except link-local,
+	// multicast and unspecified ones (labs, private overlays).
+	MemberAllow []string `yaml:"member_allow"`
 }
 
 // PoolConfig sizes the pools of pre-established connections (0: no pool).
@@ -456,6 +464,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	checkList("destinations.allow", c.Destinations.Allow)
+	checkList("hop.member_allow", c.Hop.MemberAllow)
 	checkList("proxy_protocol", c.ProxyProtocol)
 	for i, s := range c.Services {
 		if err := checkHostPort(s.Listen, true); err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +30,9 @@ type outbound struct {
 	poolDialer net.Dialer // no TCP_FASTOPEN_CONNECT: a pooled connection is opened at once
 	hopPool    *connPool  // nil: no pool of member connections
 	originPool *connPool  // nil: no pool of origin connections
+	// members is the destination policy of member dials (hop.member_allow);
+	// nil: only never-legitimate member addresses are refused.
+	members *policy
 }
 
 // MaxPooledMembers is the largest overlay whose every member gets a hop
@@ -43,7 +47,7 @@ func (s *Server) hopPoolTargets() []string {
 	if len(s.overlay.members.Load().src.Members()) > MaxPooledMembers+1 {
 		return nil
 	}
-	return s.memberAddrs()
+	return slices.DeleteFunc(s.memberAddrs(), func(a string) bool { return s.memberAddrAllowed(a) != nil })
 }
 
 // runPool runs one connection pool until ctx ends.
@@ -96,12 +100,26 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 	return up, nil
 }
 
-// memberAddrAllowed refuses a member address no overlay uses: link-local
+// memberAddrAllowed applies hop.member_allow to a member address, or, with
+// none configured, refuses a member address no overlay uses: link-local
 // (169.254.0.0/16 holds cloud metadata services, fe80::/10), multicast,
 // unspecified, unless the destination policy names it. Loopback and
-// private members stay allowed (labs, private overlays); the controller's
-// member check refuses them unless its operator allowed their range.
+// private members stay allowed then (labs, private overlays); the
+// controller's member check refuses them unless its operator allowed their
+// range.
 func (s *Server) memberAddrAllowed(addr string) error {
+	if p := s.out.members; p != nil {
+		t, err := ParseTarget(addr)
+		if err != nil {
+			return fmt.Errorf("%w: member address %s: %w", errPolicy, addr, err)
+		}
+		ctx, cancel := context.WithTimeout(s.flows.ctx, s.out.dialer.Timeout)
+		defer cancel()
+		if _, err := p.resolve(ctx, s.origin.res, t); err != nil {
+			return fmt.Errorf("member address %s (hop.member_allow): %w", addr, err)
+		}
+		return nil
+	}
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return nil // a name from a static config
@@ -118,9 +136,6 @@ func (s *Server) memberAddrAllowed(addr string) error {
 	return fmt.Errorf("%w: member address %s is link-local, multicast or unspecified", errPolicy, addr)
 }
 
-// dialOrigin checks t against the destination policy (errPolicy), connects
-// to the allowed address and sends a PROXY v2 header to origins that want
-// one.
 func (s *Server) dialOrigin(t Target, client, local netip.AddrPort) (*net.TCPConn, error) {
 	var dst netip.AddrPort
 	var err error

@@ -206,6 +206,9 @@ func (s *Server) loopUpstream(fl *loopFlow) (evloop.Upstream, error) {
 	}
 	next := route[1]
 	addr, _ := s.member(next)
+	if ap, err := netip.ParseAddrPort(addr); err == nil && s.memberAddrAllowed(ap.String()) != nil {
+		return evloop.Upstream{}, errLoopTake // dialHop refuses it and the flow goes direct
+	}
 	if err := s.localAddr(fl); err != nil {
 		return evloop.Upstream{}, err
 	}

@@ -147,6 +147,10 @@ func (s *Server) hopHeader(fl *loopFlow, first []byte) (evloop.Upstream, error) 
 // loopForward sends a TrP's flow on to the next member with a new signed
 // header, over a pooled connection or a nonblocking connect.
 func (s *Server) loopForward(fl *loopFlow, h *hop.Header, next, addr string) (evloop.Upstream, error) {
+	if ap, err := netip.ParseAddrPort(addr); err == nil && s.memberAddrAllowed(ap.String()) != nil { // refused by the goroutine path's dialHop (names are resolved there)
+		fl.role, fl.taken = "", h
+		return evloop.Upstream{}, evloop.ErrTaken
+	}
 	fwd := *h
 	fwd.Hop++
 	fwd.Time = time.Now()

@@ -2,7 +2,12 @@ package relay
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // TestMemberAddrAllowed (issue 13 item 5): a member address in a range no
@@ -36,5 +41,58 @@ func TestMemberAddrAllowed(t *testing.T) {
 	}
 	if err := s2.memberAddrAllowed("169.254.10.1:7000"); err != nil {
 		t.Errorf("link-local member named by the policy: %v", err)
+	}
+}
+
+// TestMemberAllowPolicy (issue 13 item 5, relay side): with
+// hop.member_allow, member dials follow the full destination policy: only
+// listed ranges (or names resolving into them), special ranges only when
+// named; on goroutines and on loops a chain through a refused member fails
+// at the proxy that would dial it.
+func TestMemberAllowPolicy(t *testing.T) {
+	cfg := baseConfig("a")
+	cfg.Hop.MemberAllow = []string{"192.0.2.0/24", "10.77.0.0/16:7000", "fra.example"}
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.origin.res = fakeResolver{"fra.example": {netip.MustParseAddr("192.0.2.7")}, "evil.example": {netip.MustParseAddr("169.254.169.254")}}
+	for addr, ok := range map[string]bool{
+		"192.0.2.10:7000":    true,
+		"10.77.0.2:7000":     true,
+		"10.77.0.2:22":       false, // the entry names port 7000
+		"10.1.0.2:7000":      false, // private, not named
+		"127.0.0.1:7000":     false,
+		"198.51.100.1:7000":  false, // public but not listed
+		"169.254.169.254:80": false,
+		"fra.example:7000":   true,
+		"evil.example:7000":  false,
+	} {
+		err := s.memberAddrAllowed(addr)
+		if ok != (err == nil) || !ok && !errors.Is(err, errPolicy) {
+			t.Errorf("memberAddrAllowed(%s) = %v; want allowed %v", addr, err, ok)
+		}
+	}
+	cfg.Hop.MemberAllow = []string{"not a pattern/99"}
+	if _, err := New(cfg, nil); err == nil {
+		t.Error("a bad hop.member_allow entry was accepted")
+	}
+
+	for _, loops := range []int{0, -1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			testenv.CheckLeaks(t)
+			o := newOrigin(t, echo)
+			w := newWorld(t, o.addr(), func(c *Config) {
+				c.Loops = loops
+				if c.ID == "b" {
+					c.Hop.MemberAllow = []string{"127.0.0.2/32"} // c is on 127.0.0.1
+				}
+			})
+			roundTripMayFail(t, w.a.ServiceAddr(0).String())
+			waitFor(t, 5*time.Second, "b's refused dial to c", func() bool { return flows(w.b.Server, roleTrP, outcomeDialError) == 1 })
+			if n := flows(w.c.Server, roleEgP, outcomeOK); n != 0 {
+				t.Errorf("c served %v flows; want none", n)
+			}
+		})
 	}
 }

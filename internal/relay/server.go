@@ -173,6 +173,13 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	if s.origin.policy.allow, err = parseMatchers(cfg.Destinations.Allow); err != nil {
 		return nil, fmt.Errorf("destinations.allow: %w", err)
 	}
+	if len(cfg.Hop.MemberAllow) > 0 {
+		ms, err := parseMatchers(cfg.Hop.MemberAllow)
+		if err != nil {
+			return nil, fmt.Errorf("hop.member_allow: %w", err)
+		}
+		s.out.members = &policy{allow: ms}
+	}
 	if s.origin.ppDest, err = parseMatchers(cfg.ProxyProtocol); err != nil {
 		return nil, fmt.Errorf("proxy_protocol: %w", err)
 	}
