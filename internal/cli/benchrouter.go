@@ -24,13 +24,14 @@ func runBenchRouter(ctx context.Context, env *Env, args []string) error {
 	modes := fs.String("modes", strings.Join(routerbench.Modes, ","), "modes to measure")
 	loss := fs.Float64("loss", 0, "loss (%) on the client's first segment, both ways")
 	strip := fs.Bool("strip-options", false, "turn SACK, timestamps and window scaling off in every host (the seed's setting)")
+	rrOnPath := fs.Bool("rr-on-path", false, "route the clients to the surrogates through rr (a plain forwarder for them): direct fetches then cross rr as handed-off responses do")
 	bulkOnly := fs.Bool("bulk-only", false, "only the bulk downloads")
 	dir := fs.String("dir", "", "work directory (default: a new temporary directory)")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg := routerbench.Config{Runs: *runs, BulkRuns: *bulkRuns, Requests: *requests, HopMS: *hopMS, Log: env.Log, Dir: *dir,
-		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly}
+		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly, RROnPath: *rrOnPath}
 	for _, h := range strings.Split(*hops, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(h))
 		if err != nil {

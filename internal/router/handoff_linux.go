@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +33,11 @@ import (
 //     pending bytes on the surrogate leg, which leaves repair mode: the
 //     kernel transmits them and retransmits them if they are lost. The
 //     surrogate's ACKs and answer are translated to the client, so the
-//     router's socket never sees them; it keeps retransmitting (harmless
-//     duplicates) until it is silenced in repair mode after Linger, and is
-//     held open while the join lives so its port is not reused.
+//     router's socket never sees them. Once the surrogate has answered
+//     (or after Linger for a request of several segments) the leg is
+//     silenced: closed in repair mode, its 4-tuple held by an empty
+//     repair-mode socket while the join lives so its port is not reused
+//     (retire).
 //
 // A refusal leaves both connections working (the router then proxies the
 // session).
@@ -47,8 +51,74 @@ type XlateJoiner struct {
 	// route lookup would look); 0: from the routing table.
 	Ifindex int
 
-	wg     sync.WaitGroup
-	silent atomic.Int64
+	wg            sync.WaitGroup
+	silent        atomic.Int64
+	reserveFailed atomic.Int64
+}
+
+// ReserveFailed counts surrogate legs whose 4-tuple could not be held
+// after the join (a new connection could then reuse the local port).
+func (j *XlateJoiner) ReserveFailed() int { return int(j.reserveFailed.Load()) }
+
+// reserveIn is reserve in the network namespace nsfd (-1: the calling
+// thread's).
+func reserveIn(nsfd int, local, remote netip.AddrPort) (int, error) {
+	if nsfd < 0 {
+		return -1, errors.New("no network namespace")
+	}
+	var want, cur unix.Stat_t
+	if err := unix.Fstat(nsfd, &want); err != nil {
+		return -1, err
+	}
+	runtime.LockOSThread()
+	if err := unix.Stat("/proc/thread-self/ns/net", &cur); err == nil && cur.Ino == want.Ino && cur.Dev == want.Dev {
+		runtime.UnlockOSThread()
+		return reserve(local, remote)
+	}
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return -1, err
+	}
+	defer unix.Close(orig)
+	if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return -1, err
+	}
+	fd, err := reserve(local, remote)
+	if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread() // else the thread stays locked and exits with the goroutine
+	}
+	return fd, err
+}
+
+// reserve opens a socket in TCP_REPAIR mode bound to local and connected
+// to remote (no SYN is sent): it holds the 4-tuple without sending.
+func reserve(local, remote netip.AddrPort) (int, error) {
+	fam := unix.AF_INET
+	var la, ra unix.Sockaddr = &unix.SockaddrInet4{Addr: local.Addr().Unmap().As4(), Port: int(local.Port())},
+		&unix.SockaddrInet4{Addr: remote.Addr().Unmap().As4(), Port: int(remote.Port())}
+	if !local.Addr().Unmap().Is4() {
+		fam = unix.AF_INET6
+		la = &unix.SockaddrInet6{Addr: local.Addr().As16(), Port: int(local.Port())}
+		ra = &unix.SockaddrInet6{Addr: remote.Addr().As16(), Port: int(remote.Port())}
+	}
+	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	if err != nil {
+		return -1, err
+	}
+	err = setRepair(fd, 1)
+	if err == nil {
+		err = unix.Bind(fd, la)
+	}
+	if err == nil {
+		err = unix.Connect(fd, ra)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Silent is the number of handed-off sessions whose surrogate leg is held
@@ -136,6 +206,7 @@ func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in xlate.Tuple
 	t := time.NewTimer(linger)
 	defer t.Stop()
 	var poll <-chan time.Time
+	answered := false
 	if oneSegment {
 		tk := time.NewTicker(answerPoll)
 		defer tk.Stop()
@@ -150,13 +221,43 @@ wait:
 			break wait
 		case <-poll:
 			if st, ok := j.Splicer.Entry(in); !ok || st.Bytes > 0 || st.FIN || st.RST {
+				answered = ok
 				break wait
 			}
 		}
 	}
 	silenced := false
+	var local, remote netip.AddrPort
+	nsfd := -1
 	if rc, err := c.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { silenced = setRepair(int(fd), 1) == nil })
+		local, remote = c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
+		rc.Control(func(fd uintptr) {
+			silenced = setRepair(int(fd), 1) == nil
+			if answered {
+				// The socket's network namespace (the router may run in
+				// another one and dial through a namespaced dialer).
+				nsfd, _ = unix.IoctlRetInt(int(fd), unix.SIOCGSKNS)
+			}
+		})
+	}
+	if nsfd >= 0 {
+		defer unix.Close(nsfd)
+	}
+	if silenced && answered {
+		// A socket in TCP_REPAIR mode still retransmits its unacknowledged
+		// bytes on its RTO timer: the request, whose ACK went to the
+		// client, would reach the surrogate again and again (a D-SACK to
+		// the client each time, RSTs once the session ended). The
+		// surrogate has it: the leg is closed (silently, in repair mode)
+		// and its 4-tuple held by an empty socket in repair mode instead.
+		c.Close()
+		fd, err := reserveIn(nsfd, local, remote)
+		if err != nil {
+			j.reserveFailed.Add(1)
+			silenced = false
+		} else {
+			defer unix.Close(fd)
+		}
 	}
 	if silenced {
 		j.silent.Add(1)

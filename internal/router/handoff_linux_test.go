@@ -16,6 +16,7 @@ import (
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/mosto-net/mosto/internal/xlate"
 )
 
@@ -173,6 +174,9 @@ func TestHandoffSessions(t *testing.T) {
 	if st.HandedOff < sessions*9/10 {
 		t.Errorf("%d of %d sessions handed off (%d proxied after a refusal); want at least 90%%", st.HandedOff, sessions, st.HandoffFallbacks)
 	}
+	if n := hw.joiner.ReserveFailed(); n != 0 {
+		t.Errorf("%d surrogate legs not held after the join", n)
+	}
 	if xs := hw.splicer.Stats(); xs.Passed != 0 || xs.Errors != 0 {
 		t.Errorf("xlate stats %+v; want no packet passed or failed", xs)
 	}
@@ -209,4 +213,40 @@ func TestHandoffSurrogateDies(t *testing.T) {
 		t.Errorf("stats %+v; want 1 handed off", st)
 	}
 	t.Logf("client: %d bytes, then %v", n, err)
+}
+
+// Once the surrogate has answered, the router's surrogate leg sends
+// nothing more: a socket in TCP_REPAIR mode still retransmitted the request
+// on its RTO timer (its ACK went to the client), which the surrogate
+// received as duplicates (D-SACKs to the client) for as long as the
+// session lived. The leg's 4-tuple stays held.
+func TestHandoffLegQuiet(t *testing.T) {
+	hw := startHandoffWorld(t, false)
+	dsacks := func() int64 {
+		var v int64
+		err := hw.w.Do("sur", func() (err error) {
+			v, err = testenv.ProcNetCounter("/proc/thread-self/net/netstat", "TcpExt:", "TCPDSACKOldSent")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("surrogate's TcpExt: %v", err)
+		}
+		return v
+	}
+	c := hw.client(t)
+	before := dsacks()
+	io.WriteString(c, get(20000))
+	br := bufio.NewReader(c)
+	readObject(t, br, 20000)
+	// The session stays open (keep-alive) across several of the leg's RTOs
+	// (200 ms minimum, doubling): 2 s covers at least 3 retransmissions.
+	time.Sleep(2 * time.Second)
+	if d := dsacks() - before; d != 0 {
+		t.Errorf("the surrogate received %d duplicate segments after answering; want none", d)
+	}
+	io.WriteString(c, get(3000))
+	readObject(t, br, 3000)
+	if n := hw.joiner.ReserveFailed(); n != 0 {
+		t.Errorf("%d surrogate legs not held after the join", n)
+	}
 }

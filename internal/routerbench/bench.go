@@ -38,6 +38,10 @@ type Config struct {
 	// StripOptions turns SACK, timestamps and window scaling off in every
 	// host (what the seed had to do) to measure what keeping them buys.
 	StripOptions bool
+	// RROnPath routes the clients' packets to the surrogates through rr
+	// (a plain forwarder for them), so direct fetches cross rr as the
+	// handed-off responses do: the placement's extra hop is then in both.
+	RROnPath bool
 	// BulkOnly skips the latency fetches and the L7 sessions.
 	BulkOnly bool
 	Mosto    string // the mosto binary (runs `mosto router` in the world)
@@ -101,7 +105,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
-	spec := worldSpec(cfg.Hops, cfg.HopMS, cfg.OriginMS)
+	spec := worldSpec(cfg.Hops, cfg.HopMS, cfg.OriginMS, cfg.RROnPath)
 	if cfg.LossPct < 0 || cfg.LossPct > 50 {
 		return fmt.Errorf("routerbench: loss %v%%; want 0-50", cfg.LossPct)
 	}
@@ -137,8 +141,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if err := b.warm(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s.\n\n",
-		slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions])
+	fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s. rr on the clients' path to the surrogates: %v.\n\n",
+		slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions], cfg.RROnPath)
 	if !cfg.BulkOnly {
 		if err := b.latency(ctx, out); err != nil {
 			return err

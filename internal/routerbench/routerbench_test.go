@@ -8,7 +8,7 @@ import (
 // The world of every hop count is a valid emulator spec: each client
 // reaches rr and the surrogates through exactly its hops.
 func TestWorldSpec(t *testing.T) {
-	spec := worldSpec([]int{1, 3, 8}, 0.5, 10)
+	spec := worldSpec([]int{1, 3, 8}, 0.5, 10, false)
 	if err := spec.Validate(); err != nil {
 		t.Fatalf("world spec: %v", err)
 	}
@@ -40,5 +40,29 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if ms(1500*time.Microsecond) != 1.5 {
 		t.Error("ms")
+	}
+}
+
+// With rr on the path, a client reaches the surrogates through its hops
+// and then rr, and rr itself through its hops only.
+func TestWorldSpecRROnPath(t *testing.T) {
+	spec := worldSpec([]int{1, 4}, 0.5, 10, true)
+	if err := spec.Validate(); err != nil {
+		t.Fatalf("world spec: %v", err)
+	}
+	for _, r := range spec.Routes {
+		want := 1
+		if r.From == "c4" {
+			want = 4
+		}
+		if r.To != "rr" {
+			want++
+			if r.Via[len(r.Via)-1] != "rr" {
+				t.Errorf("%s -> %s via %v; want rr last", r.From, r.To, r.Via)
+			}
+		}
+		if len(r.Via) != want {
+			t.Errorf("%s -> %s via %v; want %d hosts", r.From, r.To, r.Via, want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"text/template"
 
@@ -27,8 +28,11 @@ const (
 // worldSpec: clients c1..cN (one per hop count), forwarding hosts h1..h8,
 // rr, s1, s2, origin. Client cK reaches rr, s1 and s2 through h1..hK;
 // every segment, and every other pair, has hopMS one way, except the
-// surrogates' path to the origin (originMS).
-func worldSpec(hops []int, hopMS, originMS float64) *emu.Spec {
+// surrogates' path to the origin (originMS). With rrOnPath the clients
+// reach s1 and s2 through h1..hK and then rr (a plain forwarder for them):
+// the router sits on the path as a site's front router would, and a
+// direct fetch crosses it as a handed-off response does.
+func worldSpec(hops []int, hopMS, originMS float64, rrOnPath bool) *emu.Spec {
 	maxHops := 0
 	for _, h := range hops {
 		maxHops = max(maxHops, h)
@@ -49,7 +53,11 @@ func worldSpec(hops []int, hopMS, originMS float64) *emu.Spec {
 			via = append(via, "h"+strconv.Itoa(i))
 		}
 		for _, to := range []string{"rr", "s1", "s2"} {
-			routes = append(routes, emu.RouteSpec{From: clientName(h), To: to, Via: via})
+			v := via
+			if rrOnPath && to != "rr" {
+				v = append(slices.Clone(via), "rr")
+			}
+			routes = append(routes, emu.RouteSpec{From: clientName(h), To: to, Via: v})
 			routed[[2]string{clientName(h), to}] = true
 			routed[[2]string{to, clientName(h)}] = true
 		}
