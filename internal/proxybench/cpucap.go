@@ -117,6 +117,21 @@ func (c *cpuCap) set(cpus float64) error {
 	return os.WriteFile(filepath.Join(c.dir, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)), 0)
 }
 
+// boost gives the cgroup the largest CPU weight and no quota: for the
+// load generator (this process: clients and sink) while the relays run
+// capped, so that on a machine busy with other work the clients can offer
+// the capped relays enough connections to reach their cap.
+func (c *cpuCap) boost() error {
+	if err := c.set(0); err != nil {
+		return err
+	}
+	weightFile, weight := "cpu.weight", capWeightV2
+	if !c.v2 {
+		weightFile, weight = "cpu.shares", capSharesV1
+	}
+	return os.WriteFile(filepath.Join(c.dir, weightFile), []byte(weight), 0)
+}
+
 // remove moves any process left back to the parent and deletes the
 // cgroup.
 func (c *cpuCap) remove() error {

@@ -352,6 +352,22 @@ func TestCPUCap(t *testing.T) {
 	if w := weight(); w != defaultWeightV2 && w != defaultSharesV1 {
 		t.Errorf("uncapped cgroup weight %s; want the default", w)
 	}
+	// boost: the largest weight and no quota (the load generator's cgroup).
+	if err := cc.boost(); err != nil {
+		t.Fatal(err)
+	}
+	if w := weight(); w != capWeightV2 && w != capSharesV1 {
+		t.Errorf("boosted cgroup weight %s; want the largest", w)
+	}
+	cpu0, _ = usage([]int{busy.Process.Pid})
+	start = time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	cpu1, _ = usage([]int{busy.Process.Pid})
+	if share := (cpu1 - cpu0).Seconds() / time.Since(start).Seconds(); share <= 0.3 {
+		t.Errorf("boosted busy loop used %.2f CPU; want more than the old 0.2 cap (no quota)", share)
+	} else {
+		t.Logf("boosted busy loop used %.2f CPU", share)
+	}
 	busy.Process.Kill()
 	busy.Wait()
 	if err := cc.remove(); err != nil {
