@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -25,14 +26,20 @@ func runBenchRouter(ctx context.Context, env *Env, args []string) error {
 	loss := fs.Float64("loss", 0, "loss (%) on the client's first segment, both ways")
 	strip := fs.Bool("strip-options", false, "turn SACK, timestamps and window scaling off in every host (the seed's setting)")
 	rrOnPath := fs.Bool("rr-on-path", false, "route the clients to the surrogates through rr (a plain forwarder for them): direct fetches then cross rr as handed-off responses do")
+	geo := fs.Bool("geo", false, "the geographic world (WonderProxy RTTs; --hops are then client numbers 1-6: Dublin, Paris, Warsaw, NewYork, Toronto, Chicago) instead of the linear one")
 	bulkOnly := fs.Bool("bulk-only", false, "only the bulk downloads")
 	dir := fs.String("dir", "", "work directory (default: a new temporary directory)")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg := routerbench.Config{Runs: *runs, BulkRuns: *bulkRuns, Requests: *requests, HopMS: *hopMS, Log: env.Log, Dir: *dir,
-		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly, RROnPath: *rrOnPath}
+		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly, RROnPath: *rrOnPath, Geo: *geo}
+	hopsSet := false
+	fs.Visit(func(f *flag.Flag) { hopsSet = hopsSet || f.Name == "hops" })
 	for _, h := range strings.Split(*hops, ",") {
+		if *geo && !hopsSet {
+			break // every client of the geographic world
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(h))
 		if err != nil {
 			return usageErrorf("--hops %q: %v", *hops, err)

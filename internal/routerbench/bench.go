@@ -42,6 +42,10 @@ type Config struct {
 	// (a plain forwarder for them), so direct fetches cross rr as the
 	// handed-off responses do: the placement's extra hop is then in both.
 	RROnPath bool
+	// Geo runs the geographic world (geoSpec: WonderProxy RTTs, clients
+	// c1..cN in GeoClients' cities) instead of the linear one; Hops are
+	// then client numbers.
+	Geo bool
 	// BulkOnly skips the latency fetches and the L7 sessions.
 	BulkOnly bool
 	Mosto    string // the mosto binary (runs `mosto router` in the world)
@@ -50,12 +54,25 @@ type Config struct {
 }
 
 func (c *Config) defaults() error {
+	maxHops := 8
+	if c.Geo {
+		maxHops = len(GeoClients)
+		if c.RROnPath || c.LossPct != 0 {
+			return errors.New("routerbench: the geographic world has no on-path rr and no lossy first segment")
+		}
+	}
 	if len(c.Hops) == 0 {
 		c.Hops = []int{1, 2, 4, 8}
+		if c.Geo {
+			c.Hops = nil
+			for i := range GeoClients {
+				c.Hops = append(c.Hops, i+1)
+			}
+		}
 	}
 	for _, h := range c.Hops {
-		if h < 1 || h > 8 {
-			return fmt.Errorf("routerbench: %d hops; want 1-8", h)
+		if h < 1 || h > maxHops {
+			return fmt.Errorf("routerbench: %d hops (or client number); want 1-%d", h, maxHops)
 		}
 	}
 	if c.HopMS == 0 {
@@ -98,6 +115,15 @@ type bench struct {
 	w       *emu.World
 	procs   map[string]*proc // by mode: the process doing the RR's work
 	results map[string][]sample
+	cur     int // the measuring client's number (geo: its direct surrogate)
+}
+
+// label names client cH in the report.
+func (b *bench) label(h int) string {
+	if b.cfg.Geo {
+		return fmt.Sprintf("client c%d in %s (nearest surrogate %s in %s)", h, GeoClients[h-1], geoNearest(h), geoSites[geoNearest(h)])
+	}
+	return fmt.Sprintf("%d hop(s) between client and rr/surrogates", h)
 }
 
 // Run brings the world up, measures and writes a markdown report to out.
@@ -106,6 +132,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		return err
 	}
 	spec := worldSpec(cfg.Hops, cfg.HopMS, cfg.OriginMS, cfg.RROnPath)
+	if cfg.Geo {
+		spec = geoSpec(slices.Max(cfg.Hops))
+	}
 	if cfg.LossPct < 0 || cfg.LossPct > 50 {
 		return fmt.Errorf("routerbench: loss %v%%; want 0-50", cfg.LossPct)
 	}
@@ -141,8 +170,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if err := b.warm(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s. rr on the clients' path to the surrogates: %v.\n\n",
-		slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions], cfg.RROnPath)
+	if cfg.Geo {
+		fmt.Fprintf(out, "# bench router (geographic world)\n\nworld: WonderProxy minimum RTTs (half each way); clients c1..c%d in %s; rr in %s, s1 (nginx proxy_cache, warm) in %s, s2 in %s, origin in %s; the router picks each client's nearest surrogate from the same matrix. Object %d B, %d runs per mode, modes interleaved.\n\n",
+			slices.Max(cfg.Hops), strings.Join(GeoClients[:slices.Max(cfg.Hops)], ", "), geoSites["rr"], geoSites["s1"], geoSites["s2"], geoSites["origin"], cfg.Size, cfg.Runs)
+	} else {
+		fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s. rr on the clients' path to the surrogates: %v.\n\n",
+			slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions], cfg.RROnPath)
+	}
 	if !cfg.BulkOnly {
 		if err := b.latency(ctx, out); err != nil {
 			return err
@@ -179,6 +213,13 @@ func (b *bench) start(ctx context.Context) error {
 	}
 	b.procs["nginx-lb"] = lb
 	surr := []string{"--surrogate", "s1=" + hostPort(w, "s1", portCache), "--surrogate", "s2=" + hostPort(w, "s2", portCache)}
+	if b.cfg.Geo {
+		surr = []string{"--rtt-matrix", "wonderproxy", "--surrogate", "s1=" + hostPort(w, "s1", portCache) + "@" + geoSites["s1"],
+			"--surrogate", "s2=" + hostPort(w, "s2", portCache) + "@" + geoSites["s2"]}
+		for _, h := range b.cfg.Hops {
+			surr = append(surr, "--near", w.Addr(clientName(h)).String()+"/32@"+GeoClients[h-1])
+		}
+	}
 	for _, m := range []struct {
 		mode string
 		port int
@@ -262,6 +303,9 @@ func (b *bench) addr(ctx context.Context, mode string) (string, error) {
 	w := b.w
 	switch mode {
 	case "direct":
+		if b.cfg.Geo {
+			return hostPort(w, geoNearest(b.cur), portCache), nil
+		}
 		return hostPort(w, "s1", portCache), nil
 	case "dns":
 		ip, err := resolve(ctx, (&net.Dialer{}).DialContext, hostPort(w, "rr", portDNS))
@@ -307,6 +351,7 @@ func (b *bench) latency(ctx context.Context, out io.Writer) error {
 	for _, h := range b.cfg.Hops {
 		hs := map[string][]float64{}
 		tot := map[string][]float64{}
+		b.cur = h
 		err := b.w.Do(clientName(h), func() error {
 			for r := range b.cfg.Runs {
 				order := slices.Clone(b.cfg.Modes)
@@ -327,7 +372,7 @@ func (b *bench) latency(ctx context.Context, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "## %d hop(s) between client and rr/surrogates\n\n", h)
+		fmt.Fprintf(out, "## %s\n\n", b.label(h))
 		fmt.Fprintf(out, "| mode | handshake ms (median) | GET to first byte ms (median, p10-p90) | total ms (median) | TTFB A12 handoff vs mode | Mann-Whitney p |\n|---|---|---|---|---|---|\n")
 		for _, m := range b.cfg.Modes {
 			x := ttfb[m][h]
@@ -372,6 +417,7 @@ func (b *bench) sessions(ctx context.Context, out io.Writer) error {
 		}
 	}
 	res := map[bool]map[string][]float64{false: {}, true: {}}
+	b.cur = h
 	err := b.w.Do(clientName(h), func() error {
 		for r := range b.cfg.Runs {
 			for _, ka := range []bool{false, true} {
@@ -430,6 +476,7 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 	h := b.cfg.Hops[0]
 	tm := map[string][]float64{}
 	cpu := map[string][]float64{}
+	b.cur = h
 	err := b.w.Do(clientName(h), func() error {
 		for r := range b.cfg.BulkRuns {
 			order := slices.Clone(b.cfg.Modes)

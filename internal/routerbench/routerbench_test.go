@@ -66,3 +66,27 @@ func TestWorldSpecRROnPath(t *testing.T) {
 		}
 	}
 }
+
+// The geographic world is a valid spec over the WonderProxy matrix, and
+// each client's direct surrogate is the nearer one by that matrix.
+func TestGeoSpec(t *testing.T) {
+	spec := geoSpec(len(GeoClients))
+	if err := spec.Validate(); err != nil {
+		t.Fatalf("geo spec: %v", err)
+	}
+	if len(spec.Hosts) != len(GeoClients)+4 {
+		t.Fatalf("%d hosts", len(spec.Hosts))
+	}
+	for k, want := range map[int]string{1: "s1", 3: "s1", 4: "s2", 6: "s2"} {
+		if got := geoNearest(k); got != want {
+			t.Errorf("client %d (%s): nearest %s, want %s", k, GeoClients[k-1], got, want)
+		}
+	}
+	c := Config{Mosto: "x", Geo: true}
+	if err := c.defaults(); err != nil || len(c.Hops) != len(GeoClients) {
+		t.Fatalf("geo defaults: %v %v", err, c.Hops)
+	}
+	if err := (&Config{Mosto: "x", Geo: true, Hops: []int{7}}).defaults(); err == nil {
+		t.Error("client 7 of 6 accepted")
+	}
+}

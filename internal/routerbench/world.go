@@ -11,6 +11,7 @@ import (
 	"text/template"
 
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/topo"
 )
 
 // Ports inside the world.
@@ -197,4 +198,39 @@ func startNginx(ctx context.Context, w *emu.World, host, conf string, d confData
 		return nil, fmt.Errorf("start nginx on %s: %w", host, err)
 	}
 	return &proc{cmd: cmd, name: "nginx@" + host}, nil
+}
+
+// Geographic world (WonderProxy): clients in GeoClients, rr in London,
+// surrogates s1 in Amsterdam and s2 in Chicago, origin in Washington;
+// every pair's delay is half the embedded WonderProxy minimum RTT between
+// their cities (emu derives the links). The router picks each client's
+// nearest surrogate from the same matrix (--near ADDR/32@CITY).
+var (
+	GeoClients = []string{"Dublin", "Paris", "Warsaw", "NewYork", "Toronto", "Chicago"}
+	geoSites   = map[string]string{"rr": "London", "s1": "Amsterdam", "s2": "Chicago", "origin": "Washington"}
+)
+
+// geoSpec is the geographic world; clients are c1..cN in GeoClients order.
+func geoSpec(clients int) *emu.Spec {
+	var hosts []emu.HostSpec
+	for i := range clients {
+		hosts = append(hosts, emu.HostSpec{Name: clientName(i + 1), Location: GeoClients[i]})
+	}
+	for _, h := range []string{"rr", "s1", "s2", "origin"} {
+		hosts = append(hosts, emu.HostSpec{Name: h, Location: geoSites[h]})
+	}
+	return &emu.Spec{Name: "rtgeo", Dataset: "wonderproxy", Hosts: hosts}
+}
+
+// geoNearest is the surrogate nearest to client cK by the matrix.
+func geoNearest(k int) string {
+	m := topo.WonderProxy()
+	c := m.Find(GeoClients[k-1])
+	best, bestRTT := "s1", -1.0
+	for _, s := range []string{"s1", "s2"} {
+		if r := m.RTT[c][m.Find(geoSites[s])]; bestRTT < 0 || r < bestRTT {
+			best, bestRTT = s, r
+		}
+	}
+	return best
 }
