@@ -18,11 +18,11 @@ import (
 // default per-source cap of a non-member.
 func TestHopFloodKeepsEntryBudget(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, func(c *net.TCPConn) { io.Copy(c, c) })
+	o := testenv.NewServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
 	cfg := baseConfig("a")
 	cfg.Limits = LimitConfig{MaxConns: 8, MaxConnsPerSource: 100}
 	cfg.Timeouts.Header = Duration(time.Minute) // the flood is held, not timed out
-	cfg.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
+	cfg.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.Addr()}}
 	a := start(t, cfg)
 	var held []net.Conn
 	defer func() {
@@ -40,7 +40,7 @@ func TestHopFloodKeepsEntryBudget(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	waitFor(t, 10*time.Second, "the hop budget full", func() bool { return refusals(a.Server, refuseLimitGlobal) >= 22 })
+	testenv.WaitFor(t, 10*time.Second, "the hop budget full", func() bool { return refusals(a.Server, refuseLimitGlobal) >= 22 })
 	c, err := net.Dial("tcp", a.ServiceAddr(0).String())
 	if err != nil {
 		t.Fatalf("entry during a hop-port flood: %v", err)
@@ -78,7 +78,7 @@ func TestHopPerSourceDefault(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	waitFor(t, 10*time.Second, "20 refusals", func() bool { return refusals(a.Server, refuseLimitSource) == 20 })
+	testenv.WaitFor(t, 10*time.Second, "20 refusals", func() bool { return refusals(a.Server, refuseLimitSource) == 20 })
 	if got := a.accept.limits.total(); got != DefaultHopMaxConnsPerSource {
 		t.Errorf("hop connections admitted from one non-member address = %d; want %d", got, DefaultHopMaxConnsPerSource)
 	}

@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"io"
@@ -6,19 +6,23 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // BenchmarkConnRate measures short flows (64-byte request, 8-byte reply)
 // through one proxy: go test -run '^$' -bench ConnRate ./internal/relay/
 func BenchmarkConnRate(b *testing.B) {
-	o := newOrigin(b, func(c *net.TCPConn) {
+	o := testenv.NewServer(b, func(c *net.TCPConn) {
 		n, _ := io.Copy(io.Discard, c)
 		c.Write([]byte{byte(n), 0, 0, 0, 0, 0, 0, 0})
 	})
-	cfg := baseConfig("a")
+	cfg := relaytest.Config("a")
 	cfg.Hop.Listen = ""
-	cfg.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
-	a := start(b, cfg)
+	cfg.Services = []relay.ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.Addr()}}
+	a := relaytest.Run(b, cfg)
 	addr := a.ServiceAddr(0).String()
 	msg := make([]byte, 64)
 	b.ResetTimer()

@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"net"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -21,12 +23,12 @@ func TestFastOpen(t *testing.T) {
 	if !inFastOpenNetns(t) {
 		return
 	}
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) { c.Socket.FastOpen = true })
-	hashTrip(t, w.a.ServiceAddr(0).String(), 10000) // gets the cookies
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Socket.FastOpen = true }}, "a", "b", "c")
+	relay.HashTrip(t, w.Members["a"].ServiceAddr(0).String(), 10000) // gets the cookies
 	before := testenv.TCPExt(t, "TCPFastOpenPassive")
 	for i := range 3 {
-		hashTrip(t, w.a.ServiceAddr(0).String(), 20000+i)
+		relay.HashTrip(t, w.Members["a"].ServiceAddr(0).String(), 20000+i)
 	}
 	// Each flow has two hop connections (a->b, b->c) that carry data in
 	// the SYN.
@@ -34,7 +36,7 @@ func TestFastOpen(t *testing.T) {
 		t.Errorf("TCPFastOpenPassive grew by %d over 3 flows; want >= 6 (hop headers in SYNs)", got)
 	}
 	// The EgP counts a flow just after the client saw its end.
-	waitFor(t, 5*time.Second, "4 ok flows at the EgP", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 4 })
+	testenv.WaitFor(t, 5*time.Second, "4 ok flows at the EgP", func() bool { return relay.Flows(w.Members["c"], relay.RoleEgP, relay.OutcomeOK) == 4 })
 }
 
 // inFastOpenNetns re-runs the calling test in a new network namespace with
@@ -52,11 +54,11 @@ func TestFastOpenUnreachableFirstHop(t *testing.T) {
 		return
 	}
 	nft := testenv.RequireCommand(t, "nft")
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) {
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 		c.Socket.FastOpen = true
-		c.Timeouts.Connect = Duration(500 * time.Millisecond)
-	})
+		c.Timeouts.Connect = relay.Duration(500 * time.Millisecond)
+	}}, "a", "b", "c")
 	closedPort := func() string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -68,8 +70,8 @@ func TestFastOpenUnreachableFirstHop(t *testing.T) {
 	// A first flow gets the Fast Open cookie of 127.0.0.1 (cookies are
 	// kept per address, not per port), so the later SYNs carry data and the
 	// writes succeed before the SYN is answered.
-	hashTrip(t, w.a.ServiceAddr(0).String(), 1000)
-	if got := counterValue(w.a.m.direct.WithLabelValues("hop_unreachable")); got != 0 {
+	relay.HashTrip(t, w.Members["a"].ServiceAddr(0).String(), 1000)
+	if got := relay.DirectCount(w.Members["a"], "hop_unreachable"); got != 0 {
 		t.Fatalf("the first flow without a cookie went direct (%v): want the chain", got)
 	}
 	refused, dropped := closedPort(), closedPort()
@@ -84,14 +86,14 @@ func TestFastOpenUnreachableFirstHop(t *testing.T) {
 		}
 	}
 	for i, dead := range []string{refused, dropped} {
-		w.a.SetMembers(map[string]string{"a": w.a.HopAddr().String(), "b": dead, "c": w.c.HopAddr().String()})
+		w.Members["a"].SetMembers(map[string]string{"a": w.Members["a"].HopAddr().String(), "b": dead, "c": w.Members["c"].HopAddr().String()})
 		for j := range 2 {
-			hashTrip(t, w.a.ServiceAddr(0).String(), 5000+10*i+j)
+			relay.HashTrip(t, w.Members["a"].ServiceAddr(0).String(), 5000+10*i+j)
 		}
 	}
-	if got := counterValue(w.a.m.direct.WithLabelValues("hop_unreachable")); got != 4 {
+	if got := relay.DirectCount(w.Members["a"], "hop_unreachable"); got != 4 {
 		t.Errorf("flows served directly after the first hop failed = %v; want 4", got)
 	}
 	// The InP counts a flow just after the client saw its end.
-	waitFor(t, 5*time.Second, "5 ok flows at the InP", func() bool { return flows(w.a.Server, roleInP, outcomeOK) == 5 })
+	testenv.WaitFor(t, 5*time.Second, "5 ok flows at the InP", func() bool { return relay.Flows(w.Members["a"], relay.RoleInP, relay.OutcomeOK) == 5 })
 }

@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/evloop"
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -24,18 +26,18 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 	}{{"default", 0}, {"two", 2}, {"off", -1}} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.CheckLeaks(t)
-			o := newOrigin(t, echo)
-			w := newWorld(t, o.addr(), func(c *Config) { c.Loops = tc.loops })
+			o := testenv.NewServer(t, testenv.Echo)
+			w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Loops = tc.loops }}, "a", "b", "c")
 			var loops *evloop.Loops
-			waitFor(t, 5*time.Second, "loops", func() bool {
-				loops = w.a.loops.Load()
+			testenv.WaitFor(t, 5*time.Second, "loops", func() bool {
+				loops = w.Members["a"].Loops()
 				return loops != nil || tc.loops < 0
 			})
 			if on := loops != nil; on != (tc.loops >= 0) {
 				t.Fatalf("loops running = %v with loops: %d", on, tc.loops)
 			}
 			// A short exchange: the flow stays in a loop.
-			c := dialPing(t, w.a.ServiceAddr(0).String())
+			c := relay.DialPing(t, w.Members["a"].ServiceAddr(0).String())
 			if loops != nil {
 				if n := loops.Flows(); n != 1 {
 					t.Errorf("flows in loops after a short exchange = %d; want 1", n)
@@ -43,7 +45,7 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 			}
 			// A bulk exchange: handed over to the goroutine path, which
 			// splices; the bytes arrive exact and in order.
-			bulkEcho(t, c, 4<<20)
+			relay.BulkEcho(t, c, 4<<20)
 			if loops != nil {
 				if n := loops.Flows(); n != 0 {
 					t.Errorf("flows in loops after 4 MiB = %d; want 0 (handed over)", n)
@@ -54,8 +56,8 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 				t.Fatalf("after half-close: %d bytes, %v; want EOF", len(rest), err)
 			}
 			want := float64(2 * (4 + 4<<20))
-			waitFor(t, 5*time.Second, "flow accounting", func() bool {
-				return flows(w.a.Server, roleInP, outcomeOK) == 1 && testutilSum(w.a, "mosto_relay_bytes_total") == want
+			testenv.WaitFor(t, 5*time.Second, "flow accounting", func() bool {
+				return relay.Flows(w.Members["a"], relay.RoleInP, relay.OutcomeOK) == 1 && relay.MetricSum(w.Members["a"], "mosto_relay_bytes_total") == want
 			})
 		})
 	}
@@ -66,24 +68,24 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 // does, and that the client's bytes sent meanwhile are not lost.
 func TestLoopsFirstHopDown(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), nil)
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	w.a.SetMembers(map[string]string{"a": w.a.HopAddr().String(), "b": deadAddr, "c": w.c.HopAddr().String()})
+	w.Members["a"].SetMembers(map[string]string{"a": w.Members["a"].HopAddr().String(), "b": deadAddr, "c": w.Members["c"].HopAddr().String()})
 	msg := bytes.Repeat([]byte("0123456789"), 1000)
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), msg); !bytes.Equal(got, msg) {
+	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), msg); !bytes.Equal(got, msg) {
 		t.Fatalf("echo with the first hop down: %d bytes, want %d identical", len(got), len(msg))
 	}
-	if n := testutilDirect(w.a, "hop_unreachable"); n != 1 {
+	if n := relay.DirectCount(w.Members["a"], "hop_unreachable"); n != 1 {
 		t.Errorf("direct{hop_unreachable} = %v; want 1", n)
 	}
-	waitFor(t, 5*time.Second, "flow accounting", func() bool {
-		return flows(w.a.Server, roleInP, outcomeOK) == 1
+	testenv.WaitFor(t, 5*time.Second, "flow accounting", func() bool {
+		return relay.Flows(w.Members["a"], relay.RoleInP, relay.OutcomeOK) == 1
 	})
 }
 
@@ -91,9 +93,9 @@ func TestLoopsFirstHopDown(t *testing.T) {
 // over its limit is refused with a reset and counted.
 func TestLoopsRefuseOverLimit(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) { c.Limits.MaxConnsPerSource = 1 })
-	first, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Limits.MaxConnsPerSource = 1 }}, "a", "b", "c")
+	first, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,7 @@ func TestLoopsRefuseOverLimit(t *testing.T) {
 	}
 	// On loopback the loop's reset can reach the client before its
 	// connect returns: a dial reset is the refusal too.
-	second, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	second, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 	switch {
 	case errors.Is(err, syscall.ECONNRESET):
 	case err != nil:
@@ -118,7 +120,7 @@ func TestLoopsRefuseOverLimit(t *testing.T) {
 			t.Fatalf("second flow from the same source read %d bytes; want a reset", n)
 		}
 	}
-	waitFor(t, 5*time.Second, "refusals{limit_source} = 1", func() bool {
-		return refusals(w.a.Server, refuseLimitSource) == 1
+	testenv.WaitFor(t, 5*time.Second, "refusals{limit_source} = 1", func() bool {
+		return relay.Refusals(w.Members["a"], relay.RefuseLimitSource) == 1
 	})
 }

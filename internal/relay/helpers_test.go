@@ -4,22 +4,20 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
-
-const testKeyHex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 
 func testKeyring(t testing.TB) *hop.Keyring {
 	t.Helper()
@@ -29,6 +27,10 @@ func testKeyring(t testing.TB) *hop.Keyring {
 	}
 	return kr
 }
+
+// The helpers below serve package relay's internal tests, which cannot
+// import relaytest (it imports relay); the overlay tests live in package
+// relay_test and use relaytest (export_test.go exports what they read).
 
 // baseConfig is a loopback-only config for FEP id with every listener on
 // an ephemeral port. Members are placeholders until SetMembers.
@@ -41,33 +43,11 @@ func baseConfig(id string, ids ...string) *Config {
 		ID:           id,
 		Hop:          HopConfig{Listen: "127.0.0.1:0"},
 		Members:      members,
-		Keys:         KeysConfig{Current: &KeyConfig{ID: 1, SecretHex: hexOf("0123456789abcdef0123456789abcdef")}},
+		Keys:         KeysConfig{Current: &KeyConfig{ID: 1, SecretHex: hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))}},
 		Destinations: PolicyConfig{Allow: []string{"127.0.0.0/8"}},
 		Timeouts:     TimeoutConfig{Header: Duration(2 * time.Second), Connect: Duration(2 * time.Second), Idle: Duration(30 * time.Second), Drain: Duration(2 * time.Second)},
 		Limits:       LimitConfig{MaxConns: 50000, MaxConnsPerSource: 50000},
 	}
-}
-
-func hexOf(s string) string {
-	const digits = "0123456789abcdef"
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		b.WriteByte(digits[s[i]>>4])
-		b.WriteByte(digits[s[i]&15])
-	}
-	return b.String()
-}
-
-// testLogger writes Warn and above to the test log.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(b)))
-	return len(b), nil
 }
 
 // running is a Server started by start; stop drains it and waits for Run.
@@ -90,14 +70,11 @@ func (r *running) stop(t testing.TB) error {
 	}
 }
 
-func start(t testing.TB, cfg *Config, opts ...func(*Server)) *running {
+func start(t testing.TB, cfg *Config) *running {
 	t.Helper()
-	s, err := New(cfg, testLogger(t))
+	s, err := New(cfg, testenv.Logger(t))
 	if err != nil {
 		t.Fatalf("New(%s): %v", cfg.ID, err)
-	}
-	for _, o := range opts {
-		o(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Server: s, cancel: cancel, done: make(chan error, 1)}
@@ -117,85 +94,6 @@ func (c chainTable) Lookup(from, to string, size int64) (pathcomp.ChainEntry, bo
 	return pathcomp.ChainEntry{From: from, To: to, Path: p, Rounds: 1}, true
 }
 
-// world is an InP "a", a TrP "b" and an EgP "c" on loopback, with the
-// chain a-b-c, a service on a towards origin.
-type world struct {
-	a, b, c *running
-}
-
-func newWorld(t testing.TB, origin string, tweak func(*Config), opts ...func(*Server)) *world {
-	t.Helper()
-	ca := baseConfig("a", "b", "c")
-	ca.Egress.Default = "c"
-	ca.Services = []ServiceConfig{{Name: "svc", Listen: "127.0.0.1:0", Origin: origin, Size: 1000}}
-	cb := baseConfig("b", "a", "c")
-	cc := baseConfig("c", "a", "b")
-	for _, c := range []*Config{ca, cb, cc} {
-		if tweak != nil {
-			tweak(c)
-		}
-	}
-	w := &world{a: start(t, ca, opts...), b: start(t, cb, opts...), c: start(t, cc, opts...)}
-	members := map[string]string{
-		"a": w.a.HopAddr().String(), "b": w.b.HopAddr().String(), "c": w.c.HopAddr().String(),
-	}
-	for _, s := range []*running{w.a, w.b, w.c} {
-		s.SetMembers(members)
-		s.SetChains(chainTable{{"a", "c"}: {"a", "b", "c"}})
-	}
-	return w
-}
-
-func (w *world) all() []*running { return []*running{w.a, w.b, w.c} }
-
-// origin is a loopback TCP server running handle for every connection.
-type origin struct {
-	ln net.Listener
-	wg sync.WaitGroup
-}
-
-func newOrigin(t testing.TB, handle func(c *net.TCPConn)) *origin {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &origin{ln: ln}
-	o.wg.Add(1)
-	go o.serve(handle)
-	t.Cleanup(o.close)
-	return o
-}
-
-func (o *origin) serve(handle func(c *net.TCPConn)) {
-	defer o.wg.Done()
-	for {
-		c, err := o.ln.Accept()
-		if err != nil {
-			return
-		}
-		o.wg.Add(1)
-		go func() {
-			defer o.wg.Done()
-			defer c.Close()
-			handle(c.(*net.TCPConn))
-		}()
-	}
-}
-
-func (o *origin) close() {
-	o.ln.Close()
-	o.wg.Wait()
-}
-
-func (o *origin) addr() string { return o.ln.Addr().String() }
-
-// echo copies everything back and half-closes after EOF.
-func echo(c *net.TCPConn) {
-	io.Copy(c, c)
-	c.CloseWrite()
-}
-
 func refusals(s *Server, reason string) float64 {
 	return counterValue(s.m.refusals.WithLabelValues(reason))
 }
@@ -210,38 +108,6 @@ func counterValue(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// roundTrip sends msg through addr, half-closes and returns the echo.
-func roundTrip(t testing.TB, addr string, msg []byte) []byte {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(msg); err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	c.(*net.TCPConn).CloseWrite()
-	got, err := io.ReadAll(c)
-	if err != nil {
-		t.Fatalf("read: %v", err)
-	}
-	return got
 }
 
 func isReset(err error) bool {
@@ -290,4 +156,33 @@ func dialPing(t *testing.T, addr string) net.Conn {
 		t.Fatalf("echo = %q, %v", b, err)
 	}
 	return c
+}
+
+func testutilSum(s *Server, name string) float64 {
+	mfs, _ := s.m.reg.Gather()
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func testutilDirect(s *Server, reason string) float64 {
+	mfs, _ := s.m.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "mosto_relay_direct_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

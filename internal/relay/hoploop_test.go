@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"crypto/rand"
@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/evloop"
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // TestLoopsServeHopFlows checks who carries a chained flow at the TrP and
@@ -30,38 +30,38 @@ func TestLoopsServeHopFlows(t *testing.T) {
 	}{{"loops", 0, 0}, {"loops+pool", 0, 2}, {"goroutines", -1, 0}, {"goroutines+pool", -1, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.CheckLeaks(t)
-			o := newOrigin(t, echo)
-			w := newWorld(t, o.addr(), func(c *Config) {
+			o := testenv.NewServer(t, testenv.Echo)
+			w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 				c.Loops, c.Pool.Hop = tc.loops, tc.pool
-				c.Timeouts.Drain = Duration(200 * time.Millisecond) // pooled connections wait on the drain
-			})
-			loopsOf := func(r *running) *evloop.Loops {
+				c.Timeouts.Drain = relay.Duration(200 * time.Millisecond) // pooled connections wait on the drain
+			}}, "a", "b", "c")
+			loopsOf := func(r *relay.Server) *evloop.Loops {
 				var ls *evloop.Loops
-				waitFor(t, 5*time.Second, "loops", func() bool {
-					ls = r.loops.Load()
+				testenv.WaitFor(t, 5*time.Second, "loops", func() bool {
+					ls = r.Loops()
 					return ls != nil || tc.loops < 0
 				})
 				return ls
 			}
-			lb, lc := loopsOf(w.b), loopsOf(w.c)
+			lb, lc := loopsOf(w.Members["b"]), loopsOf(w.Members["c"])
 			if tc.pool > 0 {
-				waitFor(t, 5*time.Second, "pools filled", func() bool {
-					return w.a.out.hopPool.idleCount(w.b.HopAddr().String()) == tc.pool
+				testenv.WaitFor(t, 5*time.Second, "pools filled", func() bool {
+					return w.Members["a"].HopPoolIdle(w.Members["b"].HopAddr().String()) == tc.pool
 				})
 			}
-			c := dialPing(t, w.a.ServiceAddr(0).String())
+			c := relay.DialPing(t, w.Members["a"].ServiceAddr(0).String())
 			for _, x := range []struct {
 				name string
 				ls   *evloop.Loops
-				r    *running
-				role role
-			}{{"b", lb, w.b, roleTrP}, {"c", lc, w.c, roleEgP}} {
+				r    *relay.Server
+				role relay.Role
+			}{{"b", lb, w.Members["b"], relay.RoleTrP}, {"c", lc, w.Members["c"], relay.RoleEgP}} {
 				if (x.ls != nil) != (tc.loops >= 0) {
 					t.Fatalf("%s: loops running = %v with loops: %d", x.name, x.ls != nil, tc.loops)
 				}
 				// Pooled connections waiting for a flow sit in the loops
 				// too: count only the flows that have an upstream.
-				if got := gaugeValue(x.r.m.roles[x.role].active); got != 1 {
+				if got := x.r.ActiveFlows(x.role); got != 1 {
 					t.Errorf("%s: active %s flows = %v; want 1", x.name, x.role, got)
 				}
 				if x.ls == nil {
@@ -76,23 +76,23 @@ func TestLoopsServeHopFlows(t *testing.T) {
 					t.Errorf("b: flows in loops = %d; want 1", n)
 				}
 			}
-			bulkEcho(t, c, 4<<20)
+			relay.BulkEcho(t, c, 4<<20)
 			c.(*net.TCPConn).CloseWrite()
 			if rest, err := io.ReadAll(c); err != nil || len(rest) != 0 {
 				t.Fatalf("after half-close: %d bytes, %v; want EOF", len(rest), err)
 			}
 			want := float64(2 * (4 + 4<<20))
 			for _, x := range []struct {
-				r    *running
-				role role
-			}{{w.a, roleInP}, {w.b, roleTrP}, {w.c, roleEgP}} {
-				waitFor(t, 5*time.Second, x.r.cfg.ID+" flow accounting", func() bool {
-					return flows(x.r.Server, x.role, outcomeOK) == 1 && testutilSum(x.r, "mosto_relay_bytes_total") == want &&
-						gaugeValue(x.r.m.roles[x.role].active) == 0
+				r    *relay.Server
+				role relay.Role
+			}{{w.Members["a"], relay.RoleInP}, {w.Members["b"], relay.RoleTrP}, {w.Members["c"], relay.RoleEgP}} {
+				testenv.WaitFor(t, 5*time.Second, x.r.ID()+" flow accounting", func() bool {
+					return relay.Flows(x.r, x.role, relay.OutcomeOK) == 1 && relay.MetricSum(x.r, "mosto_relay_bytes_total") == want &&
+						x.r.ActiveFlows(x.role) == 0
 				})
 			}
 			if tc.pool > 0 {
-				if p := counterValue(w.b.m.upstream.WithLabelValues("c", "pool")); p != 1 {
+				if p := w.Members["b"].Upstream("c", "pool"); p != 1 {
 					t.Errorf("b: pooled upstream flows to c = %v; want 1", p)
 				}
 			}
@@ -106,19 +106,19 @@ func TestLoopsServeHopFlows(t *testing.T) {
 // the header. The bytes after the header reach the origin intact.
 func TestHopFlowTakenByGoroutines(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	_, port, _ := net.SplitHostPort(o.addr())
-	w := newWorld(t, "origin.test:"+port, nil, func(s *Server) {
-		s.origin.res = fakeResolver{"origin.test": {netip.MustParseAddr("127.0.0.1")}}
-	})
-	waitFor(t, 5*time.Second, "loops", func() bool { return w.c.loops.Load() != nil })
+	o := testenv.NewServer(t, testenv.Echo)
+	_, port, _ := net.SplitHostPort(o.Addr())
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: "origin.test:" + port, Setup: func(s *relay.Server) {
+		s.SetResolver(relay.FakeResolver{"origin.test": {netip.MustParseAddr("127.0.0.1")}})
+	}}, "a", "b", "c")
+	testenv.WaitFor(t, 5*time.Second, "loops", func() bool { return w.Members["c"].Loops() != nil })
 	msg := make([]byte, 100<<10)
 	rand.Read(msg)
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), msg); sha256.Sum256(got) != sha256.Sum256(msg) {
+	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), msg); sha256.Sum256(got) != sha256.Sum256(msg) {
 		t.Fatalf("echo through a host-name target: %d bytes; want %d identical", len(got), len(msg))
 	}
-	waitFor(t, 5*time.Second, "flow accounting", func() bool {
-		return flows(w.c.Server, roleEgP, outcomeOK) == 1 && flows(w.b.Server, roleTrP, outcomeOK) == 1
+	testenv.WaitFor(t, 5*time.Second, "flow accounting", func() bool {
+		return relay.Flows(w.Members["c"], relay.RoleEgP, relay.OutcomeOK) == 1 && relay.Flows(w.Members["b"], relay.RoleTrP, relay.OutcomeOK) == 1
 	})
 }
 
@@ -136,10 +136,10 @@ func BenchmarkIdleChainFlowMemory(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer ln.Close()
-			w := newWorld(b, ln.Addr().String(), func(c *Config) {
+			w := relaytest.OverlayWith(b, relaytest.Options{OriginAddr: ln.Addr().String(), Tweak: func(c *relay.Config) {
 				c.Loops = loops
 				c.Limits.HopMaxConnsPerSource = 0
-			})
+			}}, "a", "b", "c")
 			for range b.N {
 				held := make(chan []net.Conn, 1)
 				go func() {
@@ -158,14 +158,14 @@ func BenchmarkIdleChainFlowMemory(b *testing.B) {
 				runtime.ReadMemStats(&m0)
 				var cs []net.Conn
 				for range n {
-					c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+					c, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 					if err != nil {
 						b.Fatal(err)
 					}
 					cs = append(cs, c)
 				}
 				origin := <-held
-				waitFor(b, 10*time.Second, "flows active", func() bool { return w.c.accept.limits.total() == n })
+				testenv.WaitFor(b, 10*time.Second, "flows active", func() bool { return w.Members["c"].ActiveConns() == n })
 				runtime.GC()
 				runtime.ReadMemStats(&m1)
 				b.ReportMetric(float64(m1.StackInuse-m0.StackInuse)/n, "stack-B/flow")
@@ -174,16 +174,12 @@ func BenchmarkIdleChainFlowMemory(b *testing.B) {
 				for _, c := range append(cs, origin...) {
 					c.Close()
 				}
-				waitFor(b, 10*time.Second, "flows closed", func() bool { return w.a.accept.limits.total()+w.b.accept.limits.total()+w.c.accept.limits.total() == 0 })
+				testenv.WaitFor(b, 10*time.Second, "flows closed", func() bool {
+					return w.Members["a"].ActiveConns()+w.Members["b"].ActiveConns()+w.Members["c"].ActiveConns() == 0
+				})
 			}
 		})
 	}
-}
-
-func gaugeValue(g prometheus.Gauge) float64 {
-	var m dto.Metric
-	g.Write(&m)
-	return m.GetGauge().GetValue()
 }
 
 // TestMemberPreambleBothPaths checks the member preamble the same way on
@@ -193,27 +189,27 @@ func gaugeValue(g prometheus.Gauge) float64 {
 // whole flow, header and request in one write, after waiting past the
 // header timeout.
 func TestMemberPreambleBothPaths(t *testing.T) {
-	kr := testKeyring(t)
+	kr := relaytest.Keyring(t)
 	for _, loops := range []int{0, -1} {
 		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
 			testenv.CheckLeaks(t)
-			o := newOrigin(t, echo)
-			cfg := baseConfig("c", "a", "b")
+			o := testenv.NewServer(t, testenv.Echo)
+			cfg := relaytest.Config("c", "a", "b")
 			cfg.Loops = loops
-			cfg.Timeouts.Header = Duration(300 * time.Millisecond)
+			cfg.Timeouts.Header = relay.Duration(300 * time.Millisecond)
 			cfg.Members["a"] = "127.0.0.1:9" // connections from 127.0.0.1 are a member's
-			c := start(t, cfg)
+			c := relaytest.Run(t, cfg)
 			total := func() float64 {
 				var n float64
-				for _, r := range []string{refuseMalformed, refuseHeaderTimeout, refuseAuth} {
-					n += refusals(c.Server, r)
+				for _, r := range []string{relay.RefuseMalformed, relay.RefuseHeaderTimeout, relay.RefuseAuth} {
+					n += relay.Refusals(c.Server, r)
 				}
 				return n
 			}
 			hello := func(t *testing.T) *net.TCPConn {
 				t.Helper()
-				conn := dialHop(t, c).(*net.TCPConn)
-				if g, err := writePoolHello(conn, 2*time.Second); err != nil || g != DefaultPoolGrant {
+				conn := dialHop(t, c.Server).(*net.TCPConn)
+				if g, err := relay.WritePoolHello(conn, 2*time.Second); err != nil || g != relay.DefaultPoolGrant {
 					t.Fatalf("pool hello: grant %v, %v", g, err)
 				}
 				return conn
@@ -228,15 +224,15 @@ func TestMemberPreambleBothPaths(t *testing.T) {
 			}
 			// Half a header, then closed: malformed.
 			conn = hello(t)
-			valid := signed(t, kr, []string{"a", "c"}, 1, o.addr(), time.Now())
+			valid := signed(t, kr, []string{"a", "c"}, 1, o.Addr(), time.Now())
 			conn.Write(valid[:30])
 			conn.CloseWrite()
-			waitFor(t, 2*time.Second, "malformed", func() bool { return refusals(c.Server, refuseMalformed) == 1 })
+			testenv.WaitFor(t, 2*time.Second, "malformed", func() bool { return relay.Refusals(c.Server, relay.RefuseMalformed) == 1 })
 			conn.Close()
 			// A whole flow over a pooled connection, header and request together.
 			conn = hello(t)
 			time.Sleep(400 * time.Millisecond)
-			conn.Write(append(signed(t, kr, []string{"a", "c"}, 1, o.addr(), time.Now()), "pooled flow"...))
+			conn.Write(append(signed(t, kr, []string{"a", "c"}, 1, o.Addr(), time.Now()), "pooled flow"...))
 			conn.CloseWrite()
 			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 			if got, err := io.ReadAll(conn); err != nil || string(got) != "pooled flow" {
@@ -246,7 +242,7 @@ func TestMemberPreambleBothPaths(t *testing.T) {
 			if n := total(); n != 1 {
 				t.Errorf("refusals = %v; want 1 (the half header)", n)
 			}
-			waitFor(t, 2*time.Second, "egp flow", func() bool { return flows(c.Server, roleEgP, outcomeOK) == 1 })
+			testenv.WaitFor(t, 2*time.Second, "egp flow", func() bool { return relay.Flows(c.Server, relay.RoleEgP, relay.OutcomeOK) == 1 })
 		})
 	}
 }

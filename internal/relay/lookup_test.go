@@ -63,7 +63,7 @@ func upstream(s *running, peer string) float64 {
 // and checks, on every proxy's counters, which chain the flow took.
 func TestRemoteLoP(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
+	o := testenv.NewServer(t, testenv.Echo)
 	viaT := map[string]map[string]float64{ // proxy -> next hop -> flows
 		"a": {"l": 1}, "l": {"t": 1, "e": 0}, "t": {"e": 1}, "e": {"origin": 1},
 	}
@@ -84,13 +84,13 @@ func TestRemoteLoP(t *testing.T) {
 		{"chain of the InP with a loop is not used", chainTable{{"a", "e"}: {"a", "l", "t", "l", "e"}}, lookupNoChain, direct},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newLoPWorld(t, o.addr(), tc.table)
+			w := newLoPWorld(t, o.Addr(), tc.table)
 			msg := make([]byte, 100<<10)
 			rand.Read(msg)
-			if got := roundTrip(t, w.a.ServiceAddr(0).String(), msg); !bytes.Equal(got, msg) {
+			if got := testenv.RoundTrip(t, w.a.ServiceAddr(0).String(), msg); !bytes.Equal(got, msg) {
 				t.Fatalf("echo through the LoP: got %d bytes, want %d identical", len(got), len(msg))
 			}
-			waitFor(t, 5*time.Second, "flow accounting", func() bool {
+			testenv.WaitFor(t, 5*time.Second, "flow accounting", func() bool {
 				return flows(w.a.Server, roleInP, outcomeOK) == 1 && flows(w.e.Server, roleEgP, outcomeOK) == 1 &&
 					flows(w.l.Server, roleTrP, outcomeOK) == 1 && flows(w.t.Server, roleTrP, outcomeOK) == tc.next["t"]["e"]
 			})
@@ -111,7 +111,7 @@ func TestRemoteLoP(t *testing.T) {
 			if n := flows(w.t.Server, roleTrP, outcomeOK); n != tc.next["t"]["e"] {
 				t.Errorf("t carried %v flows; want %v", n, tc.next["t"]["e"])
 			}
-			if n := testutilDirect(w.a, "no_chain") + testutilDirect(w.a, "hop_unreachable"); n != 0 {
+			if n := testutilDirect(w.a.Server, "no_chain") + testutilDirect(w.a.Server, "hop_unreachable"); n != 0 {
 				t.Errorf("a went direct %v times; want 0", n)
 			}
 		})
@@ -122,12 +122,12 @@ func TestRemoteLoP(t *testing.T) {
 // lookup and the LoP exits to the origin.
 func TestRemoteLoPIsEgP(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newLoPWorldEgress(t, o.addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}}, "l")
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("to l")); string(got) != "to l" {
+	o := testenv.NewServer(t, testenv.Echo)
+	w := newLoPWorldEgress(t, o.Addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}}, "l")
+	if got := testenv.RoundTrip(t, w.a.ServiceAddr(0).String(), []byte("to l")); string(got) != "to l" {
 		t.Fatalf("echo = %q", got)
 	}
-	waitFor(t, 5*time.Second, "flow at the LoP as EgP", func() bool { return flows(w.l.Server, roleEgP, outcomeOK) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "flow at the LoP as EgP", func() bool { return flows(w.l.Server, roleEgP, outcomeOK) == 1 })
 	if n := lookups(w.l, lookupCompleted) + lookups(w.l, lookupNoChain) + lookups(w.l, lookupSelfEgress); n != 0 {
 		t.Errorf("l answered %v lookups; want none (no lookup asked)", n)
 	}
@@ -141,16 +141,16 @@ func TestRemoteLoPIsEgP(t *testing.T) {
 // too.
 func TestRemoteLoPUnreachable(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newLoPWorld(t, o.addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}})
+	o := testenv.NewServer(t, testenv.Echo)
+	w := newLoPWorld(t, o.Addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}})
 	dead := closedAddr(t)
 	m := copyMap(w.members)
 	m["l"] = dead
 	w.a.SetMembers(m)
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("fallback")); string(got) != "fallback" {
+	if got := testenv.RoundTrip(t, w.a.ServiceAddr(0).String(), []byte("fallback")); string(got) != "fallback" {
 		t.Fatalf("echo = %q", got)
 	}
-	waitFor(t, 5*time.Second, "flow at the EgP", func() bool { return flows(w.e.Server, roleEgP, outcomeOK) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "flow at the EgP", func() bool { return flows(w.e.Server, roleEgP, outcomeOK) == 1 })
 	if a, f := lookups(w.a, lookupUnreachable), lookups(w.a, lookupFallbackEgP); a != 1 || f != 1 {
 		t.Errorf("a: lookup{lop_unreachable} = %v, {fallback_egp} = %v; want 1, 1", a, f)
 	}
@@ -163,10 +163,10 @@ func TestRemoteLoPUnreachable(t *testing.T) {
 
 	m["e"] = dead
 	w.a.SetMembers(m)
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("direct")); string(got) != "direct" {
+	if got := testenv.RoundTrip(t, w.a.ServiceAddr(0).String(), []byte("direct")); string(got) != "direct" {
 		t.Fatalf("echo = %q", got)
 	}
-	if n := testutilDirect(w.a, "hop_unreachable"); n != 1 {
+	if n := testutilDirect(w.a.Server, "hop_unreachable"); n != 1 {
 		t.Errorf("a: direct{hop_unreachable} = %v; want 1", n)
 	}
 	if n := lookups(w.a, lookupUnreachable); n != 2 {
@@ -179,8 +179,8 @@ func TestRemoteLoPUnreachable(t *testing.T) {
 // closed, and the LoP keeps serving real flows.
 func TestLookupRefusals(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newLoPWorld(t, o.addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}})
+	o := testenv.NewServer(t, testenv.Echo)
+	w := newLoPWorld(t, o.Addr(), chainTable{{"a", "e"}: {"a", "l", "t", "e"}})
 	kr := testKeyring(t)
 	other, err := hop.NewKeyring(hop.Key{ID: 1, Secret: []byte("not the overlay key, 32 bytes...")}, nil)
 	if err != nil {
@@ -202,7 +202,7 @@ func TestLookupRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refusals(w.l.Server, tc.reason)
-			h := &hop.Header{Route: tc.route, Hop: tc.hop, Lookup: tc.lookup, Target: o.addr(), Size: 1, Time: time.Now()}
+			h := &hop.Header{Route: tc.route, Hop: tc.hop, Lookup: tc.lookup, Target: o.Addr(), Size: 1, Time: time.Now()}
 			rand.Read(h.FlowID[:])
 			b, err := h.Marshal(tc.kr)
 			if err != nil {
@@ -218,13 +218,13 @@ func TestLookupRefusals(t *testing.T) {
 			if n, err := io.Copy(io.Discard, c); n != 0 || isTimeout(err) {
 				t.Errorf("refused connection: read %d bytes, %v; want a prompt close", n, err)
 			}
-			waitFor(t, 2*time.Second, "refusal counter", func() bool { return refusals(w.l.Server, tc.reason) == before+1 })
+			testenv.WaitFor(t, 2*time.Second, "refusal counter", func() bool { return refusals(w.l.Server, tc.reason) == before+1 })
 		})
 	}
 	if n := lookups(w.l, lookupCompleted) + lookups(w.l, lookupNoChain); n != 0 {
 		t.Errorf("l completed %v refused requests", n)
 	}
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("still serving")); string(got) != "still serving" {
+	if got := testenv.RoundTrip(t, w.a.ServiceAddr(0).String(), []byte("still serving")); string(got) != "still serving" {
 		t.Fatalf("echo after refusals = %q", got)
 	}
 	if n := lookups(w.l, lookupCompleted); n != 1 {

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"testing"
 )
@@ -164,4 +165,13 @@ func FuzzParseMatcher(f *testing.F) {
 		}
 		m.matches("example.com", netip.MustParseAddr("10.1.2.3"), 80)
 	})
+}
+
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if ips, ok := f[host]; ok {
+		return ips, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }

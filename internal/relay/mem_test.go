@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // BenchmarkIdleFlowMemory opens idle flows through one proxy (service
@@ -47,7 +49,7 @@ func BenchmarkIdleFlowMemory(b *testing.B) {
 			cs = append(cs, c)
 		}
 		origin := <-held
-		waitFor(b, 10*time.Second, "flows active", func() bool { return a.accept.limits.total() == n })
+		testenv.WaitFor(b, 10*time.Second, "flows active", func() bool { return a.accept.limits.total() == n })
 		runtime.GC()
 		runtime.ReadMemStats(&m1)
 		b.ReportMetric(float64(m1.StackInuse-m0.StackInuse)/n, "stack-B/flow")
@@ -55,6 +57,6 @@ func BenchmarkIdleFlowMemory(b *testing.B) {
 		for _, c := range append(cs, origin...) {
 			c.Close()
 		}
-		waitFor(b, 10*time.Second, "flows closed", func() bool { return a.accept.limits.total() == 0 })
+		testenv.WaitFor(b, 10*time.Second, "flows closed", func() bool { return a.accept.limits.total() == 0 })
 	}
 }

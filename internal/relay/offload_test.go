@@ -60,7 +60,7 @@ func offloadChildBody(t *testing.T, args []string) {
 			if err != nil {
 				return
 			}
-			go echo(c.(*net.TCPConn))
+			go testenv.Echo(c.(*net.TCPConn))
 		}
 	}()
 	cfg := baseConfig("a")
@@ -71,7 +71,7 @@ func offloadChildBody(t *testing.T, args []string) {
 		cfg.Loops = -1
 	}
 	r := start(t, cfg)
-	waitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
+	testenv.WaitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
 
 	var c *net.TCPConn
 	xlatetest.MustIn(t, p1, func() error {
@@ -112,7 +112,7 @@ func offloadChildBody(t *testing.T, args []string) {
 	if <-got != [32]byte(h.Sum(nil)) {
 		t.Fatal("echo differs")
 	}
-	waitFor(t, 10*time.Second, "the flow offloaded", func() bool { return flows(r.Server, roleInP, outcomeOffloaded) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the flow offloaded", func() bool { return flows(r.Server, roleInP, outcomeOffloaded) == 1 })
 	st := r.offload.Load().sp.Stats()
 	if st.Joined != 1 || st.Bytes == 0 {
 		t.Errorf("splicer stats %+v: want 1 join and translated bytes", st)

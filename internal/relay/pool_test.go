@@ -30,67 +30,9 @@ func hashTrip(t testing.TB, addr string, n int) {
 	t.Helper()
 	msg := make([]byte, n)
 	rand.Read(msg)
-	got := roundTrip(t, addr, msg)
+	got := testenv.RoundTrip(t, addr, msg)
 	if sha256.Sum256(got) != sha256.Sum256(msg) {
 		t.Fatalf("echo through %s: %d bytes, hash differs from the %d sent", addr, len(got), n)
-	}
-}
-
-// TestHopPoolChain: with pools, flows ride pooled connections (hits on the
-// InP and the TrP), bytes arrive intact, and pooled connections idle longer
-// than the peer's header timeout are not killed by it (member_idle).
-func TestHopPoolChain(t *testing.T) {
-	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) {
-		c.Timeouts.Header = Duration(300 * time.Millisecond)
-		c.Hop.MemberIdle = Duration(20 * time.Second)
-		c.Pool.Hop = 2
-		c.Pool.Origin = 1
-	})
-	bAddr, cAddr := w.b.HopAddr().String(), w.c.HopAddr().String()
-	waitFor(t, 5*time.Second, "pools filled", func() bool {
-		return w.a.out.hopPool.idleCount(bAddr) == 2 && w.b.out.hopPool.idleCount(cAddr) == 2
-	})
-	// Idle for more than twice the header timeout: the pooled connections
-	// must survive on the receiving side.
-	time.Sleep(800 * time.Millisecond)
-	for i := range 3 {
-		hashTrip(t, w.a.ServiceAddr(0).String(), 64<<10+i)
-	}
-	for _, c := range []struct {
-		s    *Server
-		name string
-	}{{w.a.Server, "a"}, {w.b.Server, "b"}} {
-		if h := poolCount(c.s, "hop", poolHit); h < 3 {
-			t.Errorf("%s: %v hop pool hits; want >= 3 (misses %v, stale %v)", c.name, h, poolCount(c.s, "hop", poolMiss), poolCount(c.s, "hop", poolStale))
-		}
-	}
-	for _, s := range w.all() {
-		if n := refusals(s.Server, refuseHeaderTimeout); n != 0 {
-			t.Errorf("%s: %v header timeouts; pooled connections must wait", s.cfg.ID, n)
-		}
-	}
-	waitFor(t, 5*time.Second, "3 ok flows at the EgP", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 3 })
-	// The EgP learned the origin: later flows use its origin pool.
-	waitFor(t, 5*time.Second, "origin pool filled", func() bool { return w.c.out.originPool.idleCount(o.addr()) == 1 })
-	hashTrip(t, w.a.ServiceAddr(0).String(), 1000)
-	if h := poolCount(w.c.Server, "origin", poolHit); h < 1 {
-		t.Errorf("origin pool hits = %v; want >= 1", h)
-	}
-	// Every flow is counted per next hop whether its connection came from
-	// a pool or a dial (the demo reads chains from this counter).
-	for _, c := range []struct {
-		s    *Server
-		peer string
-	}{{w.a.Server, "b"}, {w.b.Server, "c"}, {w.c.Server, "origin"}} {
-		up := counterValue(c.s.m.upstream.WithLabelValues(c.peer, "pool")) + counterValue(c.s.m.upstream.WithLabelValues(c.peer, "dial"))
-		if up != 4 {
-			t.Errorf("%s: upstream flows to %s = %v; want 4", c.s.cfg.ID, c.peer, up)
-		}
-	}
-	if p := counterValue(w.a.m.upstream.WithLabelValues("b", "pool")); p < 3 {
-		t.Errorf("a: pooled upstream flows to b = %v; want >= 3", p)
 	}
 }
 
@@ -130,7 +72,7 @@ func TestMemberIdleOnlyForMembers(t *testing.T) {
 		})
 	}
 	// A loop counts the refusal right after it closed the connection.
-	waitFor(t, 2*time.Second, "one header timeout (the non-member)", func() bool {
+	testenv.WaitFor(t, 2*time.Second, "one header timeout (the non-member)", func() bool {
 		return refusals(b.Server, refuseHeaderTimeout) == 1
 	})
 	time.Sleep(50 * time.Millisecond)
@@ -185,9 +127,9 @@ func TestPoolRefillAndExpiry(t *testing.T) {
 	go func() { p.run(ctx); close(ran) }()
 	defer func() { cancel(); <-ran }()
 
-	waitFor(t, 3*time.Second, "pool filled", func() bool { return p.idleCount(addr) == 2 })
+	testenv.WaitFor(t, 3*time.Second, "pool filled", func() bool { return p.idleCount(addr) == 2 })
 	// Expiry: within a few max idle ages every connection was replaced.
-	waitFor(t, 3*time.Second, "connections replaced", func() bool { return accepted.Load() >= 6 })
+	testenv.WaitFor(t, 3*time.Second, "connections replaced", func() bool { return accepted.Load() >= 6 })
 	if n := p.idleCount(addr); n > 2 {
 		t.Errorf("idle = %d; want <= 2", n)
 	}
@@ -206,7 +148,7 @@ func TestPoolRefillAndExpiry(t *testing.T) {
 		}
 		c.Close()
 	}
-	waitFor(t, 3*time.Second, "pool refilled after peer close", func() bool { return p.idleCount(addr) == 2 })
+	testenv.WaitFor(t, 3*time.Second, "pool refilled after peer close", func() bool { return p.idleCount(addr) == 2 })
 }
 
 // TestOriginPoolDiscardsClosed: a pooled origin connection the origin
@@ -216,7 +158,7 @@ func TestOriginPoolDiscardsClosed(t *testing.T) {
 	testenv.CheckLeaks(t)
 	// The origin closes connections that stay silent for 200 ms, and
 	// answers "hello" otherwise.
-	o := newOrigin(t, func(c *net.TCPConn) {
+	o := testenv.NewServer(t, func(c *net.TCPConn) {
 		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 		b := make([]byte, 1)
 		if _, err := io.ReadFull(c, b); err != nil {
@@ -227,21 +169,21 @@ func TestOriginPoolDiscardsClosed(t *testing.T) {
 		c.Write([]byte("hello"))
 	})
 	cfg := baseConfig("c")
-	cfg.Services = []ServiceConfig{{Name: "svc", Listen: "127.0.0.1:0", Origin: o.addr()}}
+	cfg.Services = []ServiceConfig{{Name: "svc", Listen: "127.0.0.1:0", Origin: o.Addr()}}
 	cfg.Pool.Origin = 1
 	cfg.Pool.OriginMaxIdle = Duration(time.Minute) // expiry never hides the check at use
 	s := start(t, cfg)
 	for i := range 3 {
-		if got := roundTrip(t, s.ServiceAddr(0).String(), []byte("x")); !bytes.Equal(got, []byte("hello")) {
+		if got := testenv.RoundTrip(t, s.ServiceAddr(0).String(), []byte("x")); !bytes.Equal(got, []byte("hello")) {
 			t.Fatalf("flow %d: got %q; want hello", i, got)
 		}
-		waitFor(t, 3*time.Second, "origin pool filled", func() bool { return s.out.originPool.idleCount(o.addr()) == 1 })
-		waitDead(t, idleConns(s.out.originPool, o.addr())) // the origin closes the pooled one
+		testenv.WaitFor(t, 3*time.Second, "origin pool filled", func() bool { return s.out.originPool.idleCount(o.Addr()) == 1 })
+		waitDead(t, idleConns(s.out.originPool, o.Addr())) // the origin closes the pooled one
 	}
 	if n := poolCount(s.Server, "origin", poolStale); n < 2 {
 		t.Errorf("stale origin connections = %v; want >= 2", n)
 	}
-	waitFor(t, 5*time.Second, "3 ok flows", func() bool { return flows(s.Server, roleInP, outcomeOK) == 3 })
+	testenv.WaitFor(t, 5*time.Second, "3 ok flows", func() bool { return flows(s.Server, roleInP, outcomeOK) == 3 })
 }
 
 // idleConns returns the connections p holds idle for addr now.
@@ -259,7 +201,7 @@ func idleConns(p *connPool, addr string) []*net.TCPConn {
 // or reset arrived, or it was closed).
 func waitDead(t *testing.T, cs []*net.TCPConn) {
 	t.Helper()
-	waitFor(t, 5*time.Second, fmt.Sprintf("%d pooled connections closed by the peer", len(cs)), func() bool {
+	testenv.WaitFor(t, 5*time.Second, fmt.Sprintf("%d pooled connections closed by the peer", len(cs)), func() bool {
 		for _, c := range cs {
 			if alive(c) {
 				return false
@@ -318,7 +260,7 @@ func TestQueued(t *testing.T) {
 		t.Fatalf("queued on a silent connection = %q after %v; want nil at once", b, time.Since(start))
 	}
 	c.Write([]byte("hello, world"))
-	waitFor(t, 2*time.Second, "bytes queued", func() bool {
+	testenv.WaitFor(t, 2*time.Second, "bytes queued", func() bool {
 		n, _ := s.SyscallConn()
 		avail := 0
 		n.Control(func(fd uintptr) { avail, _ = unixInq(fd) })
@@ -354,51 +296,5 @@ func TestEarlyWait(t *testing.T) {
 		if got := cfg.earlyWait(); got != tc.want {
 			t.Errorf("%s: earlyWait() = %v; want %v", tc.name, got, tc.want)
 		}
-	}
-}
-
-// TestHopPoolLearnedInLargeOverlay: in an overlay of more than
-// MaxPooledMembers others, a proxy keeps no pools up front and pools the
-// next hops its flows use.
-func TestHopPoolLearnedInLargeOverlay(t *testing.T) {
-	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) {
-		c.Timeouts.Header = Duration(300 * time.Millisecond)
-		c.Hop.MemberIdle = Duration(20 * time.Second)
-		c.Pool.Hop = 2
-	})
-	if n := len(w.a.hopPoolTargets()); n != 2 {
-		t.Fatalf("3-member overlay: %d pooled-up-front members; want 2", n)
-	}
-	members := map[string]string{
-		"a": w.a.HopAddr().String(), "b": w.b.HopAddr().String(), "c": w.c.HopAddr().String(),
-	}
-	const far = "127.0.0.1:9" // never dialed: not pooled up front, never a next hop
-	for i := range MaxPooledMembers {
-		members[fmt.Sprintf("m%02d", i)] = far
-	}
-	for _, s := range w.all() {
-		s.SetMembers(members)
-	}
-	if got := w.a.hopPoolTargets(); got != nil {
-		t.Fatalf("%d-member overlay: pooled up front %v; want none", len(members), got)
-	}
-	bAddr, cAddr := w.b.HopAddr().String(), w.c.HopAddr().String()
-	// Pools filled while the overlay was small drain only as they are used
-	// or expire; what matters is that no new up-front target appears.
-	hashTrip(t, w.a.ServiceAddr(0).String(), 1000)
-	waitFor(t, 5*time.Second, "next hops pooled", func() bool {
-		return w.a.out.hopPool.idleCount(bAddr) == 2 && w.b.out.hopPool.idleCount(cAddr) == 2
-	})
-	if n := w.a.out.hopPool.idleCount(far); n != 0 {
-		t.Errorf("%d pooled connections to a member no flow used", n)
-	}
-	hits := poolCount(w.a.Server, "hop", poolHit)
-	for i := range 2 {
-		hashTrip(t, w.a.ServiceAddr(0).String(), 2000+i)
-	}
-	if h := poolCount(w.a.Server, "hop", poolHit) - hits; h < 2 {
-		t.Errorf("a: %v hop pool hits after learning b; want 2", h)
 	}
 }

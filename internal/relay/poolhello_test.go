@@ -16,39 +16,6 @@ import (
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
-// TestPoolWithoutMemberIdle: members at the default hop.member_idle (0)
-// keep pooled connections idle past their header timeout, because the pool
-// hello asks for it; no header timeout is counted and flows use the pools.
-func TestPoolWithoutMemberIdle(t *testing.T) {
-	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) {
-		c.Timeouts.Header = Duration(300 * time.Millisecond)
-		c.Pool.Hop = 1
-	})
-	bAddr, cAddr := w.b.HopAddr().String(), w.c.HopAddr().String()
-	waitFor(t, 5*time.Second, "pools filled", func() bool {
-		return w.a.out.hopPool.idleCount(bAddr) == 1 && w.b.out.hopPool.idleCount(cAddr) == 1
-	})
-	time.Sleep(800 * time.Millisecond) // > 2 header timeouts
-	for i := range 2 {
-		hashTrip(t, w.a.ServiceAddr(0).String(), 10000+i)
-	}
-	for _, s := range []*running{w.a, w.b} {
-		if h := poolCount(s.Server, "hop", poolHit); h < 1 {
-			t.Errorf("%s: %v hop pool hits; want >= 1", s.cfg.ID, h)
-		}
-	}
-	for _, s := range w.all() {
-		if n := refusals(s.Server, refuseHeaderTimeout); n != 0 {
-			t.Errorf("%s: %v header timeouts; pooled connections must wait", s.cfg.ID, n)
-		}
-		if n := poolCount(s.Server, "hop", poolUnsupported); n != 0 {
-			t.Errorf("%s: %v members without pool support; want 0", s.cfg.ID, n)
-		}
-	}
-}
-
 // oldPeer is a hop listener of a relay that does not know the pool hello:
 // it reads a hop header's fixed part and resets anything that is not a
 // PROXY v2 signature.
@@ -107,7 +74,7 @@ func TestPoolHelloOldPeer(t *testing.T) {
 	go func() { p.run(ctx); close(ran) }()
 	defer func() { cancel(); <-ran }()
 
-	waitFor(t, 3*time.Second, "hello refused", func() bool { return poolCount(s, "hop", poolUnsupported) >= 1 })
+	testenv.WaitFor(t, 3*time.Second, "hello refused", func() bool { return poolCount(s, "hop", poolUnsupported) >= 1 })
 	time.Sleep(300 * time.Millisecond) // several maintenance ticks
 	if n := peer.accepted.Load(); n > 2 {
 		t.Errorf("old peer saw %d connections; want <= 2 (pool size), no redials before poolRetry", n)
@@ -253,5 +220,5 @@ func TestPoolRetriesSoon(t *testing.T) {
 			c.Close()
 		}
 	}()
-	waitFor(t, 2*time.Second, "pool filled after the target came back", func() bool { return p.idleCount(addr) == 2 })
+	testenv.WaitFor(t, 2*time.Second, "pool filled after the target came back", func() bool { return p.idleCount(addr) == 2 })
 }

@@ -1,8 +1,7 @@
-package relay
+package relay_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -44,52 +45,53 @@ func TestRefusals(t *testing.T) {
 
 func testRefusals(t *testing.T, loops int) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Header = Duration(time.Second); c.Loops = loops },
-		func(s *Server) { s.origin.res = fakeResolver{"mail.example.com": {netip.MustParseAddr("10.0.0.25")}} })
-	kr := testKeyring(t)
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Timeouts.Header = relay.Duration(time.Second); c.Loops = loops }, Setup: func(s *relay.Server) {
+		s.SetResolver(relay.FakeResolver{"mail.example.com": {netip.MustParseAddr("10.0.0.25")}})
+	}}, "a", "b", "c")
+	kr := relaytest.Keyring(t)
 	other, err := hop.NewKeyring(hop.Key{ID: 1, Secret: []byte("another secret of 32 bytes......")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
 	abc := []string{"a", "b", "c"}
-	replayed := signed(t, kr, abc, 1, o.addr(), now)
-	altered := bytes.Replace(signed(t, kr, abc, 1, o.addr(), now), []byte("\x01a\x01b\x01c"), []byte("\x01a\x01b\x01x"), 1)
+	replayed := signed(t, kr, abc, 1, o.Addr(), now)
+	altered := bytes.Replace(signed(t, kr, abc, 1, o.Addr(), now), []byte("\x01a\x01b\x01c"), []byte("\x01a\x01b\x01x"), 1)
 	if !bytes.Contains(altered, []byte("\x01x")) {
 		t.Fatal("route bytes not found to alter")
 	}
-	valid := signed(t, kr, abc, 1, o.addr(), now)
+	valid := signed(t, kr, abc, 1, o.Addr(), now)
 	oversized := append(append([]byte{}, valid[:14]...), 0xff, 0xff)
-	toInP := bytes.Replace(signed(t, kr, abc, 1, o.addr(), now), []byte{hop.TLVHop, 0, 1, 1}, []byte{hop.TLVHop, 0, 1, 0}, 1)
+	toInP := bytes.Replace(signed(t, kr, abc, 1, o.Addr(), now), []byte{hop.TLVHop, 0, 1, 1}, []byte{hop.TLVHop, 0, 1, 0}, 1)
 	if bytes.Equal(toInP, valid) {
 		t.Fatal("hop TLV not found to alter")
 	}
 
 	for _, tc := range []struct {
 		name   string
-		to     *running
+		to     *relay.Server
 		send   []byte
 		first  []byte // sent and answered before send, on its own connection
 		hold   bool   // keep the connection open after sending (slowloris)
 		reason string
 	}{
-		{"garbage", w.b, []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), nil, false, refuseMalformed},
-		{"wrong-key", w.b, signed(t, other, abc, 1, o.addr(), now), nil, false, refuseAuth},
-		{"altered-route", w.b, altered, nil, false, refuseAuth},
-		{"replayed", w.b, replayed, replayed, false, refuseReplay},
-		{"oversized", w.b, oversized, nil, false, refuseTooLarge},
-		{"truncated", w.b, valid[:40], nil, false, refuseMalformed},
-		{"slowloris", w.b, valid[:10], nil, true, refuseHeaderTimeout},
-		{"expired", w.b, signed(t, kr, abc, 1, o.addr(), now.Add(-time.Hour)), nil, false, refuseExpired},
-		{"not-self", w.b, signed(t, kr, []string{"a", "c"}, 1, o.addr(), now), nil, false, refuseNotSelf},
-		{"to-inp", w.a, toInP, nil, false, refuseMalformed}, // hop 0: no sender
-		{"next-not-member", w.b, signed(t, kr, []string{"a", "b", "x"}, 1, o.addr(), now), nil, false, refuseNotMember},
-		{"open-relay", w.c, signed(t, kr, abc, 2, "10.9.9.9:25", now), nil, false, refusePolicy},
-		{"open-relay-name", w.c, signed(t, kr, abc, 2, "mail.example.com:25", now), nil, false, refusePolicy},
+		{"garbage", w.Members["b"], []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), nil, false, relay.RefuseMalformed},
+		{"wrong-key", w.Members["b"], signed(t, other, abc, 1, o.Addr(), now), nil, false, relay.RefuseAuth},
+		{"altered-route", w.Members["b"], altered, nil, false, relay.RefuseAuth},
+		{"replayed", w.Members["b"], replayed, replayed, false, relay.RefuseReplay},
+		{"oversized", w.Members["b"], oversized, nil, false, relay.RefuseTooLarge},
+		{"truncated", w.Members["b"], valid[:40], nil, false, relay.RefuseMalformed},
+		{"slowloris", w.Members["b"], valid[:10], nil, true, relay.RefuseHeaderTimeout},
+		{"expired", w.Members["b"], signed(t, kr, abc, 1, o.Addr(), now.Add(-time.Hour)), nil, false, relay.RefuseExpired},
+		{"not-self", w.Members["b"], signed(t, kr, []string{"a", "c"}, 1, o.Addr(), now), nil, false, relay.RefuseNotSelf},
+		{"to-inp", w.Members["a"], toInP, nil, false, relay.RefuseMalformed}, // hop 0: no sender
+		{"next-not-member", w.Members["b"], signed(t, kr, []string{"a", "b", "x"}, 1, o.Addr(), now), nil, false, relay.RefuseNotMember},
+		{"open-relay", w.Members["c"], signed(t, kr, abc, 2, "10.9.9.9:25", now), nil, false, relay.RefusePolicy},
+		{"open-relay-name", w.Members["c"], signed(t, kr, abc, 2, "mail.example.com:25", now), nil, false, relay.RefusePolicy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := refusals(tc.to.Server, tc.reason)
+			before := relay.Refusals(tc.to, tc.reason)
 			if tc.first != nil {
 				c := dialHop(t, tc.to)
 				c.Write(tc.first)
@@ -118,18 +120,18 @@ func testRefusals(t *testing.T, loops int) {
 			if d := time.Since(start); d > 3*time.Second {
 				t.Errorf("closed after %v", d)
 			}
-			waitFor(t, 2*time.Second, "refusal "+tc.reason, func() bool {
-				return refusals(tc.to.Server, tc.reason) == before+1
+			testenv.WaitFor(t, 2*time.Second, "refusal "+tc.reason, func() bool {
+				return relay.Refusals(tc.to, tc.reason) == before+1
 			})
 		})
 	}
 	// Still serving.
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("alive")); string(got) != "alive" {
+	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("alive")); string(got) != "alive" {
 		t.Fatalf("after refusals: echo %q", got)
 	}
 }
 
-func dialHop(t *testing.T, s *running) net.Conn {
+func dialHop(t *testing.T, s *relay.Server) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", s.HopAddr().String())
 	if err != nil {
@@ -148,21 +150,21 @@ func isTimeoutErr(err error) bool {
 // connections close.
 func TestLimits(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, func(c *net.TCPConn) { io.Copy(c, c) })
+	o := testenv.NewServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
 	for _, tc := range []struct {
 		name       string
 		global, ps int
 		reason     string
 	}{
-		{"per-source", 100, 4, refuseLimitSource},
-		{"global", 4, 100, refuseLimitGlobal},
+		{"per-source", 100, 4, relay.RefuseLimitSource},
+		{"global", 4, 100, relay.RefuseLimitGlobal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := baseConfig("a")
+			cfg := relaytest.Config("a")
 			cfg.Hop.Listen = ""
-			cfg.Limits = LimitConfig{MaxConns: tc.global, MaxConnsPerSource: tc.ps}
-			cfg.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
-			a := start(t, cfg)
+			cfg.Limits = relay.LimitConfig{MaxConns: tc.global, MaxConnsPerSource: tc.ps}
+			cfg.Services = []relay.ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.Addr()}}
+			a := relaytest.Run(t, cfg)
 			addr := a.ServiceAddr(0).String()
 			var held []net.Conn
 			defer func() {
@@ -177,10 +179,10 @@ func TestLimits(t *testing.T) {
 				}
 				held = append(held, c)
 			}
-			waitFor(t, 5*time.Second, "4 admitted", func() bool { return a.accept.limits.total() == 4 })
+			testenv.WaitFor(t, 5*time.Second, "4 admitted", func() bool { return a.ActiveConns() == 4 })
 			for i := range 20 {
 				c, err := net.Dial("tcp", addr)
-				if isReset(err) {
+				if relay.IsReset(err) {
 					continue // refused so fast that connect saw the reset
 				}
 				if err != nil {
@@ -193,10 +195,10 @@ func TestLimits(t *testing.T) {
 				}
 				c.Close()
 			}
-			waitFor(t, 5*time.Second, "20 refusals", func() bool { return refusals(a.Server, tc.reason) == 20 })
+			testenv.WaitFor(t, 5*time.Second, "20 refusals", func() bool { return relay.Refusals(a.Server, tc.reason) == 20 })
 			held[0].Close()
 			held = held[1:]
-			waitFor(t, 5*time.Second, "slot freed", func() bool { return a.accept.limits.total() == 3 })
+			testenv.WaitFor(t, 5*time.Second, "slot freed", func() bool { return a.ActiveConns() == 3 })
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
@@ -216,16 +218,16 @@ func TestLimits(t *testing.T) {
 // and checks the refusals for a bad password and a disallowed destination.
 func TestSOCKS5(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) {
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 		if c.ID == "a" {
-			c.SOCKS5 = &SOCKS5Config{Listen: "127.0.0.1:0", Users: map[string]string{"alice": "secret"}, Allow: []string{"127.0.0.0/8"}}
+			c.SOCKS5 = &relay.SOCKS5Config{Listen: "127.0.0.1:0", Users: map[string]string{"alice": "secret"}, Allow: []string{"127.0.0.0/8"}}
 		}
-	})
-	oa := o.ln.Addr().(*net.TCPAddr)
+	}}, "a", "b", "c")
+	oa := net.TCPAddrFromAddrPort(netip.MustParseAddrPort(o.Addr()))
 	socks := func(user, pass string, ip net.IP, port int) (net.Conn, byte) {
 		t.Helper()
-		c, err := net.Dial("tcp", w.a.SOCKS5Addr().String())
+		c, err := net.Dial("tcp", w.Members["a"].SOCKS5Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +263,7 @@ func TestSOCKS5(t *testing.T) {
 		t.Errorf("echo = %q, %v", got, err)
 	}
 	c.Close()
-	waitFor(t, 5*time.Second, "chained flow", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "chained flow", func() bool { return relay.Flows(w.Members["c"], relay.RoleEgP, relay.OutcomeOK) == 1 })
 
 	c, code = socks("alice", "wrong", oa.IP, oa.Port)
 	c.Close()
@@ -273,11 +275,11 @@ func TestSOCKS5(t *testing.T) {
 	if code != 2 {
 		t.Errorf("disallowed destination: reply %d; want 2 (not allowed)", code)
 	}
-	waitFor(t, 5*time.Second, "entry refusals", func() bool {
-		return refusals(w.a.Server, refuseEntryAuth) == 1 && refusals(w.a.Server, refuseEntryAllow) == 1
+	testenv.WaitFor(t, 5*time.Second, "entry refusals", func() bool {
+		return relay.Refusals(w.Members["a"], relay.RefuseEntryAuth) == 1 && relay.Refusals(w.Members["a"], relay.RefuseEntryAllow) == 1
 	})
 	// A client that stalls in the handshake is cut off at the header timeout.
-	slow, err := net.Dial("tcp", w.a.SOCKS5Addr().String())
+	slow, err := net.Dial("tcp", w.Members["a"].SOCKS5Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,22 +289,22 @@ func TestSOCKS5(t *testing.T) {
 	if _, err := io.ReadAll(slow); isTimeoutErr(err) {
 		t.Fatal("stalled SOCKS5 handshake not closed")
 	}
-	waitFor(t, 5*time.Second, "header timeout", func() bool { return refusals(w.a.Server, refuseHeaderTimeout) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "header timeout", func() bool { return relay.Refusals(w.Members["a"], relay.RefuseHeaderTimeout) == 1 })
 }
 
 // TestHTTPConnect runs CONNECT with Basic auth and pipelined early data
 // through the chain, and checks 407 and 403.
 func TestHTTPConnect(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) {
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 		if c.ID == "a" {
-			c.HTTPConnect = &ConnectConfig{Listen: "127.0.0.1:0", Users: map[string]string{"bob": "pw"}, Allow: []string{"127.0.0.1"}}
+			c.HTTPConnect = &relay.ConnectConfig{Listen: "127.0.0.1:0", Users: map[string]string{"bob": "pw"}, Allow: []string{"127.0.0.1"}}
 		}
-	})
+	}}, "a", "b", "c")
 	connect := func(target, auth, early string) (net.Conn, string) {
 		t.Helper()
-		c, err := net.Dial("tcp", w.a.HTTPConnectAddr().String())
+		c, err := net.Dial("tcp", w.Members["a"].HTTPConnectAddr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +324,7 @@ func TestHTTPConnect(t *testing.T) {
 		}
 		return c, string(status)
 	}
-	c, status := connect(o.addr(), "Ym9iOnB3", "early bytes|") // bob:pw
+	c, status := connect(o.Addr(), "Ym9iOnB3", "early bytes|") // bob:pw
 	if status != "HTTP/1.1 200 Connection established\r\n\r\n" {
 		t.Fatalf("status %q", status)
 	}
@@ -332,28 +334,19 @@ func TestHTTPConnect(t *testing.T) {
 		t.Errorf("echo = %q, %v", got, err)
 	}
 	c.Close()
-	waitFor(t, 5*time.Second, "chained flow", func() bool { return flows(w.c.Server, roleEgP, outcomeOK) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "chained flow", func() bool { return relay.Flows(w.Members["c"], relay.RoleEgP, relay.OutcomeOK) == 1 })
 
 	for _, tc := range []struct{ target, auth, want, reason string }{
-		{o.addr(), "", "HTTP/1.1 407", refuseEntryAuth},
-		{o.addr(), "Ym9iOnd4", "HTTP/1.1 407", refuseEntryAuth}, // bob:wx
-		{"10.1.1.1:80", "Ym9iOnB3", "HTTP/1.1 403", refuseEntryAllow},
+		{o.Addr(), "", "HTTP/1.1 407", relay.RefuseEntryAuth},
+		{o.Addr(), "Ym9iOnd4", "HTTP/1.1 407", relay.RefuseEntryAuth}, // bob:wx
+		{"10.1.1.1:80", "Ym9iOnB3", "HTTP/1.1 403", relay.RefuseEntryAllow},
 	} {
-		before := refusals(w.a.Server, tc.reason)
+		before := relay.Refusals(w.Members["a"], tc.reason)
 		c, status := connect(tc.target, tc.auth, "")
 		c.Close()
 		if !bytes.HasPrefix([]byte(status), []byte(tc.want)) {
 			t.Errorf("CONNECT %s auth %q: %q; want %s", tc.target, tc.auth, status, tc.want)
 		}
-		waitFor(t, 5*time.Second, tc.reason, func() bool { return refusals(w.a.Server, tc.reason) == before+1 })
+		testenv.WaitFor(t, 5*time.Second, tc.reason, func() bool { return relay.Refusals(w.Members["a"], tc.reason) == before+1 })
 	}
-}
-
-type fakeResolver map[string][]netip.Addr
-
-func (f fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	if ips, ok := f[host]; ok {
-		return ips, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }

@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"bytes"
@@ -17,73 +17,46 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func TestChainEcho(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), nil)
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
 	msg := make([]byte, 1<<20)
 	rand.Read(msg)
-	got := roundTrip(t, w.a.ServiceAddr(0).String(), msg)
+	got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), msg)
 	if !bytes.Equal(got, msg) {
 		t.Fatalf("echo through a-b-c: got %d bytes, want %d identical", len(got), len(msg))
 	}
-	waitFor(t, 5*time.Second, "flow accounting", func() bool {
-		return flows(w.a.Server, roleInP, outcomeOK) == 1 && flows(w.b.Server, roleTrP, outcomeOK) == 1 &&
-			flows(w.c.Server, roleEgP, outcomeOK) == 1
+	testenv.WaitFor(t, 5*time.Second, "flow accounting", func() bool {
+		return relay.Flows(w.Members["a"], relay.RoleInP, relay.OutcomeOK) == 1 && relay.Flows(w.Members["b"], relay.RoleTrP, relay.OutcomeOK) == 1 &&
+			relay.Flows(w.Members["c"], relay.RoleEgP, relay.OutcomeOK) == 1
 	})
-	for _, s := range w.all() {
-		if n := testutilSum(s, "mosto_relay_bytes_total"); n != 2<<20 {
-			t.Errorf("%s bytes_total = %v; want %d", s.self, n, 2<<20)
+	for _, s := range w.Members {
+		if n := relay.MetricSum(s, "mosto_relay_bytes_total"); n != 2<<20 {
+			t.Errorf("%s bytes_total = %v; want %d", s.ID(), n, 2<<20)
 		}
 	}
-}
-
-func testutilSum(s *running, name string) float64 {
-	mfs, _ := s.m.reg.Gather()
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }
 
 func TestDirectWhenNoChain(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), nil)
-	w.a.SetChains(nil)
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("hello")); string(got) != "hello" {
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
+	w.Members["a"].SetChains(nil)
+	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("hello")); string(got) != "hello" {
 		t.Fatalf("direct echo = %q", got)
 	}
-	if n := testutilDirect(w.a, "no_chain"); n != 1 {
+	if n := relay.DirectCount(w.Members["a"], "no_chain"); n != 1 {
 		t.Errorf("direct{no_chain} = %v; want 1", n)
 	}
-	if n := flows(w.b.Server, roleTrP, outcomeOK); n != 0 {
+	if n := relay.Flows(w.Members["b"], relay.RoleTrP, relay.OutcomeOK); n != 0 {
 		t.Errorf("b carried %v flows; want 0", n)
 	}
-}
-
-func testutilDirect(s *running, reason string) float64 {
-	mfs, _ := s.m.reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != "mosto_relay_direct_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // TestHalfClose checks that an EOF in one direction is passed on while the
@@ -105,11 +78,11 @@ func TestHalfClose(t *testing.T) {
 		h    func(c *net.TCPConn)
 	}{
 		{"client-closes-first", func(t *testing.T, addr string) {
-			got := roundTrip(t, addr, []byte("ping"))
+			got := testenv.RoundTrip(t, addr, []byte("ping"))
 			if string(got) != "ping" {
 				t.Errorf("got %q; want ping", got)
 			}
-		}, echo},
+		}, testenv.Echo},
 		{"origin-closes-first", func(t *testing.T, addr string) {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -132,9 +105,9 @@ func TestHalfClose(t *testing.T) {
 		}, serverFirst},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := newOrigin(t, tc.h)
-			w := newWorld(t, o.addr(), nil)
-			tc.run(t, w.a.ServiceAddr(0).String())
+			o := testenv.NewServer(t, tc.h)
+			w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
+			tc.run(t, w.Members["a"].ServiceAddr(0).String())
 		})
 	}
 }
@@ -143,12 +116,12 @@ func TestHalfClose(t *testing.T) {
 // reset promptly.
 func TestResetPropagates(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, func(c *net.TCPConn) {
+	o := testenv.NewServer(t, func(c *net.TCPConn) {
 		c.Read(make([]byte, 10))
 		c.SetLinger(0)
 	})
-	w := newWorld(t, o.addr(), nil)
-	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
+	c, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,13 +130,13 @@ func TestResetPropagates(t *testing.T) {
 	c.Write([]byte("x"))
 	start := time.Now()
 	_, err = io.ReadAll(c)
-	if !isReset(err) {
+	if !relay.IsReset(err) {
 		t.Fatalf("client read = %v; want connection reset", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("reset took %v", d)
 	}
-	waitFor(t, 5*time.Second, "reset outcome", func() bool { return flows(w.b.Server, roleTrP, outcomeReset) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "reset outcome", func() bool { return relay.Flows(w.Members["b"], relay.RoleTrP, relay.OutcomeReset) == 1 })
 }
 
 // TestConcurrentFlows pushes 1,800 flows (300 with -short) with random
@@ -200,7 +173,7 @@ func TestConcurrentFlows(t *testing.T) {
 		upSeen   = make(map[uint64][32]byte) // origin's hash of what it received
 		downSent = make(map[uint64][32]byte) // origin's hash of what it sent
 	)
-	o := newOrigin(t, func(c *net.TCPConn) {
+	o := testenv.NewServer(t, func(c *net.TCPConn) {
 		h := sha256.New()
 		var idb [8]byte
 		if _, err := io.ReadFull(c, idb[:]); err != nil {
@@ -232,11 +205,11 @@ func TestConcurrentFlows(t *testing.T) {
 		c.Write(resp)
 	})
 	// Generous handshake timeouts: the machine may be shared and -race slow.
-	w := newWorld(t, o.addr(), func(c *Config) {
-		c.Timeouts.Header = Duration(30 * time.Second)
-		c.Timeouts.Connect = Duration(30 * time.Second)
-	})
-	addr := w.a.ServiceAddr(0).String()
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
+		c.Timeouts.Header = relay.Duration(30 * time.Second)
+		c.Timeouts.Connect = relay.Duration(30 * time.Second)
+	}}, "a", "b", "c")
+	addr := w.Members["a"].ServiceAddr(0).String()
 
 	var (
 		failures atomic.Int64
@@ -300,25 +273,21 @@ func TestConcurrentFlows(t *testing.T) {
 	if bad > 0 {
 		t.Fatalf("%d of %d flows corrupted", bad, n)
 	}
-	waitFor(t, 30*time.Second, "all flows accounted", func() bool {
-		return flows(w.a.Server, roleInP, outcomeOK) == float64(n) &&
-			flows(w.b.Server, roleTrP, outcomeOK) == float64(n) &&
-			flows(w.c.Server, roleEgP, outcomeOK) == float64(n)
+	testenv.WaitFor(t, 30*time.Second, "all flows accounted", func() bool {
+		return relay.Flows(w.Members["a"], relay.RoleInP, relay.OutcomeOK) == float64(n) &&
+			relay.Flows(w.Members["b"], relay.RoleTrP, relay.OutcomeOK) == float64(n) &&
+			relay.Flows(w.Members["c"], relay.RoleEgP, relay.OutcomeOK) == float64(n)
 	})
-	for _, s := range w.all() {
-		s.stop(t)
-	}
-	o.close()
 }
 
 func TestMetricsAndHealth(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) { c.Metrics.Listen = "127.0.0.1:0" })
-	roundTrip(t, w.a.ServiceAddr(0).String(), []byte("x"))
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Metrics.Listen = "127.0.0.1:0" }}, "a", "b", "c")
+	testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("x"))
 	get := func(path string) (int, string) {
 		t.Helper()
-		resp, err := http.Get("http://" + w.a.MetricsAddr().String() + path)
+		resp, err := http.Get("http://" + w.Members["a"].MetricsAddr().String() + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +298,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
-	waitFor(t, 5*time.Second, "flow counted", func() bool { return flows(w.a.Server, roleInP, outcomeOK) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "flow counted", func() bool { return relay.Flows(w.Members["a"], relay.RoleInP, relay.OutcomeOK) == 1 })
 	_, body := get("/metrics")
 	for _, want := range []string{
 		`mosto_relay_flows_total{outcome="ok",role="inp"} 1`,
@@ -349,19 +318,19 @@ func TestMetricsAndHealth(t *testing.T) {
 // TestPProfOptIn checks that Go's profiles are served only with
 // metrics.pprof.
 func TestPProfOptIn(t *testing.T) {
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) {
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 		c.Metrics.Listen = "127.0.0.1:0"
 		c.Metrics.PProf = c.ID == "a"
-	})
+	}}, "a", "b", "c")
 	defer http.DefaultClient.CloseIdleConnections()
 	for _, tc := range []struct {
 		name string
-		s    *Server
+		s    *relay.Server
 		want int
 	}{
-		{"pprof on", w.a.Server, http.StatusOK},
-		{"pprof off", w.b.Server, http.StatusNotFound},
+		{"pprof on", w.Members["a"], http.StatusOK},
+		{"pprof off", w.Members["b"], http.StatusNotFound},
 	} {
 		resp, err := http.Get("http://" + tc.s.MetricsAddr().String() + "/debug/pprof/goroutine?debug=1")
 		if err != nil {
@@ -376,7 +345,7 @@ func TestPProfOptIn(t *testing.T) {
 			t.Errorf("%s: goroutine profile missing: %.200s", tc.name, body)
 		}
 	}
-	base := "http://" + w.a.MetricsAddr().String() + "/debug/pprof/"
+	base := "http://" + w.Members["a"].MetricsAddr().String() + "/debug/pprof/"
 	for _, tc := range []struct {
 		path string
 		code int
@@ -410,21 +379,21 @@ func TestPProfOptIn(t *testing.T) {
 // the copy goroutine starts, and the switch to splicing.
 func TestRequestThenHalfClose(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), nil)
-	single := baseConfig("s")
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
+	single := relaytest.Config("s")
 	single.Hop.Listen = ""
-	single.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
-	s := start(t, single)
+	single.Services = []relay.ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.Addr()}}
+	s := relaytest.Run(t, single)
 	for _, entry := range []struct {
 		name string
 		addr string
-	}{{"direct", s.ServiceAddr(0).String()}, {"chain", w.a.ServiceAddr(0).String()}} {
-		for _, size := range []int{0, 1, 64, smallCopy - 1, smallCopy, 3*smallCopy + 7, 1 << 20} {
+	}{{"direct", s.ServiceAddr(0).String()}, {"chain", w.Members["a"].ServiceAddr(0).String()}} {
+		for _, size := range []int{0, 1, 64, relay.SmallCopy - 1, relay.SmallCopy, 3*relay.SmallCopy + 7, 1 << 20} {
 			msg := make([]byte, size)
 			rand.Read(msg)
 			for i := range 3 {
-				if got := roundTrip(t, entry.addr, msg); !bytes.Equal(got, msg) {
+				if got := testenv.RoundTrip(t, entry.addr, msg); !bytes.Equal(got, msg) {
 					t.Errorf("%s: %d-byte request, try %d: echo of %d bytes differs", entry.name, size, i, len(got))
 				}
 			}
@@ -438,14 +407,14 @@ func TestRequestThenHalfClose(t *testing.T) {
 // the proxy keeps serving, and stopping the proxy ends every worker.
 func TestHandshakeWorkers(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	cfg := baseConfig("s")
-	cfg.Timeouts.Header = Duration(300 * time.Millisecond)
-	cfg.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
+	o := testenv.NewServer(t, testenv.Echo)
+	cfg := relaytest.Config("s")
+	cfg.Timeouts.Header = relay.Duration(300 * time.Millisecond)
+	cfg.Services = []relay.ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.Addr()}}
 	cfg.Loops = -1                            // hop connections wait on handshake workers only without loops
 	cfg.Limits.HopMaxConnsPerSource = 1 << 20 // the burst comes from one non-member address
-	s := start(t, cfg)
-	const burst = 3 * maxIdleWorkers
+	s := relaytest.Run(t, cfg)
+	const burst = 3 * relay.MaxIdleWorkers
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
@@ -459,22 +428,22 @@ func TestHandshakeWorkers(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	waitFor(t, 5*time.Second, "header timeouts", func() bool {
-		return refusals(s.Server, refuseHeaderTimeout) == burst
+	testenv.WaitFor(t, 5*time.Second, "header timeouts", func() bool {
+		return relay.Refusals(s.Server, relay.RefuseHeaderTimeout) == burst
 	})
-	waitFor(t, 5*time.Second, "idle workers", func() bool {
-		return s.accept.limits.total() == 0 && s.workers.idle.Load() == maxIdleWorkers
+	testenv.WaitFor(t, 5*time.Second, "idle workers", func() bool {
+		return s.ActiveConns() == 0 && s.IdleWorkers() == relay.MaxIdleWorkers
 	})
-	if got := roundTrip(t, s.ServiceAddr(0).String(), []byte("after the burst")); string(got) != "after the burst" {
+	if got := testenv.RoundTrip(t, s.ServiceAddr(0).String(), []byte("after the burst")); string(got) != "after the burst" {
 		t.Errorf("echo after the burst = %q", got)
 	}
-	if n := s.workers.idle.Load(); n > maxIdleWorkers {
-		t.Errorf("%d idle workers; want at most %d", n, maxIdleWorkers)
+	if n := s.IdleWorkers(); n > relay.MaxIdleWorkers {
+		t.Errorf("%d idle workers; want at most %d", n, relay.MaxIdleWorkers)
 	}
-	if err := s.stop(t); err != nil {
+	if err := s.Stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := s.workers.idle.Load(); n != 0 {
+	if n := s.IdleWorkers(); n != 0 {
 		t.Errorf("%d idle workers after Run returned; want 0", n)
 	}
 }
@@ -487,12 +456,12 @@ func TestIdleTimeoutStuckWriter(t *testing.T) {
 	const idle = 500 * time.Millisecond
 	release := make(chan struct{})
 	defer close(release)
-	o := newOrigin(t, func(c *net.TCPConn) {
+	o := testenv.NewServer(t, func(c *net.TCPConn) {
 		c.SetReadBuffer(4096)
 		<-release // never reads
 	})
-	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Idle = Duration(idle) })
-	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Timeouts.Idle = relay.Duration(idle) }}, "a", "b", "c")
+	c, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,8 +478,8 @@ func TestIdleTimeoutStuckWriter(t *testing.T) {
 	if errors.Is(werr, os.ErrDeadlineExceeded) {
 		t.Fatalf("flow not ended after %v (idle timeout %v)", time.Since(start), idle)
 	}
-	waitFor(t, 5*time.Second, "idle outcome", func() bool {
-		return flows(w.a.Server, roleInP, outcomeIdle)+flows(w.b.Server, roleTrP, outcomeIdle)+flows(w.c.Server, roleEgP, outcomeIdle) >= 1
+	testenv.WaitFor(t, 5*time.Second, "idle outcome", func() bool {
+		return relay.Flows(w.Members["a"], relay.RoleInP, relay.OutcomeIdle)+relay.Flows(w.Members["b"], relay.RoleTrP, relay.OutcomeIdle)+relay.Flows(w.Members["c"], relay.RoleEgP, relay.OutcomeIdle) >= 1
 	})
 }
 
@@ -519,7 +488,7 @@ func TestIdleTimeoutStuckWriter(t *testing.T) {
 func TestIdleTimeout(t *testing.T) {
 	testenv.CheckLeaks(t)
 	const idle = 600 * time.Millisecond
-	o := newOrigin(t, func(c *net.TCPConn) {
+	o := testenv.NewServer(t, func(c *net.TCPConn) {
 		b := make([]byte, 1)
 		for {
 			if _, err := c.Read(b); err != nil {
@@ -528,8 +497,8 @@ func TestIdleTimeout(t *testing.T) {
 			c.Write(b)
 		}
 	})
-	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Idle = Duration(idle) })
-	addr := w.a.ServiceAddr(0).String()
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Timeouts.Idle = relay.Duration(idle) }}, "a", "b", "c")
+	addr := w.Members["a"].ServiceAddr(0).String()
 
 	steady, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -573,8 +542,8 @@ func TestIdleTimeout(t *testing.T) {
 	}
 	// Every hop runs the same idle timer: whichever fires first ends the
 	// flow with outcome idle and resets its neighbours (outcome reset).
-	waitFor(t, 5*time.Second, "idle outcome", func() bool {
-		return flows(w.a.Server, roleInP, outcomeIdle)+flows(w.b.Server, roleTrP, outcomeIdle)+flows(w.c.Server, roleEgP, outcomeIdle) >= 1
+	testenv.WaitFor(t, 5*time.Second, "idle outcome", func() bool {
+		return relay.Flows(w.Members["a"], relay.RoleInP, relay.OutcomeIdle)+relay.Flows(w.Members["b"], relay.RoleTrP, relay.OutcomeIdle)+relay.Flows(w.Members["c"], relay.RoleEgP, relay.OutcomeIdle) >= 1
 	})
 	steady.Close()
 }
@@ -584,7 +553,7 @@ func TestIdleTimeout(t *testing.T) {
 func TestDrain(t *testing.T) {
 	testenv.CheckLeaks(t)
 	release := make(chan struct{})
-	o := newOrigin(t, func(c *net.TCPConn) {
+	o := testenv.NewServer(t, func(c *net.TCPConn) {
 		b := make([]byte, 5)
 		io.ReadFull(c, b)
 		if string(b) != "quick" {
@@ -594,12 +563,12 @@ func TestDrain(t *testing.T) {
 		<-release
 		c.Write(b)
 	})
-	ca := baseConfig("a")
+	ca := relaytest.Config("a")
 	ca.Hop.Listen = ""
-	ca.Services = []ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.addr()}}
-	ca.Timeouts.Drain = Duration(time.Second)
+	ca.Services = []relay.ServiceConfig{{Listen: "127.0.0.1:0", Origin: o.Addr()}}
+	ca.Timeouts.Drain = relay.Duration(time.Second)
 	ca.Metrics.Listen = "127.0.0.1:0"
-	a := start(t, ca)
+	a := relaytest.Run(t, ca)
 	addr := a.ServiceAddr(0).String()
 	dial := func(msg string) net.Conn {
 		c, err := net.Dial("tcp", addr)
@@ -614,11 +583,11 @@ func TestDrain(t *testing.T) {
 	quick.(*net.TCPConn).CloseWrite()
 	defer quick.Close()
 	defer slow.Close()
-	waitFor(t, 5*time.Second, "two active flows", func() bool { return a.accept.limits.total() == 2 })
+	testenv.WaitFor(t, 5*time.Second, "two active flows", func() bool { return a.ActiveConns() == 2 })
 	stopped := make(chan error, 1)
 	begin := time.Now()
-	go func() { stopped <- a.stop(t) }()
-	waitFor(t, 5*time.Second, "listener closed", func() bool {
+	go func() { stopped <- a.Stop(t) }()
+	testenv.WaitFor(t, 5*time.Second, "listener closed", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
@@ -640,7 +609,7 @@ func TestDrain(t *testing.T) {
 		t.Errorf("draining flow = %q, %v; want quick, nil", got, err)
 	}
 	_, err := io.ReadAll(slow) // the origin waits for more than the drain timeout
-	if !isReset(err) {
+	if !relay.IsReset(err) {
 		t.Errorf("flow past the drain timeout: %v; want reset", err)
 	}
 	if err := <-stopped; err != nil {
@@ -649,7 +618,7 @@ func TestDrain(t *testing.T) {
 	if d := time.Since(begin); d < time.Second || d > 5*time.Second {
 		t.Errorf("drain took %v; want about the 1 s drain timeout", d)
 	}
-	if n := flows(a.Server, roleInP, outcomeAborted); n != 1 {
+	if n := relay.Flows(a.Server, relay.RoleInP, relay.OutcomeAborted); n != 1 {
 		t.Errorf("aborted flows = %v; want 1", n)
 	}
 }
@@ -657,13 +626,13 @@ func TestDrain(t *testing.T) {
 func TestProxyProtocolToOrigin(t *testing.T) {
 	testenv.CheckLeaks(t)
 	got := make(chan []byte, 1)
-	o := newOrigin(t, func(c *net.TCPConn) {
+	o := testenv.NewServer(t, func(c *net.TCPConn) {
 		b := make([]byte, 16+12+2)
 		io.ReadFull(c, b)
 		got <- b
 	})
-	w := newWorld(t, o.addr(), func(c *Config) { c.ProxyProtocol = []string{"127.0.0.1"} })
-	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.ProxyProtocol = []string{"127.0.0.1"} }}, "a", "b", "c")
+	c, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,24 +658,24 @@ func TestProxyProtocolToOrigin(t *testing.T) {
 
 func TestPolicyRefusesPrivateTarget(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
+	o := testenv.NewServer(t, testenv.Echo)
 	// The EgP allows only 127.0.0.2: the origin on 127.0.0.1 is private
 	// and not named, so the flow must be refused and counted there.
-	w := newWorld(t, o.addr(), func(c *Config) {
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 		if c.ID == "c" {
 			c.Destinations.Allow = []string{"127.0.0.2", "*"}
 		}
-	})
-	c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+	}}, "a", "b", "c")
+	c, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 	if err == nil { // the refusal may even beat connect's completion
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		c.Write([]byte("x"))
-		if got, err := io.ReadAll(c); len(got) > 0 || !isReset(err) {
+		if got, err := io.ReadAll(c); len(got) > 0 || !relay.IsReset(err) {
 			t.Errorf("refused flow: read %q, %v; want reset", got, err)
 		}
-	} else if !isReset(err) {
+	} else if !relay.IsReset(err) {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "policy refusal", func() bool { return refusals(w.c.Server, refusePolicy) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "policy refusal", func() bool { return relay.Refusals(w.Members["c"], relay.RefusePolicy) == 1 })
 }

@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -47,18 +49,18 @@ func TestReusePortHandoff(t *testing.T) {
 		return
 	}
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	svc := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
-	cfg := func() *Config {
-		c := baseConfig("a")
+	o := testenv.NewServer(t, testenv.Echo)
+	svc := fmt.Sprintf("127.0.0.1:%d", relay.FreePorts(t, 1)[0])
+	cfg := func() *relay.Config {
+		c := relaytest.Config("a")
 		c.Hop.Listen = ""
 		c.Keys.Current = nil
 		c.Socket.ReusePort = true
-		c.Timeouts.Drain = Duration(5 * time.Second)
-		c.Services = []ServiceConfig{{Name: "svc", Listen: svc, Origin: o.addr()}}
+		c.Timeouts.Drain = relay.Duration(5 * time.Second)
+		c.Services = []relay.ServiceConfig{{Name: "svc", Listen: svc, Origin: o.Addr()}}
 		return c
 	}
-	old := start(t, cfg())
+	old := relaytest.Run(t, cfg())
 
 	var ok, failed, hung atomic.Int64
 	var firstErr atomic.Value
@@ -68,19 +70,19 @@ func TestReusePortHandoff(t *testing.T) {
 		wg.Add(1)
 		go handoffLoad(ctx, &wg, svc, &ok, &failed, &hung, &firstErr)
 	}
-	waitFor(t, 10*time.Second, "50 flows through the old daemon", func() bool { return ok.Load() >= 50 })
-	newer := start(t, cfg()) // binds the same port beside the old daemon
+	testenv.WaitFor(t, 10*time.Second, "50 flows through the old daemon", func() bool { return ok.Load() >= 50 })
+	newer := relaytest.Run(t, cfg()) // binds the same port beside the old daemon
 	// The kernel spreads new connections over both listeners.
-	waitFor(t, 10*time.Second, "the new daemon serving flows beside the old one", func() bool {
-		return flows(newer.Server, roleInP, outcomeOK) >= 10
+	testenv.WaitFor(t, 10*time.Second, "the new daemon serving flows beside the old one", func() bool {
+		return relay.Flows(newer.Server, relay.RoleInP, relay.OutcomeOK) >= 10
 	})
 	beforeStop := ok.Load()
-	if err := old.stop(t); err != nil {
+	if err := old.Stop(t); err != nil {
 		t.Fatalf("old daemon: %v", err)
 	}
 	failedAtSwitch := failed.Load()
 	okAtSwitch := ok.Load()
-	waitFor(t, 10*time.Second, "50 flows after the old daemon stopped", func() bool { return ok.Load()-okAtSwitch >= 50 })
+	testenv.WaitFor(t, 10*time.Second, "50 flows after the old daemon stopped", func() bool { return ok.Load()-okAtSwitch >= 50 })
 	stopLoad()
 	wg.Wait()
 	t.Logf("tcp_migrate_req=%s: %d flows ok (%d before the old daemon stopped), %d failed (%d of them by the time it stopped: %v), %d hung",
@@ -91,7 +93,7 @@ func TestReusePortHandoff(t *testing.T) {
 	if failed.Load() != failedAtSwitch {
 		t.Errorf("%d flows failed after the old daemon had stopped; want 0 (the new one serves the port)", failed.Load()-failedAtSwitch)
 	}
-	if ok.Load()-okAtSwitch == 0 || flows(newer.Server, roleInP, outcomeOK) == 0 {
+	if ok.Load()-okAtSwitch == 0 || relay.Flows(newer.Server, relay.RoleInP, relay.OutcomeOK) == 0 {
 		t.Error("the new daemon carried no flow")
 	}
 	if migrate == "1" && failed.Load() != 0 {
@@ -109,7 +111,7 @@ func handoffLoad(ctx context.Context, wg *sync.WaitGroup, addr string, ok, faile
 		switch {
 		case err == nil:
 			ok.Add(1)
-		case isTimeout(err):
+		case relay.IsTimeout(err):
 			hung.Add(1)
 		default:
 			failed.Add(1)

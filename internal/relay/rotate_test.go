@@ -1,14 +1,16 @@
-package relay
+package relay_test
 
 import (
+	"encoding/hex"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
-	"golang.org/x/sys/unix"
 )
 
 // TestKeyRotation runs a flow while the overlay key rotates: a still signs
@@ -16,24 +18,24 @@ import (
 // knows only the new key.
 func TestKeyRotation(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	oldKey := &KeyConfig{ID: 1, SecretHex: hexOf("0123456789abcdef0123456789abcdef")}
-	newKey := &KeyConfig{ID: 2, SecretHex: hexOf("fedcba9876543210fedcba9876543210")}
-	w := newWorld(t, o.addr(), func(c *Config) {
+	o := testenv.NewServer(t, testenv.Echo)
+	oldKey := relaytest.Config("a").Keys.Current // the World's key, id 1
+	newKey := &relay.KeyConfig{ID: 2, SecretHex: hex.EncodeToString([]byte("fedcba9876543210fedcba9876543210"))}
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 		switch c.ID {
 		case "b":
-			c.Keys = KeysConfig{Current: newKey, Previous: oldKey}
+			c.Keys = relay.KeysConfig{Current: newKey, Previous: oldKey}
 		case "c":
-			c.Keys = KeysConfig{Current: newKey}
+			c.Keys = relay.KeysConfig{Current: newKey}
 		}
-	})
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("rotating")); string(got) != "rotating" {
+	}}, "a", "b", "c")
+	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("rotating")); string(got) != "rotating" {
 		t.Fatalf("echo during rotation = %q", got)
 	}
 	// c alone cannot verify a's old key: a chain a-c must be refused there.
-	w.a.SetChains(chainTable{{"a", "c"}: {"a", "c"}})
-	roundTripMayFail(t, w.a.ServiceAddr(0).String())
-	waitFor(t, 5*time.Second, "auth refusal at c", func() bool { return refusals(w.c.Server, refuseAuth) == 1 })
+	w.Members["a"].SetChains(relaytest.ChainTable{{"a", "c"}: {"a", "c"}})
+	roundTripMayFail(t, w.Members["a"].ServiceAddr(0).String())
+	testenv.WaitFor(t, 5*time.Second, "auth refusal at c", func() bool { return relay.Refusals(w.Members["c"], relay.RefuseAuth) == 1 })
 }
 
 func roundTripMayFail(t *testing.T, addr string) {
@@ -48,49 +50,10 @@ func roundTripMayFail(t *testing.T, addr string) {
 	c.Read(make([]byte, 1))
 }
 
-// TestSocketOptions checks that the configured options reach the socket.
-func TestSocketOptions(t *testing.T) {
-	nd := false
-	sc := SocketConfig{RcvBuf: 256 << 10, SndBuf: 512 << 10, Congestion: "reno", NotSentLowat: 64 << 10, NoDelay: &nd}
-	ln, err := (&net.ListenConfig{Control: sc.control(sockListen)}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen with options: %v", err)
-	}
-	defer ln.Close()
-	rc, err := ln.(*net.TCPListener).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.Control(func(fd uintptr) {
-		for _, tc := range []struct {
-			name       string
-			level, opt int
-			atLeast    int
-		}{
-			{"SO_RCVBUF", unix.SOL_SOCKET, unix.SO_RCVBUF, 256 << 10},
-			{"SO_SNDBUF", unix.SOL_SOCKET, unix.SO_SNDBUF, 512 << 10},
-			{"TCP_NOTSENT_LOWAT", unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, 64 << 10},
-		} {
-			v, err := unix.GetsockoptInt(int(fd), tc.level, tc.opt)
-			if err != nil || v < tc.atLeast {
-				t.Errorf("%s = %d, %v; want >= %d", tc.name, v, err, tc.atLeast)
-			}
-		}
-		cc, err := unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
-		if err != nil || cc != "reno" {
-			t.Errorf("TCP_CONGESTION = %q, %v; want reno", cc, err)
-		}
-	})
-	bad := SocketConfig{Congestion: "no-such-cc"}
-	if _, err := (&net.ListenConfig{Control: bad.control(sockListen)}).Listen(t.Context(), "tcp", "127.0.0.1:0"); err == nil {
-		t.Error("unknown congestion control accepted")
-	}
-}
-
 // fakeAgent stands for the controller agent: chains, members and keys that
 // change at run time.
 type fakeAgent struct {
-	chains  chainTable
+	chains  relaytest.ChainTable
 	members map[string]string
 	kr      *hop.Keyring
 }
@@ -105,31 +68,31 @@ func (f *fakeAgent) Keys() *hop.Keyring         { return f.kr }
 // members and keys, including a key the config files never held.
 func TestSources(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), nil)
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
 	kr, err := hop.NewKeyring(hop.Key{ID: 9, Secret: []byte("distributed by the controller...")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ag := &fakeAgent{
-		chains:  chainTable{{"a", "c"}: {"a", "b", "c"}},
-		members: map[string]string{"a": w.a.HopAddr().String(), "b": w.b.HopAddr().String(), "c": w.c.HopAddr().String()},
+		chains:  relaytest.ChainTable{{"a", "c"}: {"a", "b", "c"}},
+		members: map[string]string{"a": w.Members["a"].HopAddr().String(), "b": w.Members["b"].HopAddr().String(), "c": w.Members["c"].HopAddr().String()},
 		kr:      kr,
 	}
-	for _, s := range w.all() {
+	for _, s := range w.Members {
 		s.SetChains(ag)
 		s.SetMemberSource(ag)
 		s.SetKeySource(ag)
 	}
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("from sources")); string(got) != "from sources" {
+	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("from sources")); string(got) != "from sources" {
 		t.Fatalf("echo = %q", got)
 	}
-	waitFor(t, 5*time.Second, "flow through b", func() bool { return flows(w.b.Server, roleTrP, outcomeOK) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "flow through b", func() bool { return relay.Flows(w.Members["b"], relay.RoleTrP, relay.OutcomeOK) == 1 })
 	// A header under the configured key is no longer accepted by b.
-	c := dialHop(t, w.b)
+	c := dialHop(t, w.Members["b"])
 	defer c.Close()
-	c.Write(signed(t, testKeyring(t), []string{"a", "b", "c"}, 1, o.addr(), time.Now()))
+	c.Write(signed(t, relaytest.Keyring(t), []string{"a", "b", "c"}, 1, o.Addr(), time.Now()))
 	c.(*net.TCPConn).CloseWrite()
 	c.Read(make([]byte, 1))
-	waitFor(t, 5*time.Second, "auth refusal", func() bool { return refusals(w.b.Server, refuseAuth) == 1 })
+	testenv.WaitFor(t, 5*time.Second, "auth refusal", func() bool { return relay.Refusals(w.Members["b"], relay.RefuseAuth) == 1 })
 }

@@ -2,14 +2,9 @@ package relay
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/mosto-net/mosto/internal/pathcomp"
 )
 
 func TestSizeLearnerStaticUntilEnoughFlows(t *testing.T) {
@@ -225,75 +220,4 @@ func FuzzHTTPPathPrefix(f *testing.F) {
 			}
 		}
 	})
-}
-
-// sizeRecorder is a ChainSource that answers the chain a-b-c and records
-// the size of every lookup.
-type sizeRecorder struct {
-	chainTable
-	mu    sync.Mutex
-	sizes []int64
-}
-
-func (r *sizeRecorder) Lookup(from, to string, size int64) (pathcomp.ChainEntry, bool) {
-	r.mu.Lock()
-	r.sizes = append(r.sizes, size)
-	r.mu.Unlock()
-	return r.chainTable.Lookup(from, to, size)
-}
-
-func (r *sizeRecorder) last() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.sizes) == 0 {
-		return -1
-	}
-	return r.sizes[len(r.sizes)-1]
-}
-
-// TestSizeLearningInP runs flows of 300 KB responses through a service
-// whose static size hint is 1000 bytes, on the event loops and on the
-// goroutine path: the InP looks its chain up with the static hint until
-// DefaultSizeMinFlows flows completed, then with the learned 300000; with
-// learning off it keeps the static hint.
-func TestSizeLearningInP(t *testing.T) {
-	const resp = 300_000
-	o := newOrigin(t, func(c *net.TCPConn) {
-		io.Copy(io.Discard, c)
-		c.Write(make([]byte, resp))
-	})
-	defer o.close()
-	for _, tc := range []struct {
-		name  string
-		loops int
-		off   bool
-	}{{"loops", 0, false}, {"goroutines", -1, false}, {"off", 0, true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			rec := &sizeRecorder{chainTable: chainTable{{"a", "c"}: {"a", "b", "c"}}}
-			w := newWorld(t, o.addr(), func(c *Config) {
-				c.Loops = tc.loops
-				if tc.off {
-					c.SizeLearning.MinFlows = -1
-				}
-			})
-			w.a.SetChains(rec)
-			addr := w.a.ServiceAddr(0).String()
-			for i := range DefaultSizeMinFlows + 2 {
-				got := roundTrip(t, addr, []byte("GET /obj HTTP/1.1\r\n\r\n"))
-				if len(got) != resp {
-					t.Fatalf("flow %d: %d bytes; want %d", i, len(got), resp)
-				}
-				want := int64(1000)
-				if i >= DefaultSizeMinFlows && !tc.off {
-					want = resp
-				}
-				if l := rec.last(); l != want {
-					t.Fatalf("flow %d looked up size %d; want %d", i, l, want)
-				}
-				waitFor(t, 5*time.Second, "the InP to finish the flow", func() bool {
-					return flows(w.a.Server, roleInP, outcomeOK) >= float64(i+1)
-				})
-			}
-		})
-	}
 }

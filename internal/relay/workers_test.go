@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -255,7 +256,7 @@ destinations: {allow: ['127.0.0.0/8']}
 timeouts: {header: 20s, connect: 20s, idle: 2m, drain: 5s}
 limits: {max_conns: 40000, max_conns_per_source: 40000}
 metrics: {listen: '127.0.0.1:0'}
-`, id, workers, ports[k], members, hexOf("0123456789abcdef0123456789abcdef"))
+`, id, workers, ports[k], members, hex.EncodeToString([]byte("0123456789abcdef0123456789abcdef")))
 		if id == "a" {
 			y += fmt.Sprintf("services: [{name: s, listen: '127.0.0.1:%d', origin: '%s', size: 1000}]\n", ports[3], originAddr)
 		}
@@ -263,7 +264,7 @@ metrics: {listen: '127.0.0.1:0'}
 		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		sv := &Supervisor{N: workers, Stop: 20 * time.Second, Log: testLogger(t), Command: func(i int) *exec.Cmd {
+		sv := &Supervisor{N: workers, Stop: 20 * time.Second, Log: testenv.Logger(t), Command: func(i int) *exec.Cmd {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$")
 			cmd.Env = append(os.Environ(), envWorkerConfig+"="+path, fmt.Sprintf("%s=%d", WorkerEnv, i))
 			cmd.Stdout, cmd.Stderr = workerOut, childErr
@@ -360,7 +361,7 @@ metrics: {listen: '127.0.0.1:0'}
 		metric := fmt.Sprintf(`mosto_relay_flows_total{outcome="ok",role="%s"}`, role)
 		var sum float64
 		var per []float64
-		waitFor(t, 20*time.Second, fmt.Sprintf("%s flow accounting (%v per worker)", id, per), func() bool {
+		testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("%s flow accounting (%v per worker)", id, per), func() bool {
 			sum, per = 0, per[:0]
 			for w := range workers {
 				v := scrape(t, metricsAddrs[k*workers+w], metric)[metric]
@@ -379,7 +380,7 @@ metrics: {listen: '127.0.0.1:0'}
 	// Every worker let go of its flows' sockets before being stopped.
 	for i, a := range metricsAddrs {
 		var m map[string]float64
-		waitFor(t, 20*time.Second, fmt.Sprintf("worker %d of %s to close its flows (%v)", i%workers, ids[i/workers], m), func() bool {
+		testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("worker %d of %s to close its flows (%v)", i%workers, ids[i/workers], m), func() bool {
 			m = scrape(t, a, "process_open_fds", "mosto_relay_active_flows")
 			return m["mosto_relay_active_flows"] == 0 && m["process_open_fds"] < 100
 		})

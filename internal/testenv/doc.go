@@ -1,6 +1,9 @@
 // Package testenv holds helpers shared by tests: the privilege gate for tests
 // that need root and network namespaces (RequirePrivileged, RequireCommand),
 // and leak checks (CheckLeaks: goroutines, file descriptors and named
-// network namespaces a test left behind). It is imported only from _test.go
+// network namespaces a test left behind), and what network tests wait and
+// talk with: WaitFor (an event a test cannot be told about), Logger (Warn and
+// above to the test log), Server (a loopback TCP server running a handler
+// per connection, Echo) and RoundTrip. It is imported only from _test.go
 // files and test helper packages.
 package testenv

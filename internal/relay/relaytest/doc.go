@@ -4,7 +4,8 @@
 // tun/tuntest, it is a real implementation (real sockets, real
 // relay.Server) made convenient, not a fake.
 //
-// It uses only relay's exported API, so tests inside package relay (which
-// need its internals) cannot import it (an import cycle); they keep their
-// own world in helpers_test.go. It never touches anything but loopback.
+// It uses only relay's exported API. relay's own overlay tests use it from
+// package relay_test (relaytest imports relay, so package relay's internal
+// tests cannot); the internals they read are exported to them by
+// export_test.go. It never touches anything but loopback.
 package relaytest

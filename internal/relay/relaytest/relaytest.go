@@ -3,15 +3,14 @@ package relaytest
 import (
 	"context"
 	"encoding/hex"
-	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // secret is the overlay key of every World (key id KeyID), 32 bytes.
@@ -52,25 +51,56 @@ func Config(id string, members ...string) *relay.Config {
 }
 
 // Start runs a daemon from cfg until t ends (then drains it and waits for
-// Run to return).
+// Run to return). It logs Warn and above to t's log.
 func Start(t testing.TB, cfg *relay.Config) *relay.Server {
 	t.Helper()
-	s, err := relay.New(cfg, nil)
+	return start(t, cfg, nil).Server
+}
+
+// Daemon is a running relay.Server that a test can stop before it ends.
+type Daemon struct {
+	*relay.Server
+	id     string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Run is Start for a test that stops the daemon itself (Stop); t's end
+// still stops it if the test did not.
+func Run(t testing.TB, cfg *relay.Config) *Daemon {
+	t.Helper()
+	return start(t, cfg, nil)
+}
+
+// Stop cancels the daemon's Run (it drains) and returns Run's error; it
+// fails t if Run has not returned 30 s later. It may be called again.
+func (d *Daemon) Stop(t testing.TB) error {
+	t.Helper()
+	d.cancel()
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("relay %s: Run did not return 30 s after cancel", d.id)
+		return nil
+	}
+}
+
+func start(t testing.TB, cfg *relay.Config, setup func(*relay.Server)) *Daemon {
+	t.Helper()
+	s, err := relay.New(cfg, testenv.Logger(t))
 	if err != nil {
 		t.Fatalf("relay.New(%s): %v", cfg.ID, err)
 	}
+	if setup != nil {
+		setup(s)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go run(ctx, s, done)
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("relay %s: Run did not return 30 s after cancel", cfg.ID)
-		}
-	})
-	return s
+	d := &Daemon{Server: s, id: cfg.ID, cancel: cancel, done: make(chan error, 1)}
+	go run(ctx, s, d.done)
+	t.Cleanup(func() { d.Stop(t) })
+	return d
 }
 
 func run(ctx context.Context, s *relay.Server, done chan<- error) { done <- s.Run(ctx) }
@@ -94,6 +124,11 @@ type Options struct {
 	Tweak func(*relay.Config)
 	// Origin handles each connection to the test origin; nil: Echo.
 	Origin func(*net.TCPConn)
+	// OriginAddr, if set, is the service's origin instead: no test origin
+	// is started (World.Origin is nil).
+	OriginAddr string
+	// Setup, if set, runs on each member after relay.New, before Run.
+	Setup func(*relay.Server)
 }
 
 // World is a running overlay.
@@ -101,7 +136,7 @@ type World struct {
 	IDs     []string                 // in chain order
 	Members map[string]*relay.Server // by id
 	Chains  ChainTable               // the first id to the last through every id
-	Origin  *Origin
+	Origin  *Origin                  // nil with Options.OriginAddr
 }
 
 // Overlay starts a World of the members ids (at least two): the first is
@@ -118,11 +153,16 @@ func OverlayWith(t testing.TB, o Options, ids ...string) *World {
 	if len(ids) < 2 {
 		t.Fatalf("relaytest.Overlay: %d members; want at least 2", len(ids))
 	}
-	handle := o.Origin
-	if handle == nil {
-		handle = Echo
+	w := &World{IDs: ids, Members: map[string]*relay.Server{}}
+	origin := o.OriginAddr
+	if origin == "" {
+		handle := o.Origin
+		if handle == nil {
+			handle = Echo
+		}
+		w.Origin = NewOrigin(t, handle)
+		origin = w.Origin.Addr()
 	}
-	w := &World{IDs: ids, Members: map[string]*relay.Server{}, Origin: NewOrigin(t, handle)}
 	first, last := ids[0], ids[len(ids)-1]
 	w.Chains = ChainTable{{first, last}: ids}
 	for _, id := range ids {
@@ -135,12 +175,12 @@ func OverlayWith(t testing.TB, o Options, ids ...string) *World {
 		cfg := Config(id, others...)
 		if id == first {
 			cfg.Egress.Default = last
-			cfg.Services = []relay.ServiceConfig{{Name: "svc", Listen: "127.0.0.1:0", Origin: w.Origin.Addr(), Size: 1000}}
+			cfg.Services = []relay.ServiceConfig{{Name: "svc", Listen: "127.0.0.1:0", Origin: origin, Size: 1000}}
 		}
 		if o.Tweak != nil {
 			o.Tweak(cfg)
 		}
-		w.Members[id] = Start(t, cfg)
+		w.Members[id] = start(t, cfg, o.Setup).Server
 	}
 	addrs := map[string]string{}
 	for id, s := range w.Members {
@@ -157,54 +197,11 @@ func OverlayWith(t testing.TB, o Options, ids ...string) *World {
 // the whole chain to the origin.
 func (w *World) Service() string { return w.Members[w.IDs[0]].ServiceAddr(0).String() }
 
-// Origin is a loopback TCP server for tests.
-type Origin struct {
-	ln net.Listener
-	wg sync.WaitGroup
-}
+// Origin is the World's test origin: a loopback TCP server (testenv.Server).
+type Origin = testenv.Server
 
 // NewOrigin serves handle for every connection until t ends.
-func NewOrigin(t testing.TB, handle func(*net.TCPConn)) *Origin {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &Origin{ln: ln}
-	o.wg.Add(1)
-	go o.serve(handle)
-	t.Cleanup(o.close)
-	return o
-}
-
-func (o *Origin) serve(handle func(*net.TCPConn)) {
-	defer o.wg.Done()
-	for {
-		c, err := o.ln.Accept()
-		if err != nil {
-			return
-		}
-		o.wg.Add(1)
-		go o.conn(c.(*net.TCPConn), handle)
-	}
-}
-
-func (o *Origin) conn(c *net.TCPConn, handle func(*net.TCPConn)) {
-	defer o.wg.Done()
-	defer c.Close()
-	handle(c)
-}
-
-func (o *Origin) close() {
-	o.ln.Close()
-	o.wg.Wait()
-}
-
-// Addr is the origin's address.
-func (o *Origin) Addr() string { return o.ln.Addr().String() }
+func NewOrigin(t testing.TB, handle func(*net.TCPConn)) *Origin { return testenv.NewServer(t, handle) }
 
 // Echo copies everything back and half-closes after EOF.
-func Echo(c *net.TCPConn) {
-	io.Copy(c, c)
-	c.CloseWrite()
-}
+func Echo(c *net.TCPConn) { testenv.Echo(c) }
