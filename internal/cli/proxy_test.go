@@ -24,6 +24,7 @@ import (
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/relay"
 	"github.com/mosto-net/mosto/internal/relay/relaytest"
+	"github.com/mosto-net/mosto/internal/testenv"
 	"gopkg.in/yaml.v3"
 )
 
@@ -60,9 +61,9 @@ func TestProxyRunsUntilCancelled(t *testing.T) {
 	os.WriteFile(cfg, []byte("id: a\nservices: [{listen: '127.0.0.1:0', origin: '127.0.0.1:9'}]\ntimeouts: {drain: 1s}\n"), 0o600)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr syncBuffer
 	go func() { done <- Run(ctx, []string{"proxy", "--config", cfg}, strings.NewReader(""), &stdout, &stderr) }()
-	time.Sleep(200 * time.Millisecond)
+	testenv.WaitFor(t, 10*time.Second, "proxy serving", func() bool { return strings.Contains(stderr.String(), "proxy serving") })
 	cancel()
 	select {
 	case got := <-done:
@@ -92,13 +93,7 @@ func TestProxyWorkerMode(t *testing.T) {
 		go func() {
 			done <- Run(ctx, []string{"proxy", "--config", cfg}, strings.NewReader(""), io.Discard, &stderr[i])
 		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(stderr[i].String(), "proxy serving") {
-			if time.Now().After(deadline) {
-				t.Fatalf("worker %d did not start: %s", i, stderr[i].String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("worker %d serving", i), func() bool { return strings.Contains(stderr[i].String(), "proxy serving") })
 	}
 	for i := range 2 {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", mport+i))

@@ -443,7 +443,16 @@ func TestElection(t *testing.T) {
 	}
 	// b queues behind a, c behind b.
 	bdone := campaign(eb, "b")
-	time.Sleep(100 * time.Millisecond)
+	// c campaigns once b's key is in the queue.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if g, err := c.GetPrefix(ctx, "/el/", false); err == nil && len(g.Kvs) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's campaign key not in the election after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	cctx, ccancel := context.WithCancel(ctx)
 	cdone := make(chan error, 1)
 	go func() { cdone <- ec.Campaign(cctx, "c") }()

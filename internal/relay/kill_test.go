@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"bufio"
@@ -12,10 +12,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -29,12 +32,12 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(path string) int {
-	cfg, err := LoadConfig(path)
+	cfg, err := relay.LoadConfig(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	s, err := New(cfg, nil)
+	s, err := relay.New(cfg, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -89,14 +92,15 @@ func TestHopKilled(t *testing.T) {
 	}
 	testenv.CheckLeaks(t)
 	// The origin streams to clients that send "d" and swallows the
-	// uploads of clients that send "u".
-	o := newOrigin(t, func(c *net.TCPConn) {
+	// uploads of clients that send "u" (counting them).
+	uploaded := new(countingWriter)
+	o := testenv.NewServer(t, func(c *net.TCPConn) {
 		b := make([]byte, 1)
 		if _, err := io.ReadFull(c, b); err != nil {
 			return
 		}
 		if b[0] == 'u' {
-			io.Copy(io.Discard, c)
+			io.Copy(uploaded, c)
 			return
 		}
 		buf := make([]byte, 32<<10)
@@ -106,19 +110,19 @@ func TestHopKilled(t *testing.T) {
 			}
 		}
 	})
-	w := newWorld(t, o.addr(), func(c *Config) { c.Timeouts.Idle = Duration(time.Minute) })
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Timeouts.Idle = relay.Duration(time.Minute) }}, "a", "b", "c")
 	cmd, bAddr := startChild(t, fmt.Sprintf(`id: b
 hop: {listen: "127.0.0.1:0"}
 members: {c: %q}
 keys: {current: {id: 1, secret_hex: %s}}
 timeouts: {idle: 1m}
-`, w.c.HopAddr(), hexOf("0123456789abcdef0123456789abcdef")))
-	members := map[string]string{"a": w.a.HopAddr().String(), "b": bAddr, "c": w.c.HopAddr().String()}
-	w.a.SetMembers(members)
-	w.c.SetMembers(members)
+`, w.Members["c"].HopAddr(), relaytest.Config("b").Keys.Current.SecretHex))
+	members := map[string]string{"a": w.Members["a"].HopAddr().String(), "b": bAddr, "c": w.Members["c"].HopAddr().String()}
+	w.Members["a"].SetMembers(members)
+	w.Members["c"].SetMembers(members)
 
 	dial := func(kind string) net.Conn {
-		c, err := net.Dial("tcp", w.a.ServiceAddr(0).String())
+		c, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +145,7 @@ timeouts: {idle: 1m}
 			}
 		}
 	}()
-	time.Sleep(100 * time.Millisecond) // the upload is flowing
+	testenv.WaitFor(t, 10*time.Second, "the upload reaching the origin", func() bool { return uploaded.n.Load() > 0 })
 	killed := time.Now()
 	cmd.Process.Kill()
 	n, err := io.Copy(io.Discard, down)
@@ -160,19 +164,19 @@ timeouts: {idle: 1m}
 	if isTimeoutErr(err) || took > 5*time.Second {
 		t.Errorf("upload: %v after %v; want a reset promptly", err, took)
 	}
-	if !isReset(err) && !errors.Is(err, syscall.EPIPE) {
+	if !relay.IsReset(err) && !errors.Is(err, syscall.EPIPE) {
 		t.Errorf("upload error %v; want connection reset or broken pipe", err)
 	}
 	// The surviving proxies keep serving: a new flow finds b down and goes
 	// direct; with a chain around b it goes through c.
 	for _, route := range [][]string{{"a", "b", "c"}, {"a", "c"}} {
-		w.a.SetChains(chainTable{{"a", "c"}: route})
-		downloadOK(t, w.a.ServiceAddr(0).String())
+		w.Members["a"].SetChains(relaytest.ChainTable{{"a", "c"}: route})
+		downloadOK(t, w.Members["a"].ServiceAddr(0).String())
 	}
-	if n := testutilDirect(w.a, "hop_unreachable"); n != 1 {
+	if n := relay.DirectCount(w.Members["a"], "hop_unreachable"); n != 1 {
 		t.Errorf("direct{hop_unreachable} = %v; want 1", n)
 	}
-	if n := connectCount(w.a, "c"); n != 1 {
+	if n := connectCount(w.Members["a"], "c"); n != 1 {
 		t.Errorf("a connected to c %d times; want 1 (the flow routed around b)", n)
 	}
 }
@@ -199,8 +203,8 @@ func errOrEOF(err error) string {
 }
 
 // connectCount is the number of connections s made to peer.
-func connectCount(s *running, peer string) uint64 {
-	mfs, _ := s.m.reg.Gather()
+func connectCount(s *relay.Server, peer string) uint64 {
+	mfs, _ := s.Registry().Gather()
 	for _, mf := range mfs {
 		if mf.GetName() != "mosto_relay_connect_seconds" {
 			continue
@@ -212,4 +216,12 @@ func connectCount(s *running, peer string) uint64 {
 		}
 	}
 	return 0
+}
+
+// countingWriter discards what it is given and counts the bytes.
+type countingWriter struct{ n atomic.Int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
 }
