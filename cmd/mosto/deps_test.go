@@ -12,16 +12,20 @@ import (
 
 const module = "github.com/mosto-net/mosto"
 
+// goBin is the go command: from PATH, else the toolchain's.
+func goBin() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
 // goList runs `go list -deps` on pkgs and returns every dependency with
 // its imports.
 func goList(t *testing.T, pkgs ...string) map[string][]string {
 	t.Helper()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if p, err := exec.LookPath("go"); err == nil {
-		gobin = p
-	}
 	args := append([]string{"list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}"}, pkgs...)
-	out, err := exec.Command(gobin, args...).Output()
+	out, err := exec.Command(goBin(), args...).Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

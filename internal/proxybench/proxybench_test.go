@@ -243,7 +243,7 @@ func TestWriteMarkdownChains(t *testing.T) {
 }
 
 // TestRunExternalRelays runs a tiny benchmark through HAProxy and nginx
-// (the mosto modes need the built binary; `mosto bench proxy` covers them).
+// (the mosto modes need the built binary: cmd/mosto TestBenchProxyMostoModes).
 func TestRunExternalRelays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts relay processes")
