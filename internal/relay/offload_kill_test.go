@@ -130,7 +130,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go echo(c.(*net.TCPConn))
+			go testenv.Echo(c.(*net.TCPConn))
 		}
 	}()
 	pinned := func() []xlate.PinnedEntry {
@@ -181,7 +181,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	relay1.cmd.Wait()
 	before := pinned()
 	send(8 << 20)
-	waitFor(t, 60*time.Second, "the bytes sent after the kill echoed", func() bool { return echoed.Load() == sent })
+	testenv.WaitFor(t, 60*time.Second, "the bytes sent after the kill echoed", func() bool { return echoed.Load() == sent })
 	after := pinned()
 	if len(after) != 2 {
 		t.Fatalf("entries after the kill: %+v", after)
@@ -220,7 +220,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	if <-got != [32]byte(h.Sum(nil)) {
 		t.Fatalf("echo differs (%d sent, %d echoed)", sent, echoed.Load())
 	}
-	waitFor(t, 30*time.Second, "the restarted relay to remove the ended join", func() bool { return len(pinned()) == 0 })
+	testenv.WaitFor(t, 30*time.Second, "the restarted relay to remove the ended join", func() bool { return len(pinned()) == 0 })
 
 	// Clean shutdown: no pin, no program left.
 	relay2.stdin.Close()
@@ -264,7 +264,7 @@ func offloadKillChildBody(t *testing.T, args []string) {
 	cfg.Loops = -1
 	cfg.Offload = OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20, PinDir: pin, Linger: Duration(300 * time.Millisecond)}
 	r := start(t, cfg)
-	waitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
+	testenv.WaitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
 	st := r.offload.Load().sp.Stats()
 	fmt.Printf("KILLCHILD ready adopted=%d held=%d\n", st.Adopted, st.Held)
 	io.Copy(io.Discard, os.Stdin)
