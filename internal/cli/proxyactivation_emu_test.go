@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -135,32 +134,12 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 	}
 	defer func() { warm.Process.Signal(syscall.SIGTERM); warm.Wait() }()
 	first := func(addr string) (time.Duration, error) {
-		start := time.Now()
-		c, err := w.Dial(ctx, "client", "tcp", addr)
-		if err != nil {
-			return 0, err
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(30 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil {
-			return 0, err
-		}
-		if line != "hello from the origin\n" {
-			return 0, fmt.Errorf("got %q", line)
-		}
-		return time.Since(start), nil
+		return firstLineVia(func() (net.Conn, error) { return w.Dial(ctx, "client", "tcp", addr) })
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := first(warmAddr); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("always-running proxy not serving after 60 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 60*time.Second, "the always-running proxy serving", func() bool {
+		_, err := first(warmAddr)
+		return err == nil
+	})
 	const n = 50
 	var fig activationFigure
 	for range n {

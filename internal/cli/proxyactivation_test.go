@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/activation"
 	"github.com/mosto-net/mosto/internal/stats"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // cliChildEnv makes the test binary act as the mosto binary (a `mosto
@@ -65,8 +65,13 @@ func greeter(t *testing.T) string {
 // firstLine connects to addr and returns the time until the first line
 // arrived through the proxy.
 func firstLine(addr string) (time.Duration, error) {
+	return firstLineVia(func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 20*time.Second) })
+}
+
+// firstLineVia is firstLine over a connection dial makes (in a namespace).
+func firstLineVia(dial func() (net.Conn, error)) (time.Duration, error) {
 	start := time.Now()
-	c, err := net.DialTimeout("tcp", addr, 20*time.Second)
+	c, err := dial()
 	if err != nil {
 		return 0, err
 	}
@@ -299,22 +304,22 @@ func TestActivationFirstConnection(t *testing.T) {
 	t.Logf("proxies: %s", argv[0])
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	var werr bytes.Buffer
+	var werr syncBuffer
 	cmd.Stderr = &werr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := firstLine(warmAddr); err == nil {
-			break
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("always-running proxy's stderr:\n%s", werr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("always-running proxy not up: %s", werr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
+	testenv.WaitFor(t, 30*time.Second, "the always-running proxy serving", func() bool {
+		_, err := firstLine(warmAddr)
+		return err == nil
+	})
 	const n = 50
 	var fig activationFigure
 	for range n {

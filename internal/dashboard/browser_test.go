@@ -14,39 +14,26 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/mosto-net/mosto/internal/cli"
+	"github.com/mosto-net/mosto/internal/cli/clitest"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/scenario"
 	"github.com/mosto-net/mosto/internal/stats"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
-// childEnv makes the test binary act as the mosto binary (the controller
-// and the proxies of the emulated world).
-const childEnv = "MOSTO_DASHBOARD_TEST_CHILD"
-
 // screenshotsEnv names a directory where TestDashboardInChromium writes
 // its screenshots (docs/ for docs/dashboard.md).
 const screenshotsEnv = "MOSTO_DASHBOARD_SCREENSHOTS"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
+// TestMain lets the test binary act as the mosto binary (clitest).
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 // cdp is a Chrome DevTools Protocol client over --remote-debugging-pipe
 // (fd 3: commands to the browser, fd 4: its answers and events, each
@@ -211,10 +198,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := emutest.Start(t, spec)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mosto, mostoEnv := clitest.Mosto(t)
 	dir := t.TempDir()
 	auth := filepath.Join(dir, "ui-auth")
 	if err := os.WriteFile(auth, []byte("ops:dashboard-test-pw\n"), 0o600); err != nil {
@@ -224,7 +208,7 @@ func TestDashboardInChromium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	sc, err := scenario.Start(ctx, w, scenario.Config{
-		Sizes: []int64{30_000, 200_000}, Mosto: []string{exe}, Env: []string{childEnv + "=1"}, Dir: dir,
+		Sizes: []int64{30_000, 200_000}, Mosto: mosto, Env: mostoEnv, Dir: dir,
 		Controller: &scenario.ControllerConfig{ProbeInterval: interval, Coordinates: true,
 			Args: []string{"--ui-listen", "0.0.0.0:7080", "--ui-auth-file", auth, "--ui-poll", "1s"}},
 	}, nil)

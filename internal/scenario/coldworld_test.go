@@ -2,12 +2,12 @@ package scenario_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/cli/clitest"
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/scenario"
@@ -28,15 +28,12 @@ func TestColdModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := emutest.Start(t, spec)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mosto, mostoEnv := clitest.Mosto(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	size := int64(20_000)
 	sc, err := scenario.Start(ctx, w, scenario.Config{
-		Sizes: []int64{size}, Mosto: []string{exe}, Env: []string{childEnv + "=1"}, Dir: t.TempDir(),
+		Sizes: []int64{size}, Mosto: mosto, Env: mostoEnv, Dir: t.TempDir(),
 		Tune: scenario.Tune{InitCwnd: 40, HopPool: 1, FastOpen: true},
 	}, nil)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/cli/clitest"
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/pathcomp"
@@ -20,21 +21,19 @@ import (
 func startWithController(t *testing.T, ctx context.Context, spec *emu.Spec, roles scenario.Roles, sizes []int64) (*emu.World, *scenario.Scenario) {
 	t.Helper()
 	w := emutest.Start(t, spec)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mosto, mostoEnv := clitest.Mosto(t)
 	// MOSTO_SCENARIO_DIR keeps the generated files and the processes' logs
 	// (a new directory under it per test) for a post-mortem.
 	dir := t.TempDir()
 	if keep := os.Getenv("MOSTO_SCENARIO_DIR"); keep != "" {
+		var err error
 		if dir, err = os.MkdirTemp(keep, t.Name()+"-"); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("scenario files and logs in %s", dir)
 	}
 	sc, err := scenario.Start(ctx, w, scenario.Config{
-		Roles: roles, Sizes: sizes, Mosto: []string{exe}, Env: []string{childEnv + "=1"}, Dir: dir,
+		Roles: roles, Sizes: sizes, Mosto: mosto, Env: mostoEnv, Dir: dir,
 		Controller: &scenario.ControllerConfig{ProbeInterval: 2 * time.Second},
 	}, nil)
 	if err != nil {

@@ -3,15 +3,12 @@ package scenario_test
 import (
 	"bytes"
 	"context"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/mosto-net/mosto/internal/cli"
+	"github.com/mosto-net/mosto/internal/cli/clitest"
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/pathcomp"
@@ -19,19 +16,8 @@ import (
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
-// childEnv makes the test binary act as the mosto binary, so the proxies run
-// as `mosto proxy` processes inside the world's namespaces.
-const childEnv = "MOSTO_SCENARIO_TEST_CHILD"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
+// TestMain lets the test binary act as the mosto binary (clitest).
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 // TestDemoWorld brings up the demo world with a proxy per FEP, an origin and
 // nginx, fetches through every mode (each body hash-checked by the client),
@@ -44,19 +30,16 @@ func TestDemoWorld(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := emutest.Start(t, spec)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mosto, mostoEnv := clitest.Mosto(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	sizes := []int64{20_000, 300_000}
-	if _, err := scenario.Start(ctx, w, scenario.Config{Sizes: sizes, Mosto: []string{exe}, CDN: true, CDNHost: "nowhere"}, nil); err == nil || !strings.Contains(err.Error(), `"nowhere"`) {
+	if _, err := scenario.Start(ctx, w, scenario.Config{Sizes: sizes, Mosto: mosto, CDN: true, CDNHost: "nowhere"}, nil); err == nil || !strings.Contains(err.Error(), `"nowhere"`) {
 		t.Errorf("Start with CDN host nowhere = %v; want an error naming it", err)
 	}
 	sc, err := scenario.Start(ctx, w, scenario.Config{
 		Roles: scenario.Roles{Single: "Washington"},
-		Sizes: sizes, Mosto: []string{exe}, Env: []string{childEnv + "=1"},
+		Sizes: sizes, Mosto: mosto, Env: mostoEnv,
 		CDN: true, CDNIdle: 300 * time.Millisecond, Nginx: nginx, Dir: t.TempDir(),
 		Tune: scenario.Tune{InitCwnd: 40}, TuneCDN: true, Model: pathcomp.Model{ICW: 40},
 	}, nil)

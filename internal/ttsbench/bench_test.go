@@ -3,30 +3,17 @@ package ttsbench_test
 import (
 	"bytes"
 	"context"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/mosto-net/mosto/internal/cli"
+	"github.com/mosto-net/mosto/internal/cli/clitest"
 	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/mosto-net/mosto/internal/ttsbench"
 )
 
-// childEnv makes the test binary act as the mosto binary for the proxies.
-const childEnv = "MOSTO_TTSBENCH_TEST_CHILD"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		code := cli.Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
+// TestMain lets the test binary act as the mosto binary (clitest).
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 func config(t *testing.T) ttsbench.Config {
 	t.Helper()
@@ -34,11 +21,8 @@ func config(t *testing.T) ttsbench.Config {
 	if testing.Short() {
 		t.Skip("emulator bench test")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ttsbench.Config{Mosto: []string{exe}, Env: []string{childEnv + "=1"}, Dir: t.TempDir(), Trials: 2, Timeout: 2 * time.Minute}
+	mosto, mostoEnv := clitest.Mosto(t)
+	return ttsbench.Config{Mosto: mosto, Env: mostoEnv, Dir: t.TempDir(), Trials: 2, Timeout: 2 * time.Minute}
 }
 
 // TestTablesSmall runs the 1%-loss row with every mode and both congestion
