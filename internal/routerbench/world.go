@@ -86,9 +86,9 @@ func hostPort(w *emu.World, host string, port int) string {
 	return net.JoinHostPort(w.Addr(host).String(), strconv.Itoa(port))
 }
 
-// surrogateConf is a surrogate: nginx caching the origin's objects (which
-// say no-store: the cache ignores that, as a CDN configured to cache them).
-const surrogateConf = `worker_processes 1;
+// nginxHead opens every nginx config of the bench: one worker, files in
+// the instance's directory, an http block without access log.
+const nginxHead = `worker_processes 1;
 error_log {{.Dir}}/error.log warn;
 pid {{.Dir}}/nginx.pid;
 events { worker_connections 4096; }
@@ -99,7 +99,11 @@ http {
     fastcgi_temp_path {{.Dir}}/fastcgi;
     uwsgi_temp_path {{.Dir}}/uwsgi;
     scgi_temp_path {{.Dir}}/scgi;
-    sendfile on;
+`
+
+// surrogateConf is a surrogate: nginx caching the origin's objects (which
+// say no-store: the cache ignores that, as a CDN configured to cache them).
+const surrogateConf = nginxHead + `    sendfile on;
     tcp_nopush on;
     tcp_nodelay on;
     keepalive_timeout 60s;
@@ -127,18 +131,7 @@ http {
 // lbConf is nginx as an L7 load balancer on rr: consistent hashing of the
 // URL over the surrogates (as the router does), keep-alive to them,
 // unbuffered streaming.
-const lbConf = `worker_processes 1;
-error_log {{.Dir}}/error.log warn;
-pid {{.Dir}}/nginx.pid;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path {{.Dir}}/body;
-    proxy_temp_path {{.Dir}}/proxy;
-    fastcgi_temp_path {{.Dir}}/fastcgi;
-    uwsgi_temp_path {{.Dir}}/uwsgi;
-    scgi_temp_path {{.Dir}}/scgi;
-    tcp_nodelay on;
+const lbConf = nginxHead + `    tcp_nodelay on;
     keepalive_timeout 60s;
     keepalive_requests 100000;
     upstream surrogates {
