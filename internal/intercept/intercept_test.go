@@ -25,6 +25,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // The test world: client c, on-path relay host r, server s; c-s packets
@@ -104,31 +105,6 @@ func (r *testRelay) flow(ctx context.Context, c *net.TCPConn) {
 	<-done
 }
 
-// queueSeq reads the next sequence number of c's send or receive queue
-// (TCP_REPAIR; the socket leaves repair mode before it returns).
-func queueSeq(c *net.TCPConn, queue int) (uint32, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var seq int
-	var serr error
-	err = rc.Control(func(fd uintptr) {
-		if serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR, 1); serr != nil {
-			return
-		}
-		defer unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR, 0)
-		if serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR_QUEUE, queue); serr != nil {
-			return
-		}
-		seq, serr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_QUEUE_SEQ)
-	})
-	if err == nil {
-		err = serr
-	}
-	return uint32(seq), err
-}
-
 type flowView struct {
 	clientLocal, clientRemote, serverRemote, serverLocal netip.AddrPort
 	sameSeq                                              bool // client's send seq == server's receive seq
@@ -171,11 +147,11 @@ func oneFlow(t *testing.T, w *emu.World, l net.Listener, port int) flowView {
 	if _, err := io.ReadFull(sc, msg); err != nil {
 		t.Fatal(err)
 	}
-	snd, err := queueSeq(cc.(*net.TCPConn), tcpSendQueue)
+	snd, err := testenv.TCPQueueSeq(cc.(*net.TCPConn), testenv.SendQueue)
 	if err != nil {
 		t.Fatalf("client send seq: %v", err)
 	}
-	rcv, err := queueSeq(sc.(*net.TCPConn), tcpRecvQueue)
+	rcv, err := testenv.TCPQueueSeq(sc.(*net.TCPConn), testenv.RecvQueue)
 	if err != nil {
 		t.Fatalf("server receive seq: %v", err)
 	}
@@ -351,12 +327,6 @@ func echoFlow(w *emu.World) error {
 	}
 	return nil
 }
-
-// Queues of TCP_REPAIR_QUEUE (linux/tcp.h).
-const (
-	tcpRecvQueue = 1
-	tcpSendQueue = 2
-)
 
 const helperEnv = "MOSTO_INTERCEPT_HELPER"
 

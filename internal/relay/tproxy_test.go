@@ -20,11 +20,10 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/intercept"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func TestTProxyConfig(t *testing.T) {
@@ -115,26 +114,6 @@ func startTProxyChild(t *testing.T, w *emu.World, cfgYAML string) *exec.Cmd {
 	}
 }
 
-func repairSeq(c *net.TCPConn, queue int) (uint32, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var seq int
-	var serr error
-	err = rc.Control(func(fd uintptr) {
-		if serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR, 1); serr != nil {
-			return
-		}
-		defer unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR, 0)
-		if serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_REPAIR_QUEUE, queue); serr != nil {
-			return
-		}
-		seq, serr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_QUEUE_SEQ)
-	})
-	return uint32(seq), errors.Join(err, serr)
-}
-
 // TestTProxyEntry runs the proxy with a tproxy entry in a child process on
 // the path of c-s flows: intercepted flows are split and fully
 // transparent, out-of-scope flows untouched, 200 echo flows are
@@ -216,8 +195,8 @@ func TestTProxyEntry(t *testing.T) {
 		if got := c.RemoteAddr().(*net.TCPAddr).AddrPort(); got != netip.AddrPortFrom(s, port) {
 			t.Errorf("port %d: client sees the server as %v", port, got)
 		}
-		snd, err1 := repairSeq(c, 2)
-		rcv, err2 := repairSeq(sv.conn, 1)
+		snd, err1 := testenv.TCPQueueSeq(c, testenv.SendQueue)
+		rcv, err2 := testenv.TCPQueueSeq(sv.conn, testenv.RecvQueue)
 		if err1 != nil || err2 != nil {
 			t.Fatalf("sequence numbers: %v %v", err1, err2)
 		}

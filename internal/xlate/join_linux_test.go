@@ -39,31 +39,25 @@ func relayPair(t *testing.T, l *xlatetest.Line) relayed {
 	defer ln2.Close()
 	xlatetest.MustIn(t, l.R, func() (err error) { lnr, err = net.Listen("tcp", net.JoinHostPort(l.RAddr1, "8080")); return })
 	defer lnr.Close()
+	// connect dials addr from namespace ns and accepts the connection on ln.
+	connect := func(ns string, ln net.Listener, addr string) (dialed, accepted *net.TCPConn) {
+		t.Helper()
+		xlatetest.MustIn(t, ns, func() error {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err == nil {
+				dialed = c.(*net.TCPConn)
+			}
+			return err
+		})
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dialed, c.(*net.TCPConn)
+	}
 	var r relayed
-	xlatetest.MustIn(t, l.P1, func() error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(l.RAddr1, "8080"), 5*time.Second)
-		if err == nil {
-			r.c1 = c.(*net.TCPConn)
-		}
-		return err
-	})
-	ca, err := lnr.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.a = ca.(*net.TCPConn)
-	xlatetest.MustIn(t, l.R, func() error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(l.P2Addr, "80"), 5*time.Second)
-		if err == nil {
-			r.b = c.(*net.TCPConn)
-		}
-		return err
-	})
-	c2, err := ln2.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.c2 = c2.(*net.TCPConn)
+	r.c1, r.a = connect(l.P1, lnr, net.JoinHostPort(l.RAddr1, "8080"))
+	r.b, r.c2 = connect(l.R, ln2, net.JoinHostPort(l.P2Addr, "80"))
 	for _, c := range []*net.TCPConn{r.c1, r.c2, r.a, r.b} {
 		t.Cleanup(func() { c.Close() })
 	}
