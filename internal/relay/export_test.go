@@ -24,6 +24,7 @@ const (
 	RefuseAuth          = refuseAuth
 	RefuseEntryAllow    = refuseEntryAllow
 	RefuseEntryAuth     = refuseEntryAuth
+	RefuseEntryProto    = refuseEntryProto
 	RefuseExpired       = refuseExpired
 	RefuseHeaderTimeout = refuseHeaderTimeout
 	RefuseLimitGlobal   = refuseLimitGlobal

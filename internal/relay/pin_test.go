@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -16,25 +18,25 @@ import (
 // the InP, loops, or comes without the entry's authentication is refused.
 func TestPinnedRoute(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) {
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 		if c.ID == "a" {
-			c.HTTPConnect = &ConnectConfig{Listen: "127.0.0.1:0", Users: map[string]string{"bob": "pw"}}
+			c.HTTPConnect = &relay.ConnectConfig{Listen: "127.0.0.1:0", Users: map[string]string{"bob": "pw"}}
 		}
-	})
+	}}, "a", "b", "c")
 	connect := func(route, auth string) (net.Conn, string) {
 		t.Helper()
-		c, err := net.Dial("tcp", w.a.HTTPConnectAddr().String())
+		c, err := net.Dial("tcp", w.Members["a"].HTTPConnectAddr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		req := "CONNECT " + o.addr() + " HTTP/1.1\r\nHost: " + o.addr() + "\r\n"
+		req := "CONNECT " + o.Addr() + " HTTP/1.1\r\nHost: " + o.Addr() + "\r\n"
 		if auth != "" {
 			req += "Proxy-Authorization: Basic " + auth + "\r\n"
 		}
 		if route != "" {
-			req += RouteHeader + ": " + route + "\r\n"
+			req += relay.RouteHeader + ": " + route + "\r\n"
 		}
 		c.Write([]byte(req + "\r\n"))
 		var status []byte
@@ -50,25 +52,25 @@ func TestPinnedRoute(t *testing.T) {
 	const bob = "Ym9iOnB3" // bob:pw
 	for _, tc := range []struct {
 		route      string
-		trp, egp   *running // the members that must see the flow as TrP, EgP
-		noTrP      []*running
+		trp, egp   *relay.Server // the members that must see the flow as TrP, EgP
+		noTrP      []*relay.Server
 		directFrom bool // a connects to the origin itself
 	}{
-		{route: "a,c", egp: w.c, noTrP: []*running{w.b}},
-		{route: "a, b, c", trp: w.b, egp: w.c},
-		{route: "a,b", egp: w.b, noTrP: []*running{w.c}},
+		{route: "a,c", egp: w.Members["c"], noTrP: []*relay.Server{w.Members["b"]}},
+		{route: "a, b, c", trp: w.Members["b"], egp: w.Members["c"]},
+		{route: "a,b", egp: w.Members["b"], noTrP: []*relay.Server{w.Members["c"]}},
 		{route: "a", directFrom: true},
 	} {
 		var trpBefore, egpBefore float64
 		if tc.trp != nil {
-			trpBefore = flows(tc.trp.Server, roleTrP, outcomeOK)
+			trpBefore = relay.Flows(tc.trp, relay.RoleTrP, relay.OutcomeOK)
 		}
 		if tc.egp != nil {
-			egpBefore = flows(tc.egp.Server, roleEgP, outcomeOK)
+			egpBefore = relay.Flows(tc.egp, relay.RoleEgP, relay.OutcomeOK)
 		}
 		var noTrP []float64
 		for _, r := range tc.noTrP {
-			noTrP = append(noTrP, flows(r.Server, roleTrP, outcomeOK)+flows(r.Server, roleEgP, outcomeOK))
+			noTrP = append(noTrP, relay.Flows(r, relay.RoleTrP, relay.OutcomeOK)+relay.Flows(r, relay.RoleEgP, relay.OutcomeOK))
 		}
 		c, status := connect(tc.route, bob)
 		if status != "HTTP/1.1 200 Connection established\r\n\r\n" {
@@ -81,34 +83,34 @@ func TestPinnedRoute(t *testing.T) {
 		}
 		c.Close()
 		if tc.trp != nil {
-			waitFor(t, 5*time.Second, "TrP flow of "+tc.route, func() bool { return flows(tc.trp.Server, roleTrP, outcomeOK) == trpBefore+1 })
+			testenv.WaitFor(t, 5*time.Second, "TrP flow of "+tc.route, func() bool { return relay.Flows(tc.trp, relay.RoleTrP, relay.OutcomeOK) == trpBefore+1 })
 		}
 		if tc.egp != nil {
-			waitFor(t, 5*time.Second, "EgP flow of "+tc.route, func() bool { return flows(tc.egp.Server, roleEgP, outcomeOK) == egpBefore+1 })
+			testenv.WaitFor(t, 5*time.Second, "EgP flow of "+tc.route, func() bool { return relay.Flows(tc.egp, relay.RoleEgP, relay.OutcomeOK) == egpBefore+1 })
 		}
 		if tc.directFrom {
-			waitFor(t, 5*time.Second, "pinned direct flow", func() bool { return counterValue(w.a.m.directFor("pinned")) == 1 })
+			testenv.WaitFor(t, 5*time.Second, "pinned direct flow", func() bool { return relay.DirectCount(w.Members["a"], "pinned") == 1 })
 		}
 		for i, r := range tc.noTrP {
-			if got := flows(r.Server, roleTrP, outcomeOK) + flows(r.Server, roleEgP, outcomeOK); got != noTrP[i] {
+			if got := relay.Flows(r, relay.RoleTrP, relay.OutcomeOK) + relay.Flows(r, relay.RoleEgP, relay.OutcomeOK); got != noTrP[i] {
 				t.Errorf("route %q: a member off the route relayed the flow", tc.route)
 			}
 		}
 	}
 
 	for _, tc := range []struct{ route, auth, want, reason string }{
-		{"a,x", bob, "HTTP/1.1 400", refuseEntryProto},   // not a member
-		{"b,c", bob, "HTTP/1.1 400", refuseEntryProto},   // not starting here
-		{"a,b,a", bob, "HTTP/1.1 400", refuseEntryProto}, // loop
-		{"a,,c", bob, "HTTP/1.1 400", refuseEntryProto},  // empty id
-		{"a,c", "", "HTTP/1.1 407", refuseEntryAuth},     // the pin needs the entry's authentication
+		{"a,x", bob, "HTTP/1.1 400", relay.RefuseEntryProto},   // not a member
+		{"b,c", bob, "HTTP/1.1 400", relay.RefuseEntryProto},   // not starting here
+		{"a,b,a", bob, "HTTP/1.1 400", relay.RefuseEntryProto}, // loop
+		{"a,,c", bob, "HTTP/1.1 400", relay.RefuseEntryProto},  // empty id
+		{"a,c", "", "HTTP/1.1 407", relay.RefuseEntryAuth},     // the pin needs the entry's authentication
 	} {
-		before := refusals(w.a.Server, tc.reason)
+		before := relay.Refusals(w.Members["a"], tc.reason)
 		c, status := connect(tc.route, tc.auth)
 		c.Close()
 		if !bytes.HasPrefix([]byte(status), []byte(tc.want)) {
 			t.Errorf("route %q auth %q: %q; want %s", tc.route, tc.auth, status, tc.want)
 		}
-		waitFor(t, 5*time.Second, tc.reason, func() bool { return refusals(w.a.Server, tc.reason) == before+1 })
+		testenv.WaitFor(t, 5*time.Second, tc.reason, func() bool { return relay.Refusals(w.Members["a"], tc.reason) == before+1 })
 	}
 }
