@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -38,12 +40,12 @@ func TestPerFEPKeys(t *testing.T) {
 
 func testPerFEPKeys(t *testing.T, loops int) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
-	w := newWorld(t, o.addr(), func(c *Config) { c.Loops = loops })
+	o := testenv.NewServer(t, testenv.Echo)
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Loops = loops }}, "a", "b", "c")
 	master := hop.Key{ID: 1, Secret: []byte("0123456789abcdef0123456789abcdef")}
 	shares := map[string]hop.FEPKey{}
-	for _, r := range w.all() {
-		id := r.self
+	for _, r := range w.Members {
+		id := r.ID()
 		shares[id] = fepShare(master, id, "a", "b", "c")
 		kr, err := hop.NewFEPKeyring(id, shares[id], nil)
 		if err != nil {
@@ -51,7 +53,7 @@ func testPerFEPKeys(t *testing.T, loops int) {
 		}
 		r.SetKeySource(fixedKeys{kr})
 	}
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("per-FEP keys")); string(got) != "per-FEP keys" {
+	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("per-FEP keys")); string(got) != "per-FEP keys" {
 		t.Fatalf("echo through a-b-c with per-FEP keys = %q", got)
 	}
 	c := shares["c"]
@@ -64,21 +66,21 @@ func testPerFEPKeys(t *testing.T, loops int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sendRefused(t, w.b, signed(t, forger, []string{"a", "b", "c"}, 1, o.addr(), time.Now()), refuseAuth, "a header forged as a's with "+name)
+		sendRefused(t, w.Members["b"], signed(t, forger, []string{"a", "b", "c"}, 1, o.Addr(), time.Now()), relay.RefuseAuth, "a header forged as a's with "+name)
 	}
 	// a's genuine header to b, presented to c instead.
 	aKR, _ := hop.NewFEPKeyring("a", shares["a"], nil)
-	sendRefused(t, w.c, signed(t, aKR, []string{"a", "b", "c"}, 1, o.addr(), time.Now()), refuseAuth, "a header addressed to b")
-	if got := roundTrip(t, w.a.ServiceAddr(0).String(), []byte("still")); string(got) != "still" {
+	sendRefused(t, w.Members["c"], signed(t, aKR, []string{"a", "b", "c"}, 1, o.Addr(), time.Now()), relay.RefuseAuth, "a header addressed to b")
+	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("still")); string(got) != "still" {
 		t.Fatalf("after the forgeries: echo %q", got)
 	}
 }
 
 // sendRefused sends b on a fresh hop connection to r and waits for r to
 // close it and count one refusal for reason.
-func sendRefused(t *testing.T, r *running, b []byte, reason, what string) {
+func sendRefused(t *testing.T, r *relay.Server, b []byte, reason, what string) {
 	t.Helper()
-	before := refusals(r.Server, reason)
+	before := relay.Refusals(r, reason)
 	conn := dialHop(t, r)
 	defer conn.Close()
 	conn.Write(b)
@@ -88,5 +90,5 @@ func sendRefused(t *testing.T, r *running, b []byte, reason, what string) {
 	if got, _ := io.ReadAll(conn); len(got) > 0 {
 		t.Errorf("%s: answered %q", what, got)
 	}
-	waitFor(t, 5*time.Second, what+" refused ("+reason+")", func() bool { return refusals(r.Server, reason) == before+1 })
+	testenv.WaitFor(t, 5*time.Second, what+" refused ("+reason+")", func() bool { return relay.Refusals(r, reason) == before+1 })
 }

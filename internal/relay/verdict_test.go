@@ -1,4 +1,4 @@
-package relay
+package relay_test
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/relay"
+	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -27,7 +29,7 @@ func TestEntryReplyAfterVerdict(t *testing.T) {
 
 func testEntryReplyAfterVerdict(t *testing.T, loops int) {
 	testenv.CheckLeaks(t)
-	o := newOrigin(t, echo)
+	o := testenv.NewServer(t, testenv.Echo)
 	// A listening origin the EgP's policy refuses (127.0.0.2), and a
 	// closed port on an allowed address.
 	refusedLn, err := net.Listen("tcp", "127.0.0.2:0")
@@ -38,19 +40,19 @@ func testEntryReplyAfterVerdict(t *testing.T, loops int) {
 	closedLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	closed := closedLn.Addr().String()
 	closedLn.Close()
-	w := newWorld(t, o.addr(), func(c *Config) {
+	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
 		c.Loops = loops
 		switch c.ID {
 		case "a":
-			c.SOCKS5 = &SOCKS5Config{Listen: "127.0.0.1:0", Allow: []string{"127.0.0.0/8"}}
-			c.HTTPConnect = &ConnectConfig{Listen: "127.0.0.1:0", Allow: []string{"127.0.0.0/8"}}
+			c.SOCKS5 = &relay.SOCKS5Config{Listen: "127.0.0.1:0", Allow: []string{"127.0.0.0/8"}}
+			c.HTTPConnect = &relay.ConnectConfig{Listen: "127.0.0.1:0", Allow: []string{"127.0.0.0/8"}}
 		case "c":
-			c.Destinations = PolicyConfig{Allow: []string{"127.0.0.1/32"}}
+			c.Destinations = relay.PolicyConfig{Allow: []string{"127.0.0.1/32"}}
 		}
-	})
+	}}, "a", "b", "c")
 	socks := func(target string) (net.Conn, byte) {
 		t.Helper()
-		c, err := net.Dial("tcp", w.a.SOCKS5Addr().String())
+		c, err := net.Dial("tcp", w.Members["a"].SOCKS5Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +68,7 @@ func testEntryReplyAfterVerdict(t *testing.T, loops int) {
 	}
 	connect := func(target string) (net.Conn, string) {
 		t.Helper()
-		c, err := net.Dial("tcp", w.a.HTTPConnectAddr().String())
+		c, err := net.Dial("tcp", w.Members["a"].HTTPConnectAddr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +81,7 @@ func testEntryReplyAfterVerdict(t *testing.T, loops int) {
 		return c, strings.TrimSpace(line)
 	}
 
-	c, code := socks(o.addr())
+	c, code := socks(o.Addr())
 	if code != 0 {
 		t.Fatalf("SOCKS5 to the allowed origin: reply %d; want 0", code)
 	}
@@ -90,7 +92,7 @@ func testEntryReplyAfterVerdict(t *testing.T, loops int) {
 	}
 	c.Close()
 
-	before := refusals(w.c.Server, refusePolicy)
+	before := relay.Refusals(w.Members["c"], relay.RefusePolicy)
 	for _, tc := range []struct {
 		target string
 		socks  byte
@@ -110,9 +112,9 @@ func testEntryReplyAfterVerdict(t *testing.T, loops int) {
 			t.Errorf("CONNECT %s: %q; want %s", tc.target, status, tc.http)
 		}
 	}
-	waitFor(t, 5*time.Second, "two policy refusals at the EgP", func() bool { return refusals(w.c.Server, refusePolicy) == before+2 })
+	testenv.WaitFor(t, 5*time.Second, "two policy refusals at the EgP", func() bool { return relay.Refusals(w.Members["c"], relay.RefusePolicy) == before+2 })
 	// The chain was used (the EgP decided), not a direct dial by the InP.
-	if n := refusals(w.a.Server, refusePolicy); n != 2 {
+	if n := relay.Refusals(w.Members["a"], relay.RefusePolicy); n != 2 {
 		t.Errorf("InP counted %v policy refusals; want 2 (from the EgP's verdicts)", n)
 	}
 }
