@@ -15,6 +15,7 @@ const (
 	MaxIdleWorkers      = maxIdleWorkers
 	OutcomeAborted      = outcomeAborted
 	OutcomeIdle         = outcomeIdle
+	OutcomeDialError    = outcomeDialError
 	OutcomeOK           = outcomeOK
 	OutcomeReset        = outcomeReset
 	PoolHit             = poolHit
