@@ -47,8 +47,7 @@ func TestDestinationsShared(t *testing.T) {
 		return s
 	}
 	a, b := open("a"), open("b")
-	ch := b.Watch(ctx)
-	time.Sleep(50 * time.Millisecond)
+	ch := b.Watch(ctx) // returns once etcd confirmed the watches: no put can slip before them
 	d := api.Destination{ID: "shop", Prefix: "198.51.100.0/24", Lat: 37.3, Lon: -121.9, ProbeAddr: "198.51.100.10:443"}
 	if err := a.PutDestination(ctx, d); err != nil {
 		t.Fatal(err)
