@@ -389,7 +389,7 @@ func (b *bench) latency(ctx context.Context, out io.Writer) error {
 		fmt.Fprintln(out)
 	}
 	if len(b.cfg.Hops) > 1 {
-		fmt.Fprintf(out, "## Start-transfer delay (GET to first byte, median ms) by hop count\n\n| mode |")
+		fmt.Fprintf(out, "## Start-transfer delay (GET to first byte, median ms) by %s\n\n| mode |", map[bool]string{false: "hop count", true: "client"}[b.cfg.Geo])
 		for _, h := range b.cfg.Hops {
 			fmt.Fprintf(out, " %d |", h)
 		}
@@ -450,7 +450,7 @@ func (b *bench) sessions(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "## L7 scenarios: %d requests of %d B per session, %d hop(s), %d sessions per mode\n\n", b.cfg.Requests, b.cfg.Size, h, b.cfg.Runs)
+	fmt.Fprintf(out, "## L7 scenarios: %d requests of %d B per session, %s, %d sessions per mode\n\n", b.cfg.Requests, b.cfg.Size, b.label(h), b.cfg.Runs)
 	fmt.Fprintf(out, "| mode | connection per request: ms (median) | A12 handoff vs mode | p | keep-alive: ms (median) | A12 handoff vs mode | p |\n|---|---|---|---|---|---|---|\n")
 	for _, m := range modes {
 		fmt.Fprintf(out, "| %s |", m)
@@ -498,7 +498,7 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "## Bulk: %d B, %d hop(s), %d runs per mode\n\n", b.cfg.BulkSize, h, b.cfg.BulkRuns)
+	fmt.Fprintf(out, "## Bulk: %d B, %s, %d runs per mode\n\n", b.cfg.BulkSize, b.label(h), b.cfg.BulkRuns)
 	fmt.Fprintf(out, "| mode | time s (median) | p10-p90 | vs direct | Mbit/s | RR process CPU s per GB (median, schedstat ns) |\n|---|---|---|---|---|---|\n")
 	direct := stats.Median(tm["direct"])
 	for _, m := range b.cfg.Modes {
