@@ -293,8 +293,8 @@ func startCapture(t *testing.T, w *emu.World, host, filter string) *capture {
 		if !ok {
 			t.Fatal("tshark ended before capturing")
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("tshark did not start capturing in 60 s")
+	case <-time.After(120 * time.Second):
+		t.Fatal("tshark did not start capturing in 120 s")
 	}
 	return c
 }
