@@ -53,12 +53,14 @@ type OffloadConfig struct {
 	// Linger keeps a joined flow's entries this long after FIN both ways or
 	// a RST (default 10s).
 	Linger Duration `yaml:"linger"`
-	// IgnoreLoss offloads lossy flows too. By default a flow stays split
-	// while the rate one joined connection could sustain with the legs'
-	// loss over the end-to-end RTT (Mathis) is below what the relay
-	// delivers: under loss each leg recovers within its own RTT, which a
-	// join gives up (seed 000). See keepSplit.
-	IgnoreLoss bool `yaml:"ignore_loss"`
+	// KeepLossy holds a due offload back while the rate one joined
+	// connection could sustain with the legs' loss over the end-to-end RTT
+	// (Mathis) is below what the relay delivers: under random loss each
+	// leg recovers within its own RTT, which a join gives up (seed 000).
+	// Off by default: the model assumes non-congestive loss, and on a fast
+	// LAN path a few congestion drops already make the estimate fall below
+	// multi-Gbit/s rates. See keepSplit.
+	KeepLossy bool `yaml:"keep_lossy"`
 }
 
 // pinDir resolves PinDir for relay id in the calling process's network
@@ -199,7 +201,7 @@ func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup) {
 			}
 			prev[i] = cur
 		}
-		if due && !o.cfg.IgnoreLoss {
+		if due && o.cfg.KeepLossy {
 			if keep, est, rate := keepSplit(prev); keep {
 				due = false
 				if !lossy {
