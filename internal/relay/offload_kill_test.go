@@ -169,11 +169,24 @@ func TestOffloadSurvivesKill(t *testing.T) {
 		}
 		sent += n
 	}
-	for len(pinned()) < 2 {
+	// Entries in the map are not enough: the join is done (sockets
+	// silenced) when the relay counts it.
+	for joined := false; !joined; {
 		if sent > 1<<30 {
 			t.Fatalf("no join after %d bytes", sent)
 		}
 		send(1 << 20)
+		select {
+		case l := <-relay1.lines:
+			if l != "joined" {
+				t.Fatalf("relay child said %q, want joined", l)
+			}
+			joined = true
+		default:
+		}
+	}
+	if n := len(pinned()); n != 2 {
+		t.Fatalf("%d pinned entries after the join, want 2", n)
 	}
 
 	// SIGKILL: no Close, no unpinning.
@@ -267,7 +280,25 @@ func offloadKillChildBody(t *testing.T, args []string) {
 	testenv.WaitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
 	st := r.offload.Load().sp.Stats()
 	fmt.Printf("KILLCHILD ready adopted=%d held=%d\n", st.Adopted, st.Held)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			if r.offload.Load().sp.Stats().Joined > 0 {
+				fmt.Println("KILLCHILD joined")
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
 	io.Copy(io.Discard, os.Stdin)
+	close(stop)
+	<-watched
 	if err := r.stop(t); err != nil {
 		t.Errorf("Run: %v", err)
 	}
