@@ -110,11 +110,20 @@ type activatedProxy struct {
 
 func startActivated(t *testing.T, name, listen, cfgPath string) *activatedProxy {
 	t.Helper()
-	exe, err := os.Executable()
+	sock, addr, err := activation.ListenTCP(name, listen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock, addr, err := activation.ListenTCP(name, listen)
+	return startActivatedOn(t, sock, addr, cfgPath)
+}
+
+// startActivatedOn is startActivated on a socket the test made (its
+// address is already in the config: the port is never released and
+// rebound, which another process could take meanwhile); it closes sock
+// when t ends.
+func startActivatedOn(t *testing.T, sock activation.Passed, addr net.Addr, cfgPath string) *activatedProxy {
+	t.Helper()
+	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,8 +200,7 @@ func TestProxySocketActivated(t *testing.T) {
 		t.Fatal(err)
 	}
 	addrS := addr.String()
-	sock.File.Close()
-	good := startActivated(t, "service-web", addrS, proxyConfig(t, addrS, origin))
+	good := startActivatedOn(t, sock, addr, proxyConfig(t, addrS, origin))
 	if d, err := firstLine(good.addr); err != nil {
 		t.Fatalf("first connection through the activated proxy: %v (%s)", err, good.stderr.String())
 	} else {
@@ -285,8 +293,7 @@ func TestActivationFirstConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	coldAddr := addr.String()
-	sock.File.Close()
-	cold := startActivated(t, "service-web", coldAddr, proxyConfig(t, coldAddr, origin))
+	cold := startActivatedOn(t, sock, addr, proxyConfig(t, coldAddr, origin))
 	// The socket systemd-socket-activate is handed, held across starts
 	// like a socket unit's.
 	sdSock, sdAddr, err := activation.ListenTCP("service-web", "127.0.0.1:0")
