@@ -518,3 +518,27 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // Converged returns what the wait for discovery found in Start.
 func (s *Scenario) Converged() Convergence { return s.conv }
+
+// JoinToken returns the controller's reusable join token ("" without a
+// controller): what a token holder (a new FEP, or a rogue one) presents.
+func (s *Scenario) JoinToken() string {
+	if s.ctl == nil {
+		return ""
+	}
+	return s.ctl.token
+}
+
+// ControllerURL returns the controller's API URL ("" without one).
+func (s *Scenario) ControllerURL() string {
+	if s.ctl == nil {
+		return ""
+	}
+	return s.ctl.url
+}
+
+// AgentDir returns the data directory of fep's agent (its key, certificate
+// and the CA's certificate: fep.key, fep.crt, ca.crt).
+func (s *Scenario) AgentDir(fep string) string { return s.agentDir(fep) }
+
+// MetricsAddr returns the address of fep's metrics listener.
+func (s *Scenario) MetricsAddr(fep string) string { return s.addr(fep, metricsPort) }

@@ -54,6 +54,8 @@ const (
 	metricsPort = 9100
 	cdnPort     = 8080
 	servicePort = 8000 // + size index, one service per size class
+	// pairServicePort + FEP index: the services of Config.PairPort.
+	pairServicePort = 8100
 )
 
 // Config configures a Scenario.
@@ -100,6 +102,12 @@ type Config struct {
 	// Start then waits until discovery converged (see WaitConverged).
 	// Exclusive with Table.
 	Controller *ControllerConfig
+	// PairPort, when set, gives every FEP x one service per other FEP y
+	// (listening at PairService(x, y)) whose origin is y's host at
+	// PairPort, sent to y by an egress route: flows on every ordered pair
+	// of FEPs, through each pair's chain. The caller serves PairPort on
+	// the FEP hosts.
+	PairPort int
 }
 
 // Tune is the TCP tuning of the FEPs (the proxies' hosts): levers a mosto
@@ -267,6 +275,40 @@ func (s *Scenario) addr(host string, port int) string {
 	return netip.AddrPortFrom(s.w.Addr(host), uint16(port)).String()
 }
 
+// PairService is the address of FEP from's service whose origin is FEP
+// to's host at Config.PairPort ("" unless both are FEPs and differ).
+func (s *Scenario) PairService(from, to string) string {
+	i, j := slices.Index(s.roles.FEPs, from), slices.Index(s.roles.FEPs, to)
+	if s.cfg.PairPort == 0 || i < 0 || j < 0 || i == j {
+		return ""
+	}
+	return s.addr(from, pairServicePort+j)
+}
+
+// pairServices adds to f's config the services and egress routes of
+// Config.PairPort.
+func (s *Scenario) pairServices(f string, pc *proxyConfig) {
+	if pc.Egress == nil {
+		pc.Egress = map[string]any{}
+	}
+	var routes []map[string]string
+	allow, _ := pc.Dest["allow"].([]string)
+	for _, y := range s.roles.FEPs {
+		o := s.addr(y, s.cfg.PairPort)
+		allow = append(allow, o)
+		if y == f {
+			continue
+		}
+		routes = append(routes, map[string]string{"match": o, "fep": y})
+		pc.Service = append(pc.Service, map[string]any{
+			"name": "pair-" + y, "listen": s.PairService(f, y), "origin": o,
+			"size": strconv.FormatInt(s.cfg.Sizes[0], 10),
+		})
+	}
+	pc.Egress["routes"] = routes
+	pc.Dest["allow"] = allow
+}
+
 // Roles returns the hosts' roles with defaults filled in.
 func (s *Scenario) Roles() Roles { return s.roles }
 
@@ -329,7 +371,7 @@ type proxyConfig struct {
 	Keys    map[string]any    `yaml:"keys,omitempty"`
 	Table   string            `yaml:"table,omitempty"`
 	Ctl     map[string]any    `yaml:"controller,omitempty"`
-	Egress  map[string]string `yaml:"egress,omitempty"`
+	Egress  map[string]any    `yaml:"egress,omitempty"`
 	Dest    map[string]any    `yaml:"destinations"`
 	Service []map[string]any  `yaml:"services,omitempty"`
 	Timeout map[string]string `yaml:"timeouts"`
@@ -376,7 +418,10 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 		// The InP sends flows for the origin to the EgP through a chain; the
 		// single proxy (and every other FEP) connects to the origin itself.
 		if f == s.roles.InP {
-			pc.Egress = map[string]string{"default": s.roles.EgP}
+			pc.Egress = map[string]any{"default": s.roles.EgP}
+		}
+		if s.cfg.PairPort > 0 {
+			s.pairServices(f, &pc)
 		}
 		if f == s.roles.InP || f == s.roles.Single {
 			for i, size := range s.cfg.Sizes {
