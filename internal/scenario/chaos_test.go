@@ -172,7 +172,9 @@ func TestChaosFlows(t *testing.T) {
 	})
 	t.Logf("world, controller and 6 proxies up, converged in %v", time.Since(start).Round(time.Millisecond))
 
-	dial := func(ctx context.Context, network, a string) (net.Conn, error) { return w.Dial(ctx, "client", network, a) }
+	dial := func(ctx context.Context, network, a string) (net.Conn, error) {
+		return w.Dial(ctx, "client", network, a)
+	}
 	plain := &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 10 * time.Second}
 	admin := sc.API()
 	ctlMetric := func(reason string) float64 {
