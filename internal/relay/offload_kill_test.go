@@ -162,10 +162,11 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	}()
 	h := sha256.New()
 	var sent int64
+	killed := false
 	send := func(n int64) {
 		t.Helper()
 		if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, n)); err != nil {
-			t.Fatalf("send: %v", err)
+			t.Fatalf("send (%d bytes sent before, relay killed: %v): %v", sent, killed, err)
 		}
 		sent += n
 	}
@@ -192,6 +193,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	// SIGKILL: no Close, no unpinning.
 	relay1.cmd.Process.Kill()
 	relay1.cmd.Wait()
+	killed = true
 	before := pinned()
 	send(8 << 20)
 	testenv.WaitFor(t, 60*time.Second, "the bytes sent after the kill echoed", func() bool { return echoed.Load() == sent })
