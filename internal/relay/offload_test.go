@@ -18,11 +18,16 @@ import (
 
 const offloadChild = "MOSTO_RELAY_OFFLOAD_CHILD"
 
-// TestOffloadService relays a service flow between namespaces (client --
+// TestOffloadService relays service flows between namespaces (client --
 // relay -- origin over veths) with offload after 1 MB, on goroutines and on
-// the event loops: the flow leaves the relay (outcome offloaded, entries
-// joined) and 24 MB echo back intact. The relay runs in a child process
-// inside the relay namespace, so that every socket it dials is there.
+// the event loops. An upload (the origin answers the SHA-256 of what it
+// received) must leave the relay (outcome offloaded, entries joined) with
+// every byte intact. A full-duplex echo that keeps both directions busy may
+// never reach the handover's quiescent point: it must come back intact
+// whether it was offloaded or stayed relayed after a refused handover (a
+// blocking write in the handover once deadlocked such a flow until it was
+// reset). The relay runs in a child process inside the relay namespace, so
+// that every socket it dials is there.
 func TestOffloadService(t *testing.T) {
 	if !xlate.Supported {
 		t.Skip("xlate not supported on this OS")
@@ -33,24 +38,30 @@ func TestOffloadService(t *testing.T) {
 	}
 	testenv.RequirePrivileged(t)
 	for _, loops := range []string{"-1", "0"} {
-		t.Run("loops="+loops, func(t *testing.T) {
-			l := xlatetest.NewLine(t, false)
-			cmd := exec.CommandContext(t.Context(), "ip", "netns", "exec", l.R, os.Args[0], "-test.run=^TestOffloadService$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), offloadChild+"="+strings.Join([]string{l.P1, l.P2, l.RAddr1, l.P2Addr, loops}, ","))
-			out, err := cmd.CombinedOutput()
-			t.Logf("relay child:\n%s", out)
-			if err != nil {
-				t.Fatalf("child: %v", err)
-			}
-			if !strings.Contains(string(out), "--- PASS: TestOffloadService") {
-				t.Fatal("child did not pass")
-			}
-		})
+		for _, flow := range []string{"upload", "echo"} {
+			t.Run("loops="+loops+"/"+flow, func(t *testing.T) {
+				offloadServiceChild(t, loops, flow)
+			})
+		}
+	}
+}
+
+func offloadServiceChild(t *testing.T, loops, flow string) {
+	l := xlatetest.NewLine(t, false)
+	cmd := exec.CommandContext(t.Context(), "ip", "netns", "exec", l.R, os.Args[0], "-test.run=^TestOffloadService$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), offloadChild+"="+strings.Join([]string{l.P1, l.P2, l.RAddr1, l.P2Addr, loops, flow}, ","))
+	out, err := cmd.CombinedOutput()
+	t.Logf("relay child:\n%s", out)
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestOffloadService") {
+		t.Fatal("child did not pass")
 	}
 }
 
 func offloadChildBody(t *testing.T, args []string) {
-	p1, p2, relayAddr, originAddr, loops := args[0], args[1], args[2], args[3], args[4]
+	p1, p2, relayAddr, originAddr, loops, flow := args[0], args[1], args[2], args[3], args[4], args[5]
 	var oln net.Listener
 	xlatetest.MustIn(t, p2, func() (err error) { oln, err = net.Listen("tcp", net.JoinHostPort(originAddr, "80")); return })
 	defer oln.Close()
@@ -60,7 +71,18 @@ func offloadChildBody(t *testing.T, args []string) {
 			if err != nil {
 				return
 			}
-			go testenv.Echo(c.(*net.TCPConn))
+			if flow == "echo" {
+				go testenv.Echo(c.(*net.TCPConn))
+				continue
+			}
+			go func(c *net.TCPConn) { // upload: answer the digest of what came
+				defer c.Close()
+				h := sha256.New()
+				if _, err := io.Copy(h, c); err == nil {
+					c.Write(h.Sum(nil))
+				}
+				c.CloseWrite()
+			}(c.(*net.TCPConn))
 		}
 	}()
 	cfg := baseConfig("a")
@@ -96,7 +118,7 @@ func offloadChildBody(t *testing.T, args []string) {
 	h := sha256.New()
 	joined := func() bool { return r.offload.Load().sp.Stats().Joined > 0 }
 	var sent int64
-	for sent < n || !joined() {
+	for sent < n || (flow == "upload" && !joined()) {
 		if sent > 1<<30 {
 			t.Fatalf("no join after %d bytes", sent)
 		}
@@ -109,8 +131,16 @@ func offloadChildBody(t *testing.T, args []string) {
 		t.Fatalf("send: %v", err)
 	}
 	c.CloseWrite()
-	if <-got != [32]byte(h.Sum(nil)) {
-		t.Fatal("echo differs")
+	want := [32]byte(h.Sum(nil))
+	if flow == "upload" {
+		want = sha256.Sum256(want[:]) // the digest of the origin's 32-byte answer
+	}
+	if <-got != want {
+		t.Fatalf("%s: bytes differ", flow)
+	}
+	if flow == "echo" {
+		t.Logf("echo intact; joins %d", r.offload.Load().sp.Stats().Joined)
+		return
 	}
 	testenv.WaitFor(t, 10*time.Second, "the flow offloaded", func() bool { return flows(r.Server, roleInP, outcomeOffloaded) == 1 })
 	st := r.offload.Load().sp.Stats()

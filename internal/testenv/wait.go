@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +22,16 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// Logger returns a logger writing Warn and above to t's log.
+// Logger returns a logger writing Warn and above to t's log; with
+// MOSTO_TEST_LOG=debug (or info) in the environment, from that level.
 func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	if v := os.Getenv("MOSTO_TEST_LOG"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			t.Fatalf("MOSTO_TEST_LOG=%q: %v", v, err)
+		}
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level}))
 }
 
 type tWriter struct{ t testing.TB }

@@ -101,12 +101,31 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					consume()
 					return nil, fmt.Errorf("xlate: handover peek: %w", err)
 				}
-				if _, err := other.c.Write(l.buf[:n]); err != nil {
+				// Never block on the other leg: its peer may itself be
+				// waiting for us to drain the opposite direction (an echo
+				// whose replies fill our receive queue), so a blocking write
+				// here deadlocked both directions. Write what fits and peek
+				// the rest again on the next round.
+				k, err := unix.SendmsgN(other.fd, l.buf[:n], nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+				if err != nil && !errors.Is(err, unix.EAGAIN) {
 					consume()
 					return nil, fmt.Errorf("xlate: handover write: %w", err)
 				}
-				l.fwd += n
-				quiet = false
+				k = max(k, 0)
+				l.fwd += k
+				if k > 0 {
+					quiet = false
+				}
+				if k < n {
+					// The peek offset moved past bytes not written: move it
+					// back to the first byte not forwarded.
+					if err := unix.SetsockoptInt(l.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, l.fwd); err != nil {
+						consume()
+						return nil, fmt.Errorf("xlate: handover: SO_PEEK_OFF: %w", err)
+					}
+					quiet = false // bytes wait to be forwarded: not quiescent
+					break
+				}
 			}
 		}
 		if legs[0].eof && legs[1].eof {
