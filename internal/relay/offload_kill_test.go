@@ -100,7 +100,7 @@ func (c *relayChild) waitLine(t *testing.T, prefix string) string {
 
 // TestOffloadSurvivesKill: a relay offloads a flow, is killed with
 // SIGKILL, and the flow keeps flowing through the pinned program (bytes
-// intact, SHA-256 both ways); a restarted relay adopts the join (its
+// intact, the origin answers every MiB's SHA-256); a restarted relay adopts the join (its
 // tuples taken again), removes it once the flow ended, and its clean
 // shutdown leaves no pin and no program behind.
 func TestOffloadSurvivesKill(t *testing.T) {
@@ -130,7 +130,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go testenv.Echo(c.(*net.TCPConn))
+			go digestChunks(c.(*net.TCPConn))
 		}
 	}()
 	pinned := func() []xlate.PinnedEntry {
@@ -160,15 +160,26 @@ func TestOffloadSurvivesKill(t *testing.T) {
 		io.Copy(io.MultiWriter(h, counter{&echoed}), c)
 		got <- [32]byte(h.Sum(nil))
 	}()
+	// The origin answers the SHA-256 of every MiB it receives (a light
+	// return direction: a full-duplex echo that keeps both directions busy
+	// may never reach the handover's quiescent point); h hashes the
+	// digests we expect back.
 	h := sha256.New()
-	var sent int64
+	var sent, digests int64
 	killed := false
+	chunk := make([]byte, 1<<20)
 	send := func(n int64) {
 		t.Helper()
-		if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, n)); err != nil {
-			t.Fatalf("send (%d bytes sent before, relay killed: %v): %v", sent, killed, err)
+		for ; n > 0; n -= int64(len(chunk)) {
+			rand.Read(chunk)
+			if _, err := c.Write(chunk); err != nil {
+				t.Fatalf("send (%d bytes sent before, relay killed: %v): %v", sent, killed, err)
+			}
+			d := sha256.Sum256(chunk)
+			h.Write(d[:])
+			sent += int64(len(chunk))
+			digests += sha256.Size
 		}
-		sent += n
 	}
 	// Entries in the map are not enough: the join is done (sockets
 	// silenced) when the relay counts it.
@@ -196,7 +207,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	killed = true
 	before := pinned()
 	send(8 << 20)
-	testenv.WaitFor(t, 60*time.Second, "the bytes sent after the kill echoed", func() bool { return echoed.Load() == sent })
+	testenv.WaitFor(t, 60*time.Second, "the bytes sent after the kill answered", func() bool { return echoed.Load() == digests })
 	after := pinned()
 	if len(after) != 2 {
 		t.Fatalf("entries after the kill: %+v", after)
@@ -233,7 +244,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	send(4 << 20)
 	c.CloseWrite()
 	if <-got != [32]byte(h.Sum(nil)) {
-		t.Fatalf("echo differs (%d sent, %d echoed)", sent, echoed.Load())
+		t.Fatalf("digests differ (%d bytes sent, %d digest bytes back, want %d)", sent, echoed.Load(), digests)
 	}
 	testenv.WaitFor(t, 30*time.Second, "the restarted relay to remove the ended join", func() bool { return len(pinned()) == 0 })
 
@@ -263,6 +274,23 @@ func TestOffloadSurvivesKill(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d bytes echoed; %d of them sent while no relay process ran", sent, 8<<20)
+}
+
+// digestChunks answers the SHA-256 of every MiB read from c, then
+// half-closes when c ends.
+func digestChunks(c *net.TCPConn) {
+	defer c.Close()
+	b := make([]byte, 1<<20)
+	for {
+		if _, err := io.ReadFull(c, b); err != nil {
+			break
+		}
+		d := sha256.Sum256(b)
+		if _, err := c.Write(d[:]); err != nil {
+			return
+		}
+	}
+	c.CloseWrite()
 }
 
 type counter struct{ n *atomic.Int64 }
