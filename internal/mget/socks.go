@@ -21,6 +21,13 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // over the overlay's chain to the source. dial reaches the entry; nil
 // dials directly.
 func ViaSOCKS5(entry string, dial DialFunc) DialFunc {
+	return viaEntry("socks5 entry", entry, dial, socksConnect)
+}
+
+// viaEntry returns a Dial that connects to a local proxy entry with dial
+// (nil: directly) and runs handshake for addr on that connection, within
+// the context's deadline (10 s without one); kind names the entry in errors.
+func viaEntry(kind, entry string, dial DialFunc, handshake func(rw io.ReadWriter, addr string) error) DialFunc {
 	if dial == nil {
 		var d net.Dialer
 		dial = d.DialContext
@@ -28,16 +35,16 @@ func ViaSOCKS5(entry string, dial DialFunc) DialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, "tcp", entry)
 		if err != nil {
-			return nil, fmt.Errorf("socks5 entry %s: %w", entry, err)
+			return nil, fmt.Errorf("%s %s: %w", kind, entry, err)
 		}
 		if dl, ok := ctx.Deadline(); ok {
 			conn.SetDeadline(dl)
 		} else {
 			conn.SetDeadline(time.Now().Add(10 * time.Second))
 		}
-		if err := socksConnect(conn, addr); err != nil {
+		if err := handshake(conn, addr); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("socks5 entry %s to %s: %w", entry, addr, err)
+			return nil, fmt.Errorf("%s %s to %s: %w", kind, entry, addr, err)
 		}
 		conn.SetDeadline(time.Time{})
 		return conn, nil
@@ -110,27 +117,9 @@ func socksConnect(rw io.ReadWriter, addr string) error {
 // Mosto-Route header), with Basic proxy authentication when user is set.
 // dial reaches the entry; nil dials directly.
 func ViaConnect(entry string, route []string, user, password string, dial DialFunc) DialFunc {
-	if dial == nil {
-		var d net.Dialer
-		dial = d.DialContext
-	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dial(ctx, "tcp", entry)
-		if err != nil {
-			return nil, fmt.Errorf("connect entry %s: %w", entry, err)
-		}
-		if dl, ok := ctx.Deadline(); ok {
-			conn.SetDeadline(dl)
-		} else {
-			conn.SetDeadline(time.Now().Add(10 * time.Second))
-		}
-		if err := httpConnect(conn, addr, route, user, password); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("connect entry %s to %s: %w", entry, addr, err)
-		}
-		conn.SetDeadline(time.Time{})
-		return conn, nil
-	}
+	return viaEntry("connect entry", entry, dial, func(rw io.ReadWriter, addr string) error {
+		return httpConnect(rw, addr, route, user, password)
+	})
 }
 
 // httpConnect sends a CONNECT for addr and reads the reply head byte by
