@@ -35,6 +35,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 		"DestTarget": api.DestTarget{}, "Destination": api.Destination{}, "DestSample": api.DestSample{},
 		"DestinationList": api.DestinationList{}, "ProxyStats": api.ProxyStats{},
 		"Paths": api.Paths{}, "PathChain": api.PathChain{},
+		"SegmentSample": api.SegmentSample{}, "Intercept": api.Intercept{},
 	}
 	for name, v := range types {
 		s, ok := doc.Components.Schemas[name]

@@ -256,6 +256,67 @@ type Report struct {
 	// Stats are the proxy's relay counters (optional): a report may carry
 	// only them.
 	Stats *ProxyStats `json:"stats,omitempty"`
+	// Segments are what an on-path relay (a `tproxy:` entry the
+	// controller manages) observed on the legs of the flows it
+	// intercepted since its last report (docs/tts.md).
+	Segments []SegmentSample `json:"segments,omitempty"`
+}
+
+// MaxSegments bounds the segment samples of one report.
+const MaxSegments = 1000
+
+// SegmentSample is one leg of an on-path path as a relay at one of its
+// ends saw it on the flows it intercepted: the leg runs from From (a relay
+// FEP id, or "" for the path's client side) to To (a relay FEP id, or ""
+// for the server side); the reporting FEP is one of the two.
+type SegmentSample struct {
+	Path  string `json:"path"`
+	From  string `json:"from,omitempty"`
+	To    string `json:"to,omitempty"`
+	Flows int    `json:"flows"` // flows the figures below sum over (> 0)
+	// MinRTTMS is the mean over the flows of the leg socket's minimum RTT.
+	MinRTTMS float64 `json:"min_rtt_ms"`
+	// SegsOut are the data segments the relay sent on the leg, Retrans
+	// those it retransmitted (loss = Retrans / SegsOut).
+	SegsOut float64 `json:"segs_out"`
+	Retrans float64 `json:"retrans"`
+}
+
+// Validate reports the first problem of s, or nil.
+func (s SegmentSample) Validate(fep string) error {
+	if err := ValidateID(s.Path); err != nil {
+		return fmt.Errorf("path: %w", err)
+	}
+	for _, e := range []string{s.From, s.To} {
+		if e == "" {
+			continue
+		}
+		if err := ValidateID(e); err != nil {
+			return fmt.Errorf("path %s: end: %w", s.Path, err)
+		}
+	}
+	if s.From != fep && s.To != fep {
+		return fmt.Errorf("path %s: leg %q-%q: the reporting fep %s is not one of its ends", s.Path, s.From, s.To, fep)
+	}
+	if s.From == s.To {
+		return fmt.Errorf("path %s: leg from %q to itself", s.Path, s.From)
+	}
+	if s.Flows < 1 || s.Flows > 1e9 {
+		return fmt.Errorf("path %s: flows %d: want 1..1e9", s.Path, s.Flows)
+	}
+	if err := validRTT(s.MinRTTMS, time.Time{}, time.Time{}); err != nil {
+		return fmt.Errorf("path %s: %w", s.Path, err)
+	}
+	if err := validStat("segs_out", s.SegsOut); err != nil {
+		return fmt.Errorf("path %s: %w", s.Path, err)
+	}
+	if err := validStat("retrans", s.Retrans); err != nil {
+		return fmt.Errorf("path %s: %w", s.Path, err)
+	}
+	if s.Retrans > s.SegsOut {
+		return fmt.Errorf("path %s: retrans %v > segs_out %v", s.Path, s.Retrans, s.SegsOut)
+	}
+	return nil
 }
 
 // Validate checks r against now (for sample times in the future).
@@ -263,8 +324,16 @@ func (r Report) Validate(now time.Time) error {
 	if err := ValidateID(r.FEP); err != nil {
 		return fmt.Errorf("fep: %w", err)
 	}
-	if len(r.Samples) == 0 && len(r.Destinations) == 0 && r.Stats == nil {
-		return errors.New("samples, destinations and stats: all empty")
+	if len(r.Samples) == 0 && len(r.Destinations) == 0 && r.Stats == nil && len(r.Segments) == 0 {
+		return errors.New("samples, destinations, stats and segments: all empty")
+	}
+	if len(r.Segments) > MaxSegments {
+		return fmt.Errorf("segments: %d > %d", len(r.Segments), MaxSegments)
+	}
+	for i, s := range r.Segments {
+		if err := s.Validate(r.FEP); err != nil {
+			return fmt.Errorf("segment %d: %w", i, err)
+		}
 	}
 	if r.Stats != nil {
 		if err := r.Stats.Validate(now); err != nil {
@@ -369,6 +438,28 @@ type Table struct {
 	Members  map[string]string  `json:"members"`          // FEP id -> hop_addr, every FEP named in a chain
 	Egress   []Egress           `json:"egress,omitempty"` // destination prefix -> EgP
 	Table    pathcomp.TableFile `json:"table"`            // only the (InP, EgP) pairs this LoP serves
+	// Intercept are the controller's decisions for the on-path relays
+	// (docs/tts.md): which relay intercepts which path's flows. A FEP
+	// named here applies its entries (an inactive one intercepts
+	// nothing new for that path); a FEP not named keeps its own scope.
+	Intercept []Intercept `json:"intercept,omitempty"`
+}
+
+// Intercept is the decision for one on-path relay on one path.
+type Intercept struct {
+	FEP    string `json:"fep"`
+	Path   string `json:"path"`
+	Active bool   `json:"active"`
+	// The path's flows: client prefixes, server prefixes, server ports
+	// ("80,443,8000-8100"); empty: any.
+	Sources []string `json:"sources,omitempty"`
+	Dests   []string `json:"dests,omitempty"`
+	Ports   string   `json:"ports,omitempty"`
+	// Prev and Next are the nearest active relays towards the client
+	// and the server ("" = the path's end): the ends of the legs this
+	// relay reports on.
+	Prev string `json:"prev,omitempty"`
+	Next string `json:"next,omitempty"`
 }
 
 // Matrix is the body of GET /v1/matrix: the current RTT matrix, in ms. A

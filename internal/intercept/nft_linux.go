@@ -14,6 +14,7 @@ import (
 
 // Interception is an installed set of rules. Remove takes them away.
 type Interception struct {
+	mu   sync.Mutex // guards cfg (SetScopes)
 	cfg  Config
 	log  *slog.Logger
 	once sync.Once
@@ -51,14 +52,40 @@ func Install(ctx context.Context, cfg Config, log *slog.Logger) (*Interception, 
 	return &Interception{cfg: cfg, log: log}, nil
 }
 
+// SetScopes replaces the scopes of the installed rules (one nftables
+// transaction: the table is replaced atomically, the rule that delivers
+// the packets of intercepted flows to their sockets stays, so established
+// flows go on) and makes the interception managed (Config.Managed).
+func (i *Interception) SetScopes(ctx context.Context, scopes []Scope) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	cfg := i.cfg
+	cfg.Managed, cfg.Scopes = true, scopes
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := runNft(ctx, cfg.NetNS, cfg.Ruleset(os.Getpid())); err != nil {
+		return fmt.Errorf("intercept: update table %s: %w", cfg.Table(), err)
+	}
+	i.cfg = cfg
+	i.log.Info("interception scopes updated", "table", cfg.Table(), "scopes", len(scopes))
+	return nil
+}
+
 // Config returns the installed (validated) config.
-func (i *Interception) Config() Config { return i.cfg }
+func (i *Interception) Config() Config {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.cfg
+}
 
 // Remove deletes the table, the policy rule and the route. It is
 // idempotent and uses its own context so that it also runs after the
 // caller's was cancelled.
 func (i *Interception) Remove() error {
 	i.once.Do(func() {
+		i.mu.Lock()
+		defer i.mu.Unlock()
 		ctx := context.Background()
 		i.err = errors.Join(deleteTable(ctx, &i.cfg), removeRoute(ctx, &i.cfg))
 		i.log.Info("interception removed", "table", i.cfg.Table(), "err", i.err)

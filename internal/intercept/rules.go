@@ -42,6 +42,28 @@ type Config struct {
 	// NetNS, when set, is the named network namespace (ip netns) to
 	// install into; empty: the calling process's.
 	NetNS string
+	// Managed replaces Sources, Dests and Ports by Scopes (one rule
+	// each), as a controller decides them (docs/tts.md); Managed with
+	// no scope intercepts no new flow, while the flows already
+	// intercepted keep their rule.
+	Managed bool
+	Scopes  []Scope
+}
+
+// Scope is one set of flows to intercept: source prefixes, destination
+// prefixes and destination ports; an empty list matches everything.
+type Scope struct {
+	Sources []netip.Prefix
+	Dests   []netip.Prefix
+	Ports   []PortRange
+}
+
+// scopes returns the scopes the rules match.
+func (c *Config) scopes() []Scope {
+	if c.Managed {
+		return c.Scopes
+	}
+	return []Scope{{Sources: c.Sources, Dests: c.Dests, Ports: c.Ports}}
 }
 
 // PortRange is an inclusive range of TCP ports.
@@ -155,14 +177,19 @@ func (c *Config) Validate() error {
 	if c.NetNS != "" && !validIface(c.NetNS) && !validName(strings.ReplaceAll(c.NetNS, "-", "_")) {
 		return fmt.Errorf("intercept: bad netns name %q", c.NetNS)
 	}
-	for _, p := range append(append([]netip.Prefix(nil), c.Sources...), c.Dests...) {
-		if !p.IsValid() || !p.Addr().Is4() {
-			return fmt.Errorf("intercept: prefix %v: want IPv4", p)
+	for _, sc := range append(c.Scopes, Scope{Sources: c.Sources, Dests: c.Dests, Ports: c.Ports}) {
+		for _, p := range append(append([]netip.Prefix(nil), sc.Sources...), sc.Dests...) {
+			if !p.IsValid() || !p.Addr().Is4() {
+				return fmt.Errorf("intercept: prefix %v: want IPv4", p)
+			}
 		}
-	}
-	for _, r := range c.Ports {
-		if r.Lo == 0 || r.Hi < r.Lo {
-			return fmt.Errorf("intercept: bad port range %d-%d", r.Lo, r.Hi)
+		for _, r := range sc.Ports {
+			if r.Lo == 0 || r.Hi < r.Lo {
+				return fmt.Errorf("intercept: bad port range %d-%d", r.Lo, r.Hi)
+			}
+			if c.Port >= r.Lo && c.Port <= r.Hi {
+				return fmt.Errorf("intercept: port range %s includes the listener's own port %d", r, c.Port)
+			}
 		}
 	}
 	if c.Mark == 0 {
@@ -184,27 +211,6 @@ func (c *Config) Table() string { return TablePrefix + c.Name }
 // atomically (one transaction: create if missing, delete, define).
 // Validate must have succeeded.
 func (c *Config) Ruleset(pid int) string {
-	var match strings.Builder
-	match.WriteString("meta l4proto tcp")
-	if c.InIface != "" {
-		fmt.Fprintf(&match, " iifname %q", c.InIface)
-	}
-	if len(c.Sources) > 0 {
-		fmt.Fprintf(&match, " ip saddr { %s }", joinPrefixes(c.Sources))
-	}
-	if len(c.Dests) > 0 {
-		fmt.Fprintf(&match, " ip daddr { %s }", joinPrefixes(c.Dests))
-	}
-	if len(c.Ports) > 0 {
-		parts := make([]string, len(c.Ports))
-		for i, r := range c.Ports {
-			parts[i] = r.String()
-		}
-		fmt.Fprintf(&match, " tcp dport { %s }", strings.Join(parts, ", "))
-	}
-	// Only a new flow's SYN is steered: packets of flows that exist
-	// without a transparent socket here pass untouched.
-	match.WriteString(" tcp flags & (syn | ack) == syn")
 	t := c.Table()
 	var b strings.Builder
 	fmt.Fprintf(&b, "add table ip %s\ndelete table ip %s\n", t, t)
@@ -213,13 +219,42 @@ func (c *Config) Ruleset(pid int) string {
 	// Packets of intercepted flows (both legs) go to their transparent
 	// socket.
 	fmt.Fprintf(&b, "\t\tmeta l4proto tcp socket transparent 1 meta mark set 0x%x accept\n", c.Mark)
-	fmt.Fprintf(&b, "\t\t%s tproxy to :%d meta mark set 0x%x accept\n", match.String(), c.Port, c.Mark)
-	if c.FailClosed {
-		// Reached only when tproxy found no listener.
-		fmt.Fprintf(&b, "\t\t%s reject with tcp reset\n", match.String())
+	for _, sc := range c.scopes() {
+		m := c.match(sc)
+		fmt.Fprintf(&b, "\t\t%s tproxy to :%d meta mark set 0x%x accept\n", m, c.Port, c.Mark)
+		if c.FailClosed {
+			// Reached only when tproxy found no listener.
+			fmt.Fprintf(&b, "\t\t%s reject with tcp reset\n", m)
+		}
 	}
 	b.WriteString("\t}\n}\n")
 	return b.String()
+}
+
+// match is the rule match of one scope: only a new flow's SYN is
+// steered, so packets of flows that exist without a transparent socket
+// here pass untouched.
+func (c *Config) match(sc Scope) string {
+	var match strings.Builder
+	match.WriteString("meta l4proto tcp")
+	if c.InIface != "" {
+		fmt.Fprintf(&match, " iifname %q", c.InIface)
+	}
+	if len(sc.Sources) > 0 {
+		fmt.Fprintf(&match, " ip saddr { %s }", joinPrefixes(sc.Sources))
+	}
+	if len(sc.Dests) > 0 {
+		fmt.Fprintf(&match, " ip daddr { %s }", joinPrefixes(sc.Dests))
+	}
+	if len(sc.Ports) > 0 {
+		parts := make([]string, len(sc.Ports))
+		for i, r := range sc.Ports {
+			parts[i] = r.String()
+		}
+		fmt.Fprintf(&match, " tcp dport { %s }", strings.Join(parts, ", "))
+	}
+	match.WriteString(" tcp flags & (syn | ack) == syn")
+	return match.String()
 }
 
 func joinPrefixes(ps []netip.Prefix) string {

@@ -91,6 +91,39 @@ func TestRuleset(t *testing.T) {
 	}
 }
 
+func TestRulesetManaged(t *testing.T) {
+	cfg := Config{Name: "t2", Port: 9999, Ports: []PortRange{{80, 80}}, Managed: true}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// Managed without scopes: no new flow is steered, the rule of the
+	// established flows stays; the static Ports are not used.
+	rs := cfg.Ruleset(1)
+	if !strings.Contains(rs, "socket transparent 1 meta mark set 0x4d53 accept") || strings.Contains(rs, "tproxy to") {
+		t.Errorf("managed ruleset without scopes:\n%s", rs)
+	}
+	cfg.Scopes = []Scope{
+		{Dests: []netip.Prefix{netip.MustParsePrefix("10.77.0.3/32")}, Ports: []PortRange{{8080, 8080}}},
+		{Sources: []netip.Prefix{netip.MustParsePrefix("10.77.0.0/24")}},
+	}
+	rs = cfg.Ruleset(1)
+	for _, want := range []string{
+		"ip daddr { 10.77.0.3 } tcp dport { 8080 } tcp flags & (syn | ack) == syn tproxy to :9999",
+		"ip saddr { 10.77.0.0/24 } tcp flags & (syn | ack) == syn tproxy to :9999",
+	} {
+		if !strings.Contains(rs, want) {
+			t.Errorf("ruleset lacks %q:\n%s", want, rs)
+		}
+	}
+	if strings.Contains(rs, "dport { 80 }") {
+		t.Errorf("managed ruleset uses the static ports:\n%s", rs)
+	}
+	cfg.Scopes = []Scope{{Ports: []PortRange{{9000, 10000}}}}
+	if err := cfg.Validate(); err == nil {
+		t.Error("a scope including the listener's port passed validation")
+	}
+}
+
 func FuzzParsePorts(f *testing.F) {
 	for _, s := range []string{"80", "1-65535", "80,443", " 9 - 10 ", "0", "a-b"} {
 		f.Add(s)
