@@ -19,6 +19,7 @@ type tableCache struct {
 	tables  map[string]*api.EncodedTable
 	max     uint64
 	changed chan struct{} // closed and replaced on every change
+	waiting int           // long-polls blocked in wait
 }
 
 func newTableCache() *tableCache {
@@ -118,10 +119,25 @@ func (c *tableCache) wait(ctx context.Context, lop string, since uint64, known f
 			}
 			checked = true
 		}
+		c.mu.Lock()
+		c.waiting++
+		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
 		case <-ch:
 		}
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
+}
+
+// waiters returns the number of long-polls blocked waiting for a change.
+func (c *tableCache) waiters() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiting
 }

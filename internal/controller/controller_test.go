@@ -21,6 +21,7 @@ import (
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/store"
 	"github.com/mosto-net/mosto/internal/store/boltstore"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func openBolt(t testing.TB) store.Store {
@@ -441,7 +442,8 @@ func TestWatchSemantics(t *testing.T) {
 		}
 		got <- tab
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The poll is blocked in the controller before the change comes.
+	testenv.WaitFor(t, 10*time.Second, "the long-poll blocked", func() bool { return c.cache.waiters() == 1 })
 	report("a", "c", 5) // significant: direct becomes best
 	var t2 *api.Table
 	select {
