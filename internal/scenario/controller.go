@@ -331,7 +331,7 @@ func (s *Scenario) WaitConverged(ctx context.Context, stable time.Duration) (Con
 			return Convergence{}, err
 		}
 		if time.Now().After(deadline) {
-			return Convergence{}, fmt.Errorf("scenario: discovery did not converge within %v: %s", s.cfg.Controller.withDefaults().Converge, why)
+			return Convergence{}, fmt.Errorf("scenario: discovery did not converge within %v: %s\n%s", s.cfg.Controller.withDefaults().Converge, why, s.logDigest(4))
 		}
 		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return Convergence{}, err
@@ -491,6 +491,52 @@ func (s *Scenario) exited() error {
 		}
 	}
 	return nil
+}
+
+// logDigest returns, for a post-mortem in a test's failure message, the
+// last n warnings and errors of the controller's and every proxy's log
+// (slog lines at WARN or ERROR, Go's own log lines such as TLS handshake
+// errors, panics), with how many there were in all.
+func (s *Scenario) logDigest(n int) string {
+	type src struct{ name, path string }
+	var srcs []src
+	if s.ctl != nil {
+		srcs = append(srcs, src{"controller", filepath.Join(s.dir, "controller.log")})
+	}
+	for _, p := range s.proxies {
+		srcs = append(srcs, src{"proxy " + p.fep, p.logf})
+	}
+	var b strings.Builder
+	for _, f := range srcs {
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", f.name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		var bad []string
+		for _, l := range lines {
+			if l == "" {
+				continue
+			}
+			if !strings.HasPrefix(l, "time=") || strings.Contains(l, " level=WARN ") || strings.Contains(l, " level=ERROR ") {
+				bad = append(bad, l)
+			}
+		}
+		fmt.Fprintf(&b, "%s: %d log lines, %d warnings/errors", f.name, len(lines), len(bad))
+		if len(bad) > n {
+			fmt.Fprintf(&b, ", the last %d", n)
+			bad = bad[len(bad)-n:]
+		}
+		b.WriteString("\n")
+		for _, l := range bad {
+			if len(l) > 400 {
+				l = l[:400] + "..."
+			}
+			b.WriteString("    " + l + "\n")
+		}
+	}
+	return b.String()
 }
 
 func mapsEqual(a, b map[string]uint64) bool {
