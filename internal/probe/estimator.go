@@ -49,6 +49,9 @@ func (w *Window) Add(d time.Duration) {
 // Len returns the number of samples held.
 func (w *Window) Len() int { return len(w.samples) }
 
+// Full reports whether the window holds its N samples.
+func (w *Window) Full() bool { return len(w.samples) == w.n }
+
 // Estimate returns the median of the window (the mean of the two middle
 // samples for an even count) and false when the window is empty.
 func (w *Window) Estimate() (time.Duration, bool) {

@@ -11,7 +11,10 @@ import (
 	"time"
 )
 
-const ms = time.Millisecond
+const (
+	ms = time.Millisecond
+	us = time.Microsecond
+)
 
 func TestWindowRobust(t *testing.T) {
 	tests := []struct {
@@ -112,6 +115,27 @@ func TestTracker(t *testing.T) {
 			{observe: map[string]time.Duration{"a": 10 * ms, "b": 20 * ms}, at: 5 * time.Minute},
 			{observe: map[string]time.Duration{"a": 10 * ms, "b": 20 * ms}, at: 10 * time.Minute, want: []string{"a=10ms", "b=20ms"}, full: true},
 			{observe: map[string]time.Duration{"a": 10 * ms, "b": 20 * ms}, at: 11 * time.Minute},
+		}},
+		{"an inflated first round is corrected once the window is full", []step{
+			// The first report is a single round (a loaded prober: 1.3 ms
+			// high, under the threshold); once the window holds its 5
+			// rounds, its median is reported once, then silence.
+			{observe: map[string]time.Duration{"a": 24300 * us, "b": 50 * ms}, want: []string{"a=24.3ms", "b=50ms"}, full: true},
+			{observe: map[string]time.Duration{"a": 23 * ms, "b": 50 * ms}, at: 2 * time.Second},
+			{observe: map[string]time.Duration{"a": 23 * ms, "b": 50 * ms}, at: 4 * time.Second},
+			{observe: map[string]time.Duration{"a": 23 * ms, "b": 50 * ms}, at: 6 * time.Second},
+			{observe: map[string]time.Duration{"a": 23 * ms, "b": 50 * ms}, at: 8 * time.Second, want: []string{"a=23ms"}},
+			{observe: map[string]time.Duration{"a": 23100 * us, "b": 50 * ms}, at: 10 * time.Second},
+			{observe: map[string]time.Duration{"a": 22900 * us, "b": 50100 * us}, at: 12 * time.Second},
+		}},
+		{"a settling report that fails is sent again", []step{
+			{observe: map[string]time.Duration{"a": 24 * ms}, want: []string{"a=24ms"}, full: true},
+			{observe: map[string]time.Duration{"a": 23 * ms}, at: 2 * time.Second},
+			{observe: map[string]time.Duration{"a": 23 * ms}, at: 4 * time.Second},
+			{observe: map[string]time.Duration{"a": 23 * ms}, at: 6 * time.Second},
+			{observe: map[string]time.Duration{"a": 23 * ms}, at: 8 * time.Second, want: []string{"a=23ms"}, fail: true},
+			{observe: map[string]time.Duration{"a": 23 * ms}, at: 10 * time.Second, want: []string{"a=23ms"}},
+			{observe: map[string]time.Duration{"a": 23 * ms}, at: 12 * time.Second},
 		}},
 		{"peer without samples is not reported", []step{
 			{observe: map[string]time.Duration{"a": 10 * ms, "b": 0}, want: []string{"a=10ms"}, full: true},

@@ -20,7 +20,12 @@ type Sample struct {
 //
 // A peer's estimate is reported when it was never reported (the first
 // report therefore carries every peer with an estimate) or when it moved by
-// more than the Threshold from the value last reported. Every Refresh, the
+// more than the Threshold from the value last reported. An estimate
+// reported before its window was full (the first one, from a single round,
+// for quick discovery) is reported once more when the window is full and
+// its median differs: the controller's matrix then holds the robust
+// estimate, not a first round that a loaded machine inflated by less than
+// the threshold (which would otherwise stand until the next Refresh). Every Refresh, the
 // next report carries all peers again, so a controller that lost state (or a
 // new leader) converges without asking. A failed report commits nothing:
 // the same changes stay pending for the next round, and since it may have
@@ -49,6 +54,7 @@ type peerState struct {
 	downAt   time.Time
 	sentDown bool // the latest report about the peer said unreachable
 	unsure   bool // a report carrying the peer failed: the controller may hold what it said
+	early    bool // the reported estimate is from a window that was not full
 }
 
 // NewTracker returns a Tracker keeping window samples per peer; refresh <= 0
@@ -146,7 +152,8 @@ func (t *Tracker) Pending(now time.Time) (samples []Sample, full bool) {
 		if !ok {
 			continue
 		}
-		if full || !ps.has || ps.sentDown || ps.unsure || t.threshold.Changed(ps.reported, est) {
+		settle := ps.early && ps.w.Full() && est != ps.reported
+		if full || !ps.has || ps.sentDown || ps.unsure || settle || t.threshold.Changed(ps.reported, est) {
 			samples = append(samples, Sample{Peer: peer, RTT: est, At: ps.at})
 		}
 	}
@@ -164,6 +171,7 @@ func (t *Tracker) Commit(samples []Sample, full bool, now time.Time) {
 			ps.sentDown, ps.unsure = true, false
 		default:
 			ps.reported, ps.has, ps.sentDown, ps.unsure = s.RTT, true, false, false
+			ps.early = !ps.w.Full()
 		}
 	}
 	if full && len(samples) > 0 {
