@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/mosto-net/mosto/internal/router"
 	"github.com/mosto-net/mosto/internal/xlate"
@@ -24,7 +25,15 @@ func newJoiner(ctx context.Context, env *Env, pinDir string) (*router.XlateJoine
 		env.Log.Info("router: adopted handed-off sessions of an earlier process", "sessions", st.Adopted, "held", st.Held, "pin_dir", pinDir)
 	}
 	j := &router.XlateJoiner{Splicer: sp}
-	return j, func() { j.Wait(); sp.Close() }, nil
+	return j, func() {
+		j.Wait()
+		if t := j.Times(); t.Joins > 0 {
+			n := time.Duration(t.Joins)
+			env.Log.Info("router: join phases, mean per handoff", "joins", t.Joins, "read", t.Read/n, "install", t.Install/n,
+				"verify", t.Verify/n, "send", t.Send/n)
+		}
+		sp.Close()
+	}, nil
 }
 
 // routerPinDir resolves --pin-dir: "off" for none, "" for the default

@@ -51,9 +51,31 @@ type XlateJoiner struct {
 	// route lookup would look); 0: from the routing table.
 	Ifindex int
 
+	routes routeCache
+
 	wg            sync.WaitGroup
 	silent        atomic.Int64
 	reserveFailed atomic.Int64
+	joins         atomic.Int64
+	phase         [4]atomic.Int64 // ns summed over joins: read, install, verify, send
+}
+
+// JoinTimes are the summed durations of the join's phases over Joins
+// completed joins (docs/router.md, "Where the handoff's time goes").
+type JoinTimes struct {
+	Joins int64
+	// Read: the client leg's state, both legs into TCP_REPAIR and their
+	// sequence numbers. Install: xlate.Pair and the map updates (with
+	// xlate's route lookups unless Ifindex is set). Verify: the re-read
+	// and the surrogate leg out of repair mode. Send: the client leg's
+	// silent close and the request's write to the surrogate leg.
+	Read, Install, Verify, Send time.Duration
+}
+
+// Times returns the join's phase times so far.
+func (j *XlateJoiner) Times() JoinTimes {
+	return JoinTimes{Joins: j.joins.Load(), Read: time.Duration(j.phase[0].Load()), Install: time.Duration(j.phase[1].Load()),
+		Verify: time.Duration(j.phase[2].Load()), Send: time.Duration(j.phase[3].Load())}
 }
 
 // ReserveFailed counts surrogate legs whose 4-tuple could not be held
@@ -140,28 +162,34 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 	if n == 0 {
 		return 0, fmt.Errorf("%w: nothing to send", ErrJoinRefused)
 	}
+	var ph phases
+	ph.start()
 	sent := 0
-	cs, err := state(client)
-	if err != nil {
-		return sent, fmt.Errorf("%w: %v", ErrJoinRefused, err)
-	}
-	if cs.InQ != 0 || cs.OutQ != 0 || cs.Unacked != 0 {
-		return sent, fmt.Errorf("%w: client leg busy (%d unread)", ErrJoinRefused, cs.InQ)
-	}
+	// No separate pre-read of the client leg: xlate.Pair refuses a leg
+	// with unread or unacknowledged bytes (every syscall here delays the
+	// request; docs/router.md, "Where the handoff's time goes").
 	var joinErr error
 	var sin xlate.Tuple
-	if err := control2(client, surrogate, func(cfd, sfd int) { sin, joinErr = j.freezeAndInstall(cfd, sfd, n-sent) }); err != nil {
+	if err := control2(client, surrogate, func(cfd, sfd int) { sin, joinErr = j.freezeAndInstall(cfd, sfd, n-sent, &ph) }); err != nil {
 		return sent, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	if joinErr != nil {
 		return sent, joinErr
 	}
-	client.Close() // in repair mode: no FIN, no RST
-	if _, err := surrogate.Write(pending[sent:]); err != nil {
+	// The request leaves first; the client leg (in repair mode: no FIN, no
+	// RST) is closed after it, off the path to the first byte.
+	_, err := surrogate.Write(pending[sent:])
+	ph.mark(3)
+	client.Close()
+	if err != nil {
 		// The entries are in place; the session is lost (the client sees a
 		// reset from the surrogate or times out).
 		surrogate.Close()
 		return -1, fmt.Errorf("router: send the request after the join: %w", err)
+	}
+	j.joins.Add(1)
+	for i, d := range ph.d {
+		j.phase[i].Add(int64(d))
 	}
 	linger := j.Linger
 	if linger == 0 {
@@ -281,7 +309,7 @@ func (j *XlateJoiner) Wait() { j.wg.Wait() }
 // freezeAndInstall installs the join with the surrogate leg's snd_nxt moved
 // by later (the bytes sent after the install); it returns the surrogate
 // leg's In tuple.
-func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int) (xlate.Tuple, error) {
+func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int, ph *phases) (xlate.Tuple, error) {
 	if err := setRepair(cfd, 1); err != nil {
 		return xlate.Tuple{}, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
 	}
@@ -300,8 +328,15 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int) (xlate.Tuple, error)
 		return xlate.Tuple{}, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	ss.SndNxt += uint32(later) // sent after the install
+	ph.mark(0)
 	ab, ba, err := xlate.Pair(cs, ss)
 	ab.Ifindex, ba.Ifindex = j.Ifindex, j.Ifindex
+	if err == nil && j.Ifindex == 0 {
+		ab.Ifindex, err = j.routes.ifindex(ab.Out.Dst.Addr())
+		if err == nil {
+			ba.Ifindex, err = j.routes.ifindex(ba.Out.Dst.Addr())
+		}
+	}
 	if err == nil {
 		err = j.Splicer.Install(ab, ba)
 	}
@@ -309,11 +344,15 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int) (xlate.Tuple, error)
 		undo()
 		return xlate.Tuple{}, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
-	cs2, err1 := frozenState(cfd)
-	ss2, err2 := frozenState(sfd)
-	ss2.SndNxt += uint32(later)
-	if err1 != nil || err2 != nil || cs2.RcvNxt != cs.RcvNxt || ss2.RcvNxt != ss.RcvNxt || cs2.SndNxt != cs.SndNxt ||
-		ss2.SndNxt != ss.SndNxt || cs2.InQ+ss2.InQ+cs2.OutQ+ss2.OutQ != 0 {
+	ph.mark(1)
+	// Did a packet reach either socket between the read and the install?
+	// Data or a FIN moves rcv_nxt (the receive queue is still the one
+	// TCP_REPAIR_QUEUE selected in frozenState); nothing can be sent in
+	// repair mode and both legs had nothing to send (Pair checked), so
+	// snd_nxt cannot move. One getsockopt per leg instead of a full re-read.
+	crcv, err1 := unix.GetsockoptInt(cfd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+	srcv, err2 := unix.GetsockoptInt(sfd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+	if err1 != nil || err2 != nil || uint32(crcv) != cs.RcvNxt || uint32(srcv) != ss.RcvNxt {
 		j.Splicer.Remove(ab.In)
 		undo()
 		return xlate.Tuple{}, fmt.Errorf("%w: a leg moved during the install", ErrJoinRefused)
@@ -323,24 +362,66 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int) (xlate.Tuple, error)
 	if err := setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP); err != nil {
 		return xlate.Tuple{}, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
 	}
+	ph.mark(2)
 	return ba.In, nil
 }
 
-func state(c *net.TCPConn) (xlate.SockState, error) {
-	rc, err := c.SyscallConn()
+// routeTTL is how long a looked-up route is reused.
+const routeTTL = time.Second
+
+// routeCache remembers the device towards an address for routeTTL: xlate's
+// own lookup (a netlink round trip per entry, two per join) was the
+// largest part of the join's install phase. A route changed meanwhile is
+// followed within routeTTL.
+type routeCache struct {
+	mu sync.Mutex
+	m  map[netip.Addr]cachedRoute
+}
+
+type cachedRoute struct {
+	ifindex int
+	at      time.Time
+}
+
+func (c *routeCache) ifindex(dst netip.Addr) (int, error) {
+	now := time.Now()
+	c.mu.Lock()
+	r, ok := c.m[dst]
+	c.mu.Unlock()
+	if ok && now.Sub(r.at) < routeTTL {
+		return r.ifindex, nil
+	}
+	idx, err := xlate.RouteIfindex(dst)
 	if err != nil {
-		return xlate.SockState{}, err
+		return 0, fmt.Errorf("route to %s: %w", dst, err)
 	}
-	var st xlate.SockState
-	var serr error
-	if err := rc.Control(func(fd uintptr) { st, serr = xlate.ReadState(int(fd)) }); err != nil {
-		return st, err
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= 4096 {
+		c.m = map[netip.Addr]cachedRoute{} // bounded: start over
 	}
-	return st, serr
+	c.m[dst] = cachedRoute{idx, now}
+	return idx, nil
+}
+
+// phases times a join's phases (JoinTimes).
+type phases struct {
+	last time.Time
+	d    [4]time.Duration
+}
+
+func (p *phases) start() { p.last = time.Now() }
+
+// mark ends phase i.
+func (p *phases) mark(i int) {
+	now := time.Now()
+	p.d[i] = now.Sub(p.last)
+	p.last = now
 }
 
 // frozenState is xlate.ReadState plus the sequence numbers (the socket is
-// in TCP_REPAIR mode).
+// in TCP_REPAIR mode). It leaves the receive queue selected (read last),
+// which the install's check relies on.
 func frozenState(fd int) (xlate.SockState, error) {
 	st, err := xlate.ReadState(fd)
 	if err != nil {

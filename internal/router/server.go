@@ -79,6 +79,7 @@ type Router struct {
 	accepted, requests, badRequest, timeouts counter
 	redirects, proxied, handedOff, failed    counter
 	fallbacks                                counter
+	forwarded, forwardNs, poolNs             counter
 }
 
 // New validates cfg and returns a Router. A nil log discards.
@@ -149,6 +150,7 @@ func (r *Router) Stats() Stats {
 		Timeouts: r.timeouts.get(), Redirects: r.redirects.get(), Proxied: r.proxied.get(),
 		HandedOff: r.handedOff.get(), Failed: r.failed.get(), HandoffFallbacks: r.fallbacks.get(),
 	}
+	s.Forwarded, s.ForwardTime, s.PoolTime = r.forwarded.get(), time.Duration(r.forwardNs.get()), time.Duration(r.poolNs.get())
 	for _, p := range r.pools {
 		s.PoolHits += p.hits.get()
 		s.PoolMisses += p.misses.get()
@@ -224,11 +226,11 @@ func (r *Router) serveConn(ctx context.Context, c net.Conn) {
 			buf = buf[:copy(buf, buf[req.HeadLen:])]
 			continue
 		case ModeProxy:
-			r.proxy(ctx, c, i, buf, log)
+			r.proxy(ctx, c, i, buf, time.Now(), log)
 			r.cfg.Picker.Done(i)
 			return
 		case ModeHandoff:
-			owned = !r.handoff(ctx, c, i, buf, req.HeadLen, log)
+			owned = !r.handoff(ctx, c, i, buf, req.HeadLen, time.Now(), log)
 			r.cfg.Picker.Done(i)
 			return
 		}
@@ -320,8 +322,9 @@ func writeRedirect(c net.Conn, s Surrogate, req *Request, closeAfter bool) error
 }
 
 // proxy relays the session to surrogate i over a pooled connection.
-func (r *Router) proxy(ctx context.Context, c net.Conn, i int, pending []byte, log *slog.Logger) {
+func (r *Router) proxy(ctx context.Context, c net.Conn, i int, pending []byte, t0 time.Time, log *slog.Logger) {
 	sc, err := r.pools[i].get(ctx)
+	r.poolNs.add(int64(time.Since(t0)))
 	if err != nil {
 		r.failed.add(1)
 		log.Warn("surrogate unreachable", "err", err)
@@ -337,19 +340,22 @@ func (r *Router) proxy(ctx context.Context, c net.Conn, i int, pending []byte, l
 		abort(c)
 		return
 	}
+	r.forwarded.add(1)
+	r.forwardNs.add(int64(time.Since(t0)))
 	r.proxied.add(1)
 	relay(c, sc)
 }
 
 // handoff joins the session to surrogate i; it reports whether the joiner
 // took the client's connection.
-func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte, headLen int, log *slog.Logger) bool {
+func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte, headLen int, t0 time.Time, log *slog.Logger) bool {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		r.failed.add(1)
 		return false
 	}
 	sc, err := r.pools[i].get(ctx)
+	r.poolNs.add(int64(time.Since(t0)))
 	if err != nil {
 		r.failed.add(1)
 		log.Warn("surrogate unreachable", "err", err)
@@ -359,6 +365,8 @@ func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte,
 	}
 	sent, err := r.cfg.Joiner.Join(ctx, tc, sc, pending, headLen)
 	if err == nil {
+		r.forwarded.add(1)
+		r.forwardNs.add(int64(time.Since(t0)))
 		r.handedOff.add(1)
 		return true
 	}
@@ -380,6 +388,8 @@ func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte,
 		abort(c)
 		return false
 	}
+	r.forwarded.add(1)
+	r.forwardNs.add(int64(time.Since(t0)))
 	relay(c, sc)
 	return false
 }

@@ -169,6 +169,9 @@ func TestProxy(t *testing.T) {
 	if st.Proxied != 20 || st.PoolHits == 0 {
 		t.Errorf("stats %+v; want 20 proxied sessions, pool hits", st)
 	}
+	if st.Forwarded != 20 || st.ForwardTime <= 0 || st.PoolTime <= 0 || st.PoolTime > st.ForwardTime {
+		t.Errorf("stats %+v; want 20 forwarded, 0 < pool time <= forward time", st)
+	}
 }
 
 // A request split over many packets (one byte per write, no Nagle) is

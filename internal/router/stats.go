@@ -1,6 +1,9 @@
 package router
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 type counter struct{ v atomic.Int64 }
 
@@ -23,4 +26,11 @@ type Stats struct {
 	PoolHits         int64 // pooled connections used
 	PoolMisses       int64 // sessions that had to dial
 	PoolStale        int64 // pooled connections found closed or too old
+	// Forwarded sessions (proxy and handoff, fallbacks included) and the
+	// sum of their times from the complete request head to the request
+	// written to the surrogate leg, and of the pool's part of it: the
+	// router's own delay on the way to the first byte.
+	Forwarded   int64
+	ForwardTime time.Duration
+	PoolTime    time.Duration
 }

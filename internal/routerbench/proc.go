@@ -92,3 +92,45 @@ func statFields(b []byte) []string {
 	}
 	return strings.Fields(s[i+1:])
 }
+
+// progStats sums run_time_ns and run_cnt over the eBPF programs whose
+// descriptors the process holds (/proc/PID/fdinfo: the handoff router's
+// xlate programs), each program once. The kernel counts them only while
+// kernel.bpf_stats_enabled is 1.
+func (p *proc) progStats() (run time.Duration, cnt int64) {
+	if p == nil || p.cmd.Process == nil {
+		return 0, 0
+	}
+	ents, _ := filepath.Glob("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/fdinfo/[0-9]*")
+	seen := map[string]bool{}
+	for _, e := range ents {
+		b, err := os.ReadFile(e)
+		if err != nil {
+			continue
+		}
+		var id string
+		var ns, n int64
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			v = strings.TrimSpace(v)
+			switch k {
+			case "prog_id":
+				id = v
+			case "run_time_ns":
+				ns, _ = strconv.ParseInt(v, 10, 64)
+			case "run_cnt":
+				n, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		run += time.Duration(ns)
+		cnt += n
+	}
+	return run, cnt
+}

@@ -2,6 +2,8 @@
 
 package xlate
 
+import "net/netip"
+
 // Joined reports whether the entry keyed by in (either direction of a join)
 // is still installed. A caller that keeps a joined leg's socket open (in
 // TCP_REPAIR mode, silent) so that its local port is not reused by a new
@@ -27,3 +29,10 @@ func (s *Splicer) Entry(in Tuple) (EntryStats, bool) {
 	}
 	return entryStats(v), true
 }
+
+// RouteIfindex is the device this network namespace's routing table sends
+// dst's packets out of: what Install looks up for an Entry whose Ifindex
+// is 0 (a netlink round trip). A caller installing many joins towards the
+// same addresses can look it up once and set Ifindex (the request router
+// caches it per address).
+func RouteIfindex(dst netip.Addr) (int, error) { return routeIfindex(dst) }
