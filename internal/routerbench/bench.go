@@ -48,9 +48,12 @@ type Config struct {
 	Geo bool
 	// BulkOnly skips the latency fetches and the L7 sessions.
 	BulkOnly bool
-	Mosto    string // the mosto binary (runs `mosto router` in the world)
-	Dir      string // work directory (nginx configs, logs)
-	Log      *slog.Logger
+	// Handshakes > 0 measures that many connects to the handoff router, a
+	// plain server on rr and s1, interleaved (handshakes), first.
+	Handshakes int
+	Mosto      string // the mosto binary (runs `mosto router` in the world)
+	Dir        string // work directory (nginx configs, logs)
+	Log        *slog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -176,6 +179,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	} else {
 		fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s. rr on the clients' path to the surrogates: %v.\n\n",
 			slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions], cfg.RROnPath)
+	}
+	if cfg.Handshakes > 0 {
+		if err := b.handshakes(ctx, out); err != nil {
+			return err
+		}
 	}
 	if !cfg.BulkOnly {
 		if err := b.latency(ctx, out); err != nil {

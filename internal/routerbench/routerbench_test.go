@@ -90,3 +90,22 @@ func TestGeoSpec(t *testing.T) {
 		t.Error("client 7 of 6 accepted")
 	}
 }
+
+// The bootstrap interval of a median holds the median, is a point for a
+// constant sample and is reproducible.
+func TestMedianCI(t *testing.T) {
+	if lo, hi := medianCI([]float64{2, 2, 2, 2}); lo != 2 || hi != 2 {
+		t.Errorf("constant sample: [%v, %v]; want [2, 2]", lo, hi)
+	}
+	xs := make([]float64, 101)
+	for i := range xs {
+		xs[i] = float64(i)
+	}
+	lo, hi := medianCI(xs)
+	if !(lo < 50 && 50 < hi) || lo < 30 || hi > 70 {
+		t.Errorf("0..100: [%v, %v]; want around 50, within 30..70", lo, hi)
+	}
+	if lo2, hi2 := medianCI(xs); lo2 != lo || hi2 != hi {
+		t.Errorf("not reproducible: [%v, %v] then [%v, %v]", lo, hi, lo2, hi2)
+	}
+}
