@@ -17,17 +17,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"gopkg.in/yaml.v3"
 
 	"github.com/mosto-net/mosto/internal/cli"
+	"github.com/mosto-net/mosto/internal/metrics"
 )
 
 // exportedMetrics returns every metric name mosto exports: the mosto_*
-// collectors declared in the code (histograms with their _bucket, _sum and
-// _count series) and the Go and process collectors' series, gathered from a
-// real registry.
+// metrics declared in the code (histograms with their _bucket, _sum and
+// _count series) and the Go and process series, gathered from a real
+// registry.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
@@ -43,7 +42,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		for _, m := range decl.FindAllSubmatchIndex(b, -1) {
 			n := string(b[m[2]:m[3]])
 			names[n] = true
-			if bytes.Contains(b[max(0, m[0]-200):m[0]], []byte("HistogramOpts")) {
+			if bytes.Contains(b[max(0, m[0]-200):m[0]], []byte("HistogramVec(metrics.Opts")) {
 				names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = true, true, true
 			}
 		}
@@ -52,14 +51,13 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	reg := metrics.NewRegistry()
+	reg.RegisterRuntime()
+	for _, mf := range reg.Gather() {
+		names[mf.Name] = true
 	}
-	for _, mf := range mfs {
-		names[mf.GetName()] = true
+	if !names["process_resident_memory_bytes"] || !names["go_goroutines"] {
+		t.Fatalf("the runtime series lack process_resident_memory_bytes or go_goroutines: %v", names)
 	}
 	names["up"] = true // set by Prometheus for every target
 	for _, want := range []string{"mosto_relay_flows_total", "mosto_relay_direct_total", "mosto_controller_leader", "mosto_relay_connect_seconds_bucket"} {

@@ -6,20 +6,15 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/metrics"
 )
 
 // StatsFrom returns a Config.Stats function that reads the relay counters
-// (mosto_relay_*) of g, the proxy daemon's registry. started is when the
+// (mosto_relay_*) of reg, the proxy daemon's registry. started is when the
 // process started; version, if not nil, gives the table version in use.
-func StatsFrom(g prometheus.Gatherer, started time.Time, version func() uint64) func() *api.ProxyStats {
+func StatsFrom(reg *metrics.Registry, started time.Time, version func() uint64) func() *api.ProxyStats {
 	return func() *api.ProxyStats {
-		mfs, err := g.Gather()
-		if err != nil && len(mfs) == 0 {
-			return nil
-		}
 		s := &api.ProxyStats{Started: started.UTC(), At: time.Now().UTC()}
 		if version != nil {
 			s.TableVersion = version()
@@ -35,14 +30,17 @@ func StatsFrom(g prometheus.Gatherer, started time.Time, version func() uint64) 
 				(*m)[k] += v
 			}
 		}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
+		for _, mf := range reg.Gather() {
+			if mf.Type != metrics.TypeCounter && mf.Type != metrics.TypeGauge {
+				continue
+			}
+			for _, m := range mf.Series {
 				l := map[string]string{}
-				for _, lp := range m.GetLabel() {
-					l[lp.GetName()] = lp.GetValue()
+				for _, lp := range m.Labels {
+					l[lp.Name] = lp.Value
 				}
-				v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
-				switch mf.GetName() {
+				v := m.Value
+				switch mf.Name {
 				case "mosto_relay_flows_total":
 					add(&s.Flows, l["outcome"], v)
 					add(&s.FlowsByRole, l["role"], v)

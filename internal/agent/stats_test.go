@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/probe"
 )
@@ -17,12 +16,11 @@ import (
 // the controller in reports that carry only them.
 func TestStatsPushed(t *testing.T) {
 	c := newController(t)
-	reg := prometheus.NewRegistry()
-	flows := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_relay_flows_total"}, []string{"role", "outcome"})
-	direct := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_relay_direct_total"}, []string{"reason"})
-	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_relay_bytes_total"}, []string{"role", "direction"})
-	pool := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mosto_relay_pool_total"}, []string{"pool", "result"})
-	reg.MustRegister(flows, direct, bytes, pool)
+	reg := metrics.NewRegistry()
+	flows := reg.CounterVec(metrics.Opts{Name: "mosto_relay_flows_total"}, "role", "outcome")
+	direct := reg.CounterVec(metrics.Opts{Name: "mosto_relay_direct_total"}, "reason")
+	bytes := reg.CounterVec(metrics.Opts{Name: "mosto_relay_bytes_total"}, "role", "direction")
+	pool := reg.CounterVec(metrics.Opts{Name: "mosto_relay_pool_total"}, "pool", "result")
 	flows.WithLabelValues("inp", "ok").Add(5)
 	flows.WithLabelValues("trp", "ok").Add(2)
 	flows.WithLabelValues("inp", "reset").Add(1)

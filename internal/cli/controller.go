@@ -16,13 +16,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/controller"
 	"github.com/mosto-net/mosto/internal/etcdhttp"
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/store"
@@ -184,8 +181,8 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	}
 	defer st.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := metrics.NewRegistry()
+	reg.RegisterRuntime()
 	members := controller.MemberPolicy{Enforce: *memberCheck}
 	for _, p := range strings.Split(*allowMembers, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -219,7 +216,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	}
 	scfg := api.ServerConfig{
 		Backend: ctl,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Metrics: metrics.Handler(reg),
 		Log:     env.Log,
 	}
 	srv := &http.Server{

@@ -10,10 +10,10 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/store"
 )
@@ -75,7 +75,7 @@ type Config struct {
 	// `mosto controller init` wrote); nil makes a fresh key.
 	InitialKeys *store.Keys
 	Log         *slog.Logger
-	Metrics     prometheus.Registerer // nil: metrics are not registered
+	Metrics     *metrics.Registry // nil: metrics are not registered
 	Now         func() time.Time
 }
 

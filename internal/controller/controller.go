@@ -24,7 +24,7 @@ type Controller struct {
 	cfg   Config
 	st    store.Store
 	log   *slog.Logger
-	m     *metrics
+	m     *controllerMetrics
 	cache *tableCache
 
 	leader      atomic.Bool

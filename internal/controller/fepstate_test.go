@@ -4,9 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/metrics"
 )
 
 // TestFEPStates: a report (RTTs or counters only) records the FEP's last
@@ -15,7 +14,7 @@ import (
 func TestFEPStates(t *testing.T) {
 	st := openBolt(t)
 	setup(t, st, line[:2], nil)
-	reg := prometheus.NewRegistry()
+	reg := metrics.NewRegistry()
 	now := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
 	c, err := New(Config{Store: st, Metrics: reg, Now: func() time.Time { return now }})
 	if err != nil {
@@ -70,26 +69,12 @@ func TestFEPStates(t *testing.T) {
 }
 
 // gauges returns the values of the gauge name by its fep label.
-func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+func gauges(t *testing.T, reg *metrics.Registry, name string) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			k := ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "fep" {
-					k = l.GetValue()
-				}
-			}
-			out[k] = m.GetGauge().GetValue()
-		}
+	f, _ := metrics.Find(reg.Gather(), name)
+	for _, m := range f.Series {
+		out[m.Label("fep")] = m.Value
 	}
 	return out
 }

@@ -316,6 +316,19 @@ func (f *family[T]) with(values []string) *T {
 	return c.m
 }
 
+// remove forgets the child of values; it reports whether there was one.
+func (f *family[T]) remove(values []string) bool {
+	if len(values) != len(f.labels) {
+		return false
+	}
+	key := strings.Join(values, "\xff")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.children[key]
+	delete(f.children, key)
+	return ok
+}
+
 func (f *family[T]) collect(add func(Family)) {
 	f.mu.RLock()
 	cs := make([]*child[T], 0, len(f.children))
@@ -373,6 +386,11 @@ func (r *Registry) CounterVec(o Opts, labels ...string) *CounterVec {
 // the label names (it panics on a wrong number of values).
 func (v *CounterVec) WithLabelValues(values ...string) *Counter { return v.f.with(values) }
 
+// DeleteLabelValues removes the series of the label values; it reports
+// whether there was one. A counter held from before keeps counting
+// unexposed.
+func (v *CounterVec) DeleteLabelValues(values ...string) bool { return v.f.remove(values) }
+
 // GaugeVec is a family of gauges with labels.
 type GaugeVec struct{ f *family[Gauge] }
 
@@ -383,6 +401,10 @@ func (r *Registry) GaugeVec(o Opts, labels ...string) *GaugeVec {
 
 // WithLabelValues returns the gauge of the label values.
 func (v *GaugeVec) WithLabelValues(values ...string) *Gauge { return v.f.with(values) }
+
+// DeleteLabelValues removes the series of the label values; it reports
+// whether there was one.
+func (v *GaugeVec) DeleteLabelValues(values ...string) bool { return v.f.remove(values) }
 
 // HistogramVec is a family of histograms with labels.
 type HistogramVec struct{ f *family[Histogram] }

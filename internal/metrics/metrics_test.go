@@ -361,3 +361,20 @@ func FuzzLabelValue(f *testing.F) {
 		}
 	})
 }
+
+func TestDeleteLabelValues(t *testing.T) {
+	r := NewRegistry()
+	g := r.GaugeVec(Opts{Name: "g", Help: "g"}, "fep")
+	g.WithLabelValues("a").Set(1)
+	g.WithLabelValues("b").Set(2)
+	if !g.DeleteLabelValues("a") || g.DeleteLabelValues("a") || g.DeleteLabelValues("a", "x") {
+		t.Error("DeleteLabelValues: want true once, then false")
+	}
+	f, _ := Find(r.Gather(), "g")
+	if len(f.Series) != 1 || f.Series[0].Label("fep") != "b" || f.Series[0].Value != 2 {
+		t.Errorf("series after delete: %+v", f.Series)
+	}
+	if g.WithLabelValues("a").Value() != 0 {
+		t.Error("a re-made gauge is not fresh")
+	}
+}

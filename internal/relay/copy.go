@@ -14,9 +14,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
+
+// byteCounter counts relayed bytes: a role's counter (*metrics.Counter), or
+// a flow's own (*flowBytes, size learning).
+type byteCounter interface{ Add(float64) }
 
 // pipe relays bytes between the two TCP connections of one flow: down is
 // the connection towards the client, up the one towards the origin.
@@ -29,8 +32,8 @@ type pipe struct {
 	ended    atomic.Int32 // directions that reached EOF
 	abortMu  sync.Once
 	aborted  atomic.Bool
-	upBytes  prometheus.Counter
-	dnBytes  prometheus.Counter
+	upBytes  byteCounter
+	dnBytes  byteCounter
 	bufs     *sync.Pool // of *[]byte of smallCopy bytes; nil: always splice
 	// abortOnEnd: both connections have SO_LINGER 0 (reset if the process
 	// dies); a direction that ends normally clears it on its destination
@@ -150,7 +153,7 @@ func (p *pipe) copyUpstream(errc chan<- error, bp *[]byte, n int) {
 
 // copyHalf copies src to dst, then half-closes dst (CloseWrite passes the
 // EOF on). On error it aborts the flow.
-func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes prometheus.Counter) error {
+func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes byteCounter) error {
 	err := p.copyData(dst, src, bytes)
 	if p.pausedErr(err) {
 		return errPaused
@@ -189,7 +192,7 @@ func (p *pipe) halfClose(dst *net.TCPConn) error {
 // MSG_PEEK to tell EOF) and splices exactly the queued bytes with
 // io.CopyN between the two *net.TCPConn (Go's splice path); small queues
 // still go through a pooled buffer.
-func (p *pipe) copyData(dst, src *net.TCPConn, bytes prometheus.Counter) error {
+func (p *pipe) copyData(dst, src *net.TCPConn, bytes byteCounter) error {
 	rc, err := src.SyscallConn()
 	if err != nil {
 		return err
@@ -241,7 +244,7 @@ func (p *pipe) copyData(dst, src *net.TCPConn, bytes prometheus.Counter) error {
 }
 
 // progress counts n relayed bytes and, with an idle timeout, notes the time.
-func (p *pipe) progress(bytes prometheus.Counter, n int64) {
+func (p *pipe) progress(bytes byteCounter, n int64) {
 	if n <= 0 {
 		return
 	}

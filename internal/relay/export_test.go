@@ -2,7 +2,6 @@ package relay
 
 import (
 	"github.com/mosto-net/mosto/internal/evloop"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // This file exports internals to relay's overlay tests, which live in
@@ -78,11 +77,7 @@ func (s *Server) IdleWorkers() int32 { return s.workers.idle.Load() }
 
 // ActiveFlows is the active-flows gauge of role r.
 func (s *Server) ActiveFlows(r Role) float64 {
-	var m dto.Metric
-	if err := s.m.roles[r].active.Write(&m); err != nil {
-		return -1
-	}
-	return m.GetGauge().GetValue()
+	return s.m.roles[r].active.Value()
 }
 
 // Upstream is the number of flows sent to peer on a connection that came

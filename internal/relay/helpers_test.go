@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/testenv"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 func testKeyring(t testing.TB) *hop.Keyring {
@@ -102,13 +101,7 @@ func flows(s *Server, r role, o outcome) float64 {
 	return counterValue(s.m.flows.WithLabelValues(string(r), string(o)))
 }
 
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return -1
-	}
-	return m.GetCounter().GetValue()
-}
+func counterValue(c *metrics.Counter) float64 { return c.Value() }
 
 func isReset(err error) bool {
 	var op *net.OpError
@@ -159,29 +152,19 @@ func dialPing(t *testing.T, addr string) net.Conn {
 }
 
 func testutilSum(s *Server, name string) float64 {
-	mfs, _ := s.m.reg.Gather()
+	f, _ := metrics.Find(s.m.reg.Gather(), name)
 	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
+	for _, m := range f.Series {
+		sum += m.Value
 	}
 	return sum
 }
 
 func testutilDirect(s *Server, reason string) float64 {
-	mfs, _ := s.m.reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != "mosto_relay_direct_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == reason {
-				return m.GetCounter().GetValue()
-			}
+	f, _ := metrics.Find(s.m.reg.Gather(), "mosto_relay_direct_total")
+	for _, m := range f.Series {
+		if m.Label("reason") == reason {
+			return m.Value
 		}
 	}
 	return 0

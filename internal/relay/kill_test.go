@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/relay"
 	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
@@ -204,15 +205,10 @@ func errOrEOF(err error) string {
 
 // connectCount is the number of connections s made to peer.
 func connectCount(s *relay.Server, peer string) uint64 {
-	mfs, _ := s.Registry().Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != "mosto_relay_connect_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == peer {
-				return m.GetHistogram().GetSampleCount()
-			}
+	f, _ := metrics.Find(s.Registry().Gather(), "mosto_relay_connect_seconds")
+	for _, m := range f.Series {
+		if m.Label("peer") == peer {
+			return m.Count
 		}
 	}
 	return 0

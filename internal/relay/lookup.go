@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/hop"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/mosto-net/mosto/internal/metrics"
 )
 
 // Remote lookup proxy (seed Sec. III-C: "the InP just forwards the flow to
@@ -39,15 +39,13 @@ const (
 )
 
 // lookupMetrics counts remote lookups (mosto_relay_lookup_total{result}).
-type lookupMetrics struct{ c *prometheus.CounterVec }
+type lookupMetrics struct{ c *metrics.CounterVec }
 
-func newLookupMetrics(reg *prometheus.Registry) lookupMetrics {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+func newLookupMetrics(reg *metrics.Registry) lookupMetrics {
+	return lookupMetrics{reg.CounterVec(metrics.Opts{
 		Name: "mosto_relay_lookup_total",
 		Help: "Remote chain lookups: at an InP (asked, lop_unreachable, fallback_egp) and at its LoP (completed, no_chain, self_egress).",
-	}, []string{"result"})
-	reg.MustRegister(c)
-	return lookupMetrics{c}
+	}, "result")}
 }
 
 func (m lookupMetrics) inc(result string) { m.c.WithLabelValues(result).Inc() }

@@ -4,9 +4,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/mosto-net/mosto/internal/metrics"
 )
 
 // role is the part a daemon plays for a flow; its value is the metrics
@@ -53,50 +51,50 @@ const (
 	refuseDraining      = "draining"
 )
 
-// metrics is the daemon's private Prometheus registry and its collectors.
-type metrics struct {
-	reg      *prometheus.Registry
-	flows    *prometheus.CounterVec
-	bytes    *prometheus.CounterVec
-	active   *prometheus.GaugeVec
-	refusals *prometheus.CounterVec
-	direct   *prometheus.CounterVec
-	connect  *prometheus.HistogramVec
-	pool     *prometheus.CounterVec
-	upstream *prometheus.CounterVec
+// relayMetrics is the daemon's private Prometheus registry and its metrics.
+type relayMetrics struct {
+	reg      *metrics.Registry
+	flows    *metrics.CounterVec
+	bytes    *metrics.CounterVec
+	active   *metrics.GaugeVec
+	refusals *metrics.CounterVec
+	direct   *metrics.CounterVec
+	connect  *metrics.HistogramVec
+	pool     *metrics.CounterVec
+	upstream *metrics.CounterVec
 
 	// Children of the per-role vectors, resolved once so the flow path
 	// neither hashes labels nor grows its goroutine stacks doing so.
 	roles map[role]*roleMetrics
 	// Children resolved on first use, by peer and by direct reason.
 	peers   sync.Map // string -> *peerMetrics
-	directs sync.Map // string -> prometheus.Counter
+	directs sync.Map // string -> *metrics.Counter
 }
 
 type roleMetrics struct {
-	active   prometheus.Gauge
-	up, down prometheus.Counter
-	flows    *prometheus.CounterVec
+	active   *metrics.Gauge
+	up, down *metrics.Counter
+	flows    *metrics.CounterVec
 	role     role
-	outcomes sync.Map // outcome -> prometheus.Counter
+	outcomes sync.Map // outcome -> *metrics.Counter
 }
 
 // flow returns the flows counter of this role for outcome.
-func (r *roleMetrics) flow(o outcome) prometheus.Counter {
+func (r *roleMetrics) flow(o outcome) *metrics.Counter {
 	if c, ok := r.outcomes.Load(o); ok {
-		return c.(prometheus.Counter)
+		return c.(*metrics.Counter)
 	}
 	c, _ := r.outcomes.LoadOrStore(o, r.flows.WithLabelValues(string(r.role), string(o)))
-	return c.(prometheus.Counter)
+	return c.(*metrics.Counter)
 }
 
 // peerMetrics are the per-next-hop children of a peer (a FEP id, or origin).
 type peerMetrics struct {
-	connect prometheus.Observer
-	dial    prometheus.Counter
+	connect *metrics.Histogram
+	dial    *metrics.Counter
 }
 
-func (m *metrics) peer(p string) *peerMetrics {
+func (m *relayMetrics) peer(p string) *peerMetrics {
 	if pm, ok := m.peers.Load(p); ok {
 		return pm.(*peerMetrics)
 	}
@@ -108,54 +106,52 @@ func (m *metrics) peer(p string) *peerMetrics {
 }
 
 // directFor returns the direct-flows counter for reason.
-func (m *metrics) directFor(reason string) prometheus.Counter {
+func (m *relayMetrics) directFor(reason string) *metrics.Counter {
 	if c, ok := m.directs.Load(reason); ok {
-		return c.(prometheus.Counter)
+		return c.(*metrics.Counter)
 	}
 	c, _ := m.directs.LoadOrStore(reason, m.direct.WithLabelValues(reason))
-	return c.(prometheus.Counter)
+	return c.(*metrics.Counter)
 }
 
-func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		flows: prometheus.NewCounterVec(prometheus.CounterOpts{
+func newMetrics() *relayMetrics {
+	reg := metrics.NewRegistry()
+	m := &relayMetrics{
+		reg: reg,
+		flows: reg.CounterVec(metrics.Opts{
 			Name: "mosto_relay_flows_total",
 			Help: "Flows ended, by role of this proxy (inp, trp, egp) and outcome.",
-		}, []string{"role", "outcome"}),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, "role", "outcome"),
+		bytes: reg.CounterVec(metrics.Opts{
 			Name: "mosto_relay_bytes_total",
 			Help: "Bytes relayed, by role and direction (up: client to origin, down: origin to client).",
-		}, []string{"role", "direction"}),
-		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		}, "role", "direction"),
+		active: reg.GaugeVec(metrics.Opts{
 			Name: "mosto_relay_active_flows",
 			Help: "Flows in progress, by role.",
-		}, []string{"role"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, "role"),
+		refusals: reg.CounterVec(metrics.Opts{
 			Name: "mosto_relay_refusals_total",
 			Help: "Connections refused, by reason.",
-		}, []string{"reason"}),
-		direct: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, "reason"),
+		direct: reg.CounterVec(metrics.Opts{
 			Name: "mosto_relay_direct_total",
 			Help: "Flows the InP sent straight to the origin, by reason (self_egress, no_chain, bad_chain).",
-		}, []string{"reason"}),
-		connect: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "mosto_relay_connect_seconds",
-			Help:    "Time to connect to the next hop, by peer (a FEP id, or origin).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
-		}, []string{"peer"}),
-		pool: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, "reason"),
+		connect: reg.HistogramVec(metrics.Opts{
+			Name: "mosto_relay_connect_seconds",
+			Help: "Time to connect to the next hop, by peer (a FEP id, or origin).",
+		}, metrics.ExponentialBuckets(0.0001, 2.5, 14), "peer"),
+		pool: reg.CounterVec(metrics.Opts{
 			Name: "mosto_relay_pool_total",
 			Help: "Pooled connections asked for, by pool (hop, origin) and result (hit, miss, stale).",
-		}, []string{"pool", "result"}),
-		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, "pool", "result"),
+		upstream: reg.CounterVec(metrics.Opts{
 			Name: "mosto_relay_upstream_total",
 			Help: "Flows sent on to the next hop, by peer (a FEP id, or origin) and how the connection was had (dial, pool).",
-		}, []string{"peer", "via"}),
+		}, "peer", "via"),
 	}
-	m.reg.MustRegister(m.flows, m.bytes, m.active, m.refusals, m.direct, m.connect, m.pool, m.upstream,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.RegisterRuntime()
 	m.roles = make(map[role]*roleMetrics, 3)
 	for _, r := range []role{roleInP, roleTrP, roleEgP} {
 		m.roles[r] = &roleMetrics{
@@ -169,9 +165,9 @@ func newMetrics() *metrics {
 	return m
 }
 
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+func (m *relayMetrics) handler() http.Handler {
+	return metrics.Handler(m.reg)
 }
 
-// Registry returns the daemon's private Prometheus registry.
-func (s *Server) Registry() *prometheus.Registry { return s.m.reg }
+// Registry returns the daemon's private metrics registry.
+func (s *Server) Registry() *metrics.Registry { return s.m.reg }

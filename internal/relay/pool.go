@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/mosto-net/mosto/internal/metrics"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,7 +67,7 @@ type connPool struct {
 	forget  time.Duration
 	dial    func(ctx context.Context, addr string) (*net.TCPConn, error)
 	targets func() []string // static targets; nil: none
-	results *prometheus.CounterVec
+	results *metrics.CounterVec
 	// hello, if set, runs on every new connection before it is pooled and
 	// returns how long the peer keeps it idle (see poolHello); an error
 	// marks the target unsupported for poolRetry.
@@ -91,7 +91,7 @@ type pooledConn struct {
 	expires time.Time // since + the lesser of maxIdle and the peer's grant
 }
 
-func newConnPool(name string, size int, maxIdle time.Duration, dial func(context.Context, string) (*net.TCPConn, error), targets func() []string, results *prometheus.CounterVec, log *slog.Logger) *connPool {
+func newConnPool(name string, size int, maxIdle time.Duration, dial func(context.Context, string) (*net.TCPConn, error), targets func() []string, results *metrics.CounterVec, log *slog.Logger) *connPool {
 	return &connPool{
 		name: name, log: log.With("pool", name), size: size, maxIdle: maxIdle, forget: 10 * time.Minute,
 		dial: dial, targets: targets, results: results,

@@ -19,8 +19,8 @@ import (
 
 	"github.com/mosto-net/mosto/internal/evloop"
 	"github.com/mosto-net/mosto/internal/hop"
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/pathcomp"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Server is one proxy daemon. Create it with New, then call Run once (or
@@ -32,7 +32,7 @@ type Server struct {
 	self string // this FEP's id
 
 	// Observability (metrics.go, limit.go, lookup.go).
-	m       *metrics
+	m       *relayMetrics
 	refLog  *rateLog      // rate-limited refusal log
 	lookups lookupMetrics // remote chain lookups
 
@@ -150,14 +150,13 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	}
 	s.overlay.replay = hop.NewReplayCache(cfg.maxSkew(), entries)
 	replay := s.overlay.replay
-	s.m.reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mosto_relay_replay_evictions_total",
-			Help: "Hop headers the replay cache forgot before they expired because it was full (raise hop.replay_entries)."},
-			func() float64 { return float64(replay.Evicted()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mosto_relay_replay_entries",
-			Help: "Hop headers the replay cache remembers."}, func() float64 { return float64(replay.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mosto_relay_replay_capacity",
-			Help: "Size of the replay cache (hop.replay_entries)."}, func() float64 { return float64(entries) }))
+	s.m.reg.CounterFunc(metrics.Opts{Name: "mosto_relay_replay_evictions_total",
+		Help: "Hop headers the replay cache forgot before they expired because it was full (raise hop.replay_entries)."},
+		func() float64 { return float64(replay.Evicted()) })
+	s.m.reg.GaugeFunc(metrics.Opts{Name: "mosto_relay_replay_entries",
+		Help: "Hop headers the replay cache remembers."}, func() float64 { return float64(replay.Len()) })
+	s.m.reg.GaugeFunc(metrics.Opts{Name: "mosto_relay_replay_capacity",
+		Help: "Size of the replay cache (hop.replay_entries)."}, func() float64 { return float64(entries) })
 	s.SetMembers(cfg.Members)
 	if cfg.Table != "" {
 		ix, err := loadTable(cfg.path(cfg.Table))

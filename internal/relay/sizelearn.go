@@ -10,13 +10,13 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/mosto-net/mosto/internal/metrics"
 )
 
 // flowBytes is the downstream byte counter of one flow being learned: it
 // adds to the role's counter and keeps the flow's own total.
 type flowBytes struct {
-	prometheus.Counter
+	*metrics.Counter
 	n atomic.Int64
 }
 

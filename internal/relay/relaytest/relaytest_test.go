@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/relay"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
@@ -57,21 +58,11 @@ func waitFlow(t *testing.T, w *World, id string) {
 }
 
 func okFlows(t *testing.T, s *relay.Server) float64 {
-	mfs, err := s.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, _ := metrics.Find(s.Registry().Gather(), "mosto_relay_flows_total")
 	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "mosto_relay_flows_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == "ok" {
-					n += m.GetCounter().GetValue()
-				}
-			}
+	for _, m := range f.Series {
+		if m.Label("outcome") == "ok" {
+			n += m.Value
 		}
 	}
 	return n
