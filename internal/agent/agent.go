@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -485,6 +486,7 @@ func (a *Agent) register(ctx context.Context, c *api.Client) error {
 // tells the controller forgot this FEP.
 func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 	b := newBackoff()
+	var last []probe.Target // peers and destinations last set
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		ts, err := c.TargetsAndDestinations(tctx, a.cfg.FEP.ID)
@@ -511,6 +513,11 @@ func (a *Agent) watchTargets(ctx context.Context, c *api.Client) {
 				dts = append(dts, probe.Target{ID: d.ID, Addr: d.ProbeAddr})
 			}
 			a.destProber.SetTargets(dts)
+			if all := append(slices.Clone(pts), dts...); !slices.Equal(all, last) {
+				// A post-mortem reads what this FEP was asked to measure.
+				a.log.Info("probe targets", "peers", len(pts), "destinations", len(dts))
+				last = all
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -331,7 +332,7 @@ func (s *Scenario) WaitConverged(ctx context.Context, stable time.Duration) (Con
 			return Convergence{}, err
 		}
 		if time.Now().After(deadline) {
-			return Convergence{}, fmt.Errorf("scenario: discovery did not converge within %v: %s\n%s", s.cfg.Controller.withDefaults().Converge, why, s.logDigest(4))
+			return Convergence{}, fmt.Errorf("scenario: discovery did not converge within %v: %s\n%s%s", s.cfg.Controller.withDefaults().Converge, why, s.controllerCounters(ctx), s.logDigest(4))
 		}
 		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return Convergence{}, err
@@ -493,10 +494,46 @@ func (s *Scenario) exited() error {
 	return nil
 }
 
+// controllerCounters returns the controller's report counters (reports
+// and samples stored, refusals by reason, each FEP's last report), for a
+// post-mortem: refused samples are counted, not logged.
+func (s *Scenario) controllerCounters(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.ctl.url+api.PathMetrics, nil)
+	if err != nil {
+		return fmt.Sprintf("controller metrics: %v\n", err)
+	}
+	resp, err := s.ctl.client.HTTP.Do(req)
+	if err != nil {
+		return fmt.Sprintf("controller metrics: %v\n", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Sprintf("controller metrics: %v\n", err)
+	}
+	var b strings.Builder
+	b.WriteString("controller counters:")
+	for _, l := range strings.Split(string(body), "\n") {
+		for _, m := range []string{"mosto_controller_reports_total", "mosto_controller_samples_total", "mosto_controller_refused_total", "mosto_controller_feps ", "mosto_controller_fep_last_report_timestamp_seconds"} {
+			if strings.HasPrefix(l, m) {
+				b.WriteString(" " + strings.TrimPrefix(l, "mosto_controller_") + ";")
+			}
+		}
+	}
+	return b.String() + "\n"
+}
+
+// stateMsgs are the log messages of a proxy's agent whose last occurrence
+// tells where its discovery stands.
+var stateMsgs = []string{"msg=registered ", `msg="new table" `, `msg="probe targets" `}
+
 // logDigest returns, for a post-mortem in a test's failure message, the
 // last n warnings and errors of the controller's and every proxy's log
 // (slog lines at WARN or ERROR, Go's own log lines such as TLS handshake
-// errors, panics), with how many there were in all.
+// errors, panics), with how many there were in all, and the last of each
+// of the agent's state lines (stateMsgs).
 func (s *Scenario) logDigest(n int) string {
 	type src struct{ name, path string }
 	var srcs []src
@@ -515,9 +552,15 @@ func (s *Scenario) logDigest(n int) string {
 		}
 		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 		var bad []string
+		state := make([]string, len(stateMsgs))
 		for _, l := range lines {
 			if l == "" {
 				continue
+			}
+			for i, m := range stateMsgs {
+				if strings.Contains(l, m) {
+					state[i] = l
+				}
 			}
 			if !strings.HasPrefix(l, "time=") || strings.Contains(l, " level=WARN ") || strings.Contains(l, " level=ERROR ") {
 				bad = append(bad, l)
@@ -529,7 +572,10 @@ func (s *Scenario) logDigest(n int) string {
 			bad = bad[len(bad)-n:]
 		}
 		b.WriteString("\n")
-		for _, l := range bad {
+		for _, l := range slices.Concat(state, bad) {
+			if l == "" {
+				continue
+			}
 			if len(l) > 400 {
 				l = l[:400] + "..."
 			}
