@@ -180,7 +180,9 @@ func (w *World) iperf(ctx context.Context, client, server string, secs int, reve
 	var err error
 	var ru0, ru1 unix.Rusage
 	var t0 time.Time
-	for try := 0; try < 20; try++ {
+	// Until the server listens: starting it takes seconds on a loaded
+	// machine (a run at load 60 gave up after 2 s with "connection refused").
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 		unix.Getrusage(unix.RUSAGE_SELF, &ru0)
 		t0 = time.Now()

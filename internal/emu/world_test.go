@@ -136,21 +136,38 @@ func TestRateLimit(t *testing.T) {
 	// test's own CPU starvation under -race and load does not count.
 	testenv.RequireCommand(t, "iperf3")
 	w := Start(t, mustSpec(t, "tcp: {congestion: cubic}\nhosts: [{name: a}, {name: b}]\nlinks: [{a: a, b: b, delay_ms: 2, rate_mbit: 20}]"))
-	r, err := w.iperf(context.Background(), "b", "a", 3, true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Payload rate at 20 Mbit/s is 20*1448/1500 (IP+TCP headers with
 	// timestamps); the median one-second interval at the receiver is
-	// steady state. (iperf3 runs at real-time priority in this world, so
-	// other work on a loaded machine does not starve sender or receiver.)
+	// steady state. iperf3 runs at real-time priority in this world, but
+	// the kernel's own work on the path (softirqs deferred to ksoftirqd)
+	// does not: at load 40-65 a run measured 7.7-17 Mbit/s. Load can only
+	// slow a run down, never make the limiter pass more than its rate: a
+	// run above the bound fails at once, one below it is run again (up to
+	// 3 runs); a limiter that holds flows under the rate fails all three.
 	want := 20 * 1448.0 / 1500
-	if got := r.MedianMbit; got < want*0.9 || got > want*1.05 {
-		t.Errorf("goodput through a 20 Mbit/s link = %.2f Mbit/s; want %.2f -10%%/+5%% (a->b %+v)", got, want, w.Stats("a", "b"))
-	}
-	// Nothing can pass faster than the rate: the emulator's own count.
-	if st := w.Stats("a", "b"); st.Bytes > uint64(20e6/8*5) {
-		t.Errorf("a->b delivered %d bytes in about 4 s at 20 Mbit/s; more than 5 s worth", st.Bytes)
+	var before uint64
+	for run := 1; ; run++ {
+		r, err := w.iperf(context.Background(), "b", "a", 3, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := w.Stats("a", "b")
+		// Nothing can pass faster than the rate: the emulator's own count.
+		if n := st.Bytes - before; n > uint64(20e6/8*5) {
+			t.Errorf("a->b delivered %d bytes in about 4 s at 20 Mbit/s; more than 5 s worth", n)
+		}
+		before = st.Bytes
+		got := r.MedianMbit
+		if got > want*1.05 {
+			t.Fatalf("goodput through a 20 Mbit/s link = %.2f Mbit/s; want at most %.2f +5%% (a->b %+v)", got, want, st)
+		}
+		if got >= want*0.9 {
+			break
+		}
+		if run == 3 {
+			t.Fatalf("goodput through a 20 Mbit/s link = %.2f Mbit/s in the 3rd run; want %.2f -10%% (a->b %+v)", got, want, st)
+		}
+		t.Logf("run %d: goodput %.2f Mbit/s, under %.2f -10%% (a loaded machine?); again", run, got, want)
 	}
 }
 
