@@ -29,7 +29,7 @@ func newJoiner(ctx context.Context, env *Env, pinDir string) (*router.XlateJoine
 		j.Wait()
 		if t := j.Times(); t.Joins > 0 {
 			n := time.Duration(t.Joins)
-			env.Log.Info("router: join phases, mean per handoff", "joins", t.Joins, "read", t.Read/n, "install", t.Install/n,
+			env.Log.Info("router: join phases, mean per handoff", "joins", t.Joins, "prepared", t.Prepared, "read", t.Read/n, "install", t.Install/n,
 				"verify", t.Verify/n, "send", t.Send/n)
 		}
 		sp.Close()

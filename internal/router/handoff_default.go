@@ -22,7 +22,7 @@ type XlateJoiner struct {
 var ErrJoinRefused = errors.New("router: join refused")
 
 // Join refuses: no kernel translation on this OS.
-func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte, headLen int) (int, error) {
+func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, prepared any, pending []byte, headLen int) (int, error) {
 	return 0, ErrJoinRefused
 }
 

@@ -57,6 +57,7 @@ type XlateJoiner struct {
 	silent        atomic.Int64
 	reserveFailed atomic.Int64
 	joins         atomic.Int64
+	preparedJoins atomic.Int64
 	phase         [4]atomic.Int64 // ns summed over joins: read, install, verify, send
 }
 
@@ -64,6 +65,8 @@ type XlateJoiner struct {
 // completed joins (docs/router.md, "Where the handoff's time goes").
 type JoinTimes struct {
 	Joins int64
+	// Prepared: joins whose surrogate leg was read when pooled (Prepare).
+	Prepared int64
 	// Read: the client leg's state, both legs into TCP_REPAIR and their
 	// sequence numbers. Install: xlate.Pair and the map updates (with
 	// xlate's route lookups unless Ifindex is set). Verify: the re-read
@@ -74,7 +77,7 @@ type JoinTimes struct {
 
 // Times returns the join's phase times so far.
 func (j *XlateJoiner) Times() JoinTimes {
-	return JoinTimes{Joins: j.joins.Load(), Read: time.Duration(j.phase[0].Load()), Install: time.Duration(j.phase[1].Load()),
+	return JoinTimes{Joins: j.joins.Load(), Prepared: j.preparedJoins.Load(), Read: time.Duration(j.phase[0].Load()), Install: time.Duration(j.phase[1].Load()),
 		Verify: time.Duration(j.phase[2].Load()), Send: time.Duration(j.phase[3].Load())}
 }
 
@@ -156,8 +159,40 @@ const (
 // ErrJoinRefused marks a join that did not happen; both connections work.
 var ErrJoinRefused = errors.New("router: join refused")
 
+// preparedLeg is a pooled surrogate leg's state read by Prepare.
+type preparedLeg struct{ st xlate.SockState }
+
+// Prepare implements Preparer: the pooled surrogate leg's sequence numbers
+// and options, read once in TCP_REPAIR mode when the pool makes it, so the
+// join freezes and reads only the client leg. The leg's state cannot move
+// while it is pooled: the router writes nothing on it and the pool's
+// liveness check (no data, no EOF) runs when the leg is taken.
+func (j *XlateJoiner) Prepare(surrogate *net.TCPConn) (any, error) {
+	rc, err := surrogate.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var st xlate.SockState
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		if serr = setRepair(int(fd), 1); serr != nil {
+			return
+		}
+		st, serr = frozenState(int(fd))
+		if err := setRepair(int(fd), unix.TCP_REPAIR_OFF_NO_WP); serr == nil {
+			serr = err
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	return &preparedLeg{st}, nil
+}
+
 // Join implements Joiner.
-func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte, headLen int) (int, error) {
+func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, prepared any, pending []byte, headLen int) (int, error) {
 	n := len(pending)
 	if n == 0 {
 		return 0, fmt.Errorf("%w: nothing to send", ErrJoinRefused)
@@ -170,7 +205,8 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 	// request; docs/router.md, "Where the handoff's time goes").
 	var joinErr error
 	var sin xlate.Tuple
-	if err := control2(client, surrogate, func(cfd, sfd int) { sin, joinErr = j.freezeAndInstall(cfd, sfd, n-sent, &ph) }); err != nil {
+	prep, _ := prepared.(*preparedLeg)
+	if err := control2(client, surrogate, func(cfd, sfd int) { sin, joinErr = j.freezeAndInstall(cfd, sfd, prep, n-sent, &ph) }); err != nil {
 		return sent, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	if joinErr != nil {
@@ -181,6 +217,9 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 	_, err := surrogate.Write(pending[sent:])
 	ph.mark(3)
 	client.Close()
+	if err == nil && prep != nil {
+		j.preparedJoins.Add(1)
+	}
 	if err != nil {
 		// The entries are in place; the session is lost (the client sees a
 		// reset from the surrogate or times out).
@@ -309,20 +348,32 @@ func (j *XlateJoiner) Wait() { j.wg.Wait() }
 // freezeAndInstall installs the join with the surrogate leg's snd_nxt moved
 // by later (the bytes sent after the install); it returns the surrogate
 // leg's In tuple.
-func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int, ph *phases) (xlate.Tuple, error) {
+// With prep (the surrogate leg's state read when it was pooled) only the
+// client leg is frozen.
+func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later int, ph *phases) (xlate.Tuple, error) {
 	if err := setRepair(cfd, 1); err != nil {
 		return xlate.Tuple{}, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
 	}
-	if err := setRepair(sfd, 1); err != nil {
-		setRepair(cfd, unix.TCP_REPAIR_OFF_NO_WP)
-		return xlate.Tuple{}, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
+	if prep == nil {
+		if err := setRepair(sfd, 1); err != nil {
+			setRepair(cfd, unix.TCP_REPAIR_OFF_NO_WP)
+			return xlate.Tuple{}, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
+		}
 	}
 	undo := func() {
 		setRepair(cfd, unix.TCP_REPAIR_OFF_NO_WP)
-		setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP)
+		if prep == nil {
+			setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP)
+		}
 	}
 	cs, err1 := frozenState(cfd)
-	ss, err2 := frozenState(sfd)
+	var ss xlate.SockState
+	var err2 error
+	if prep != nil {
+		ss = prep.st
+	} else {
+		ss, err2 = frozenState(sfd)
+	}
 	if err := errors.Join(err1, err2); err != nil {
 		undo()
 		return xlate.Tuple{}, fmt.Errorf("%w: %v", ErrJoinRefused, err)
@@ -350,8 +401,13 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int, ph *phases) (xlate.T
 	// TCP_REPAIR_QUEUE selected in frozenState); nothing can be sent in
 	// repair mode and both legs had nothing to send (Pair checked), so
 	// snd_nxt cannot move. One getsockopt per leg instead of a full re-read.
+	// A prepared surrogate leg is not in repair mode (its state was read
+	// when pooled and cannot move, see Prepare).
 	crcv, err1 := unix.GetsockoptInt(cfd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
-	srcv, err2 := unix.GetsockoptInt(sfd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+	srcv, err2 := int(ss.RcvNxt), error(nil)
+	if prep == nil {
+		srcv, err2 = unix.GetsockoptInt(sfd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+	}
 	if err1 != nil || err2 != nil || uint32(crcv) != cs.RcvNxt || uint32(srcv) != ss.RcvNxt {
 		j.Splicer.Remove(ab.In)
 		undo()
@@ -359,8 +415,10 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd, later int, ph *phases) (xlate.T
 	}
 	// The client leg stays in repair mode (closed silently by the caller);
 	// the surrogate leg leaves it to send the last byte.
-	if err := setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP); err != nil {
-		return xlate.Tuple{}, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
+	if prep == nil {
+		if err := setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP); err != nil {
+			return xlate.Tuple{}, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
+		}
 	}
 	ph.mark(2)
 	return ba.In, nil

@@ -22,6 +22,8 @@ type pool struct {
 	maxIdle time.Duration
 	dial    func(ctx context.Context, addr string) (*net.TCPConn, error)
 	log     *slog.Logger
+	// prepare, if set, runs on every connection the refill adds (Preparer).
+	prepare func(*net.TCPConn) (any, error)
 
 	mu   sync.Mutex
 	idle []pooledConn
@@ -33,14 +35,16 @@ type pool struct {
 type pooledConn struct {
 	c     *net.TCPConn
 	since time.Time
+	prep  any // prepare's result (nil: none)
 }
 
 func newPool(addr string, size int, maxIdle time.Duration, dial func(context.Context, string) (*net.TCPConn, error), log *slog.Logger) *pool {
 	return &pool{addr: addr, size: size, maxIdle: maxIdle, dial: dial, log: log, wake: make(chan struct{}, 1)}
 }
 
-// get returns a pooled connection, or dials one when none is ready.
-func (p *pool) get(ctx context.Context) (*net.TCPConn, error) {
+// get returns a pooled connection and what prepare made of it, or dials one
+// (unprepared) when none is ready.
+func (p *pool) get(ctx context.Context) (*net.TCPConn, any, error) {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
@@ -58,11 +62,12 @@ func (p *pool) get(ctx context.Context) (*net.TCPConn, error) {
 			continue
 		}
 		p.hits.add(1)
-		return pc.c, nil
+		return pc.c, pc.prep, nil
 	}
 	p.misses.add(1)
 	p.kick()
-	return p.dial(ctx, p.addr)
+	c, err := p.dial(ctx, p.addr)
+	return c, nil, err
 }
 
 func (p *pool) kick() {
@@ -103,8 +108,16 @@ func (p *pool) run(ctx context.Context) {
 				continue
 			}
 			backoff = 10 * time.Millisecond
+			var prep any
+			if p.prepare != nil {
+				if v, err := p.prepare(c); err == nil {
+					prep = v
+				} else {
+					p.log.Debug("pool prepare", "surrogate", p.addr, "err", err)
+				}
+			}
 			p.mu.Lock()
-			p.idle = append(p.idle, pooledConn{c, time.Now()})
+			p.idle = append(p.idle, pooledConn{c, time.Now(), prep})
 			p.mu.Unlock()
 		}
 		select {

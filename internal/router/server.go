@@ -39,8 +39,18 @@ func ParseMode(s string) (Mode, error) {
 // Joiner owns both connections. On an error it returns how many bytes of
 // pending it sent to the surrogate, with both connections still working
 // (the router then proxies the session), or -1 when they are unusable.
+// prepared is what the Joiner's Prepare returned for the surrogate
+// connection when it entered the pool (nil: not prepared).
 type Joiner interface {
-	Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte, headLen int) (sent int, err error)
+	Join(ctx context.Context, client, surrogate *net.TCPConn, prepared any, pending []byte, headLen int) (sent int, err error)
+}
+
+// Preparer is a Joiner that reads what it needs of a pooled connection
+// when the pool makes it, off the path of the request (the handoff then
+// does not freeze the surrogate leg). An error leaves the connection
+// unprepared (Join then reads it itself).
+type Preparer interface {
+	Prepare(surrogate *net.TCPConn) (any, error)
 }
 
 // Config configures a Router.
@@ -116,7 +126,11 @@ func New(cfg Config, log *slog.Logger) (*Router, error) {
 	}
 	r := &Router{cfg: cfg, log: log}
 	for _, s := range cfg.Picker.Surrogates() {
-		r.pools = append(r.pools, newPool(s.Addr, max(cfg.PoolSize, 0), cfg.PoolMaxIdle, r.dial, log))
+		p := newPool(s.Addr, max(cfg.PoolSize, 0), cfg.PoolMaxIdle, r.dial, log)
+		if pr, ok := cfg.Joiner.(Preparer); ok && cfg.Mode == ModeHandoff {
+			p.prepare = pr.Prepare
+		}
+		r.pools = append(r.pools, p)
 	}
 	return r, nil
 }
@@ -323,7 +337,7 @@ func writeRedirect(c net.Conn, s Surrogate, req *Request, closeAfter bool) error
 
 // proxy relays the session to surrogate i over a pooled connection.
 func (r *Router) proxy(ctx context.Context, c net.Conn, i int, pending []byte, t0 time.Time, log *slog.Logger) {
-	sc, err := r.pools[i].get(ctx)
+	sc, _, err := r.pools[i].get(ctx)
 	r.poolNs.add(int64(time.Since(t0)))
 	if err != nil {
 		r.failed.add(1)
@@ -354,7 +368,7 @@ func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte,
 		r.failed.add(1)
 		return false
 	}
-	sc, err := r.pools[i].get(ctx)
+	sc, prep, err := r.pools[i].get(ctx)
 	r.poolNs.add(int64(time.Since(t0)))
 	if err != nil {
 		r.failed.add(1)
@@ -363,7 +377,7 @@ func (r *Router) handoff(ctx context.Context, c net.Conn, i int, pending []byte,
 		lingerClose(c)
 		return false
 	}
-	sent, err := r.cfg.Joiner.Join(ctx, tc, sc, pending, headLen)
+	sent, err := r.cfg.Joiner.Join(ctx, tc, sc, prep, pending, headLen)
 	if err == nil {
 		r.forwarded.add(1)
 		r.forwardNs.add(int64(time.Since(t0)))

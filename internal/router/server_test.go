@@ -346,7 +346,7 @@ type fakeJoiner struct {
 	joined  chan struct{}
 }
 
-func (f *fakeJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, pending []byte, headLen int) (int, error) {
+func (f *fakeJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, prepared any, pending []byte, headLen int) (int, error) {
 	if f.err != nil {
 		// Refuse after sending part of the request: the router proxies.
 		n, _ := surrogate.Write(pending[:5])
