@@ -65,6 +65,10 @@ type Config struct {
 	// controller every StatsEvery (StatsFrom reads them from the daemon's
 	// registry); nil: none are pushed.
 	Stats func() *api.ProxyStats
+	// Segments, if set, returns what this FEP's on-path relay observed on
+	// the legs it relayed since the last call (docs/tts.md), pushed with
+	// the counters every StatsEvery.
+	Segments func() []api.SegmentSample
 	// StatsEvery is the period of the counters push; 0 means 5s.
 	StatsEvery time.Duration
 	// OnUpdate, if set, is called with every new snapshot (also the one
@@ -320,7 +324,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.prober.Run(ctx, a.reporter(client, false)) })
 	wg.Go(func() { a.destProber.Run(ctx, a.reporter(client, true)) })
 	wg.Go(func() { a.watchTable(ctx, client) })
-	if a.cfg.Stats != nil {
+	if a.cfg.Stats != nil || a.cfg.Segments != nil {
 		wg.Go(func() { a.pushStats(ctx, client) })
 	}
 	<-ctx.Done()

@@ -61,9 +61,10 @@ func StatsFrom(reg *metrics.Registry, started time.Time, version func() uint64) 
 	}
 }
 
-// pushStats sends the proxy's counters to the controller every StatsEvery,
-// as reports that carry only them. A controller that refuses them (400:
-// older than counters in reports) is not asked again.
+// pushStats sends the proxy's counters (and its on-path relay's leg
+// figures) to the controller every StatsEvery, as reports that carry only
+// them. A controller that refuses them (400: older than counters in
+// reports) is not asked again.
 func (a *Agent) pushStats(ctx context.Context, c *api.Client) {
 	t := time.NewTicker(a.cfg.StatsEvery)
 	defer t.Stop()
@@ -73,16 +74,33 @@ func (a *Agent) pushStats(ctx context.Context, c *api.Client) {
 			return
 		case <-t.C:
 		}
-		st := a.cfg.Stats()
-		if st == nil {
-			continue
+		var st *api.ProxyStats
+		if a.cfg.Stats != nil {
+			st = a.cfg.Stats()
 		}
-		if err := st.Validate(time.Now()); err != nil {
-			a.log.Warn("not pushing invalid counters", "err", err)
+		if st != nil {
+			if err := st.Validate(time.Now()); err != nil {
+				a.log.Warn("not pushing invalid counters", "err", err)
+				st = nil
+			}
+		}
+		var segs []api.SegmentSample
+		if a.cfg.Segments != nil {
+			for _, s := range a.cfg.Segments() {
+				if err := s.Validate(a.cfg.FEP.ID); err != nil {
+					a.log.Warn("not pushing an invalid segment sample", "err", err)
+					continue
+				}
+				if len(segs) < api.MaxSegments {
+					segs = append(segs, s)
+				}
+			}
+		}
+		if st == nil && len(segs) == 0 {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		_, err := c.Report(rctx, api.Report{FEP: a.cfg.FEP.ID, Stats: st})
+		_, err := c.Report(rctx, api.Report{FEP: a.cfg.FEP.ID, Stats: st, Segments: segs})
 		cancel()
 		var se *api.StatusError
 		switch {

@@ -50,6 +50,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	period := fs.Duration("period", 5*time.Minute, "recompute tables at least this often")
 	debounce := fs.Duration("debounce", time.Second, "wait this long after a change for more before recomputing")
 	sizes := fs.String("sizes", "14KB,50KB,100KB,450KB,1MB,5MB,15MB", "transfer sizes tables carry a chain for")
+	onPathFile := fs.String("onpath", "", "YAML file: paths through on-path relays (tproxy entries) whose interception the controller decides (docs/tts.md)")
 	lopMap := fs.String("lop-map", "", "YAML file: lops (the FEPs acting as LoPs), inp (InP -> LoP overrides), egress (destination prefixes)")
 	rotate := fs.Duration("key-rotation", 24*time.Hour, "rotate the hop HMAC key this often (0 disables)")
 	keySwitch := fs.Duration("key-switch-after", 2*time.Minute, "a rotation publishes the new key (accept only) and signs with it once every LoP has it, or this long after")
@@ -122,6 +123,10 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("lop map %s: %w", *lopMap, err)
 		}
+	}
+	opcfg, err := loadOnPath(*onPathFile)
+	if err != nil {
+		return err
 	}
 	keyRotation := *rotate
 	if keyRotation == 0 {
@@ -200,6 +205,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		Debounce:       *debounce,
 		Sizes:          sizeList,
 		Topology:       topo,
+		OnPath:         opcfg,
 		Targets:        controller.TargetPolicy{Near: *near, Far: *far, Dests: *dests},
 		Model:          model,
 		MaxProxies:     *maxProxies,

@@ -77,6 +77,7 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	}
 	var ag *agent.Agent
 	acfg.Stats = agent.StatsFrom(srv.Registry(), time.Now(), func() uint64 { return ag.Version() })
+	wireOnPath(acfg, srv, env.Log)
 	ag, err = agent.New(*acfg, env.Log)
 	if err != nil {
 		srv.Close()

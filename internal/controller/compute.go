@@ -190,8 +190,10 @@ type plan struct {
 	keys    []planKey // current, previous, next (those set)
 	epoch   string
 	egress  []api.Egress
-	rounds  []int    // rounds of each class
-	qnames  [][]byte // JSON string of each FEP id
+	// intercept: the on-path relays' decisions (onpath.go), in every table
+	intercept []api.Intercept
+	rounds    []int    // rounds of each class
+	qnames    [][]byte // JSON string of each FEP id
 }
 
 type sizeClass struct {
@@ -490,6 +492,14 @@ func (p *plan) content(b []byte, l int, inps []int, sc *chainScratch) (lopConten
 		}
 		b = append(b, `,"egress":`...)
 		b = append(b, eg...)
+	}
+	if len(p.intercept) > 0 {
+		in, err := json.Marshal(p.intercept)
+		if err != nil {
+			return lopContent{}, fmt.Errorf("encode intercept: %w", err)
+		}
+		b = append(b, `,"intercept":`...)
+		b = append(b, in...)
 	}
 	b = append(b, `,"table":`...)
 	b = appendTableFile(b, p.model, p.qnames, p.classes, locs, rows)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/metrics"
+	"github.com/mosto-net/mosto/internal/onpath"
 	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/store"
 )
@@ -74,9 +75,13 @@ type Config struct {
 	// InitialKeys seeds the store's hop keys when it has none (the key set
 	// `mosto controller init` wrote); nil makes a fresh key.
 	InitialKeys *store.Keys
-	Log         *slog.Logger
-	Metrics     *metrics.Registry // nil: metrics are not registered
-	Now         func() time.Time
+	// OnPath declares the paths through on-path relays (tproxy entries)
+	// whose interception the controller decides (docs/tts.md); none:
+	// the relays keep their own scope.
+	OnPath  onpath.Config
+	Log     *slog.Logger
+	Metrics *metrics.Registry // nil: metrics are not registered
+	Now     func() time.Time
 }
 
 // MemberPolicy says which member addresses the controller accepts. hop_addr

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/onpath"
 	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/store"
 )
@@ -49,7 +50,10 @@ type Controller struct {
 	hashes     map[string][32]byte
 	lastMatrix *Matrix
 	lastEgress []api.Egress
+	lastInter  []api.Intercept
 	keys       store.Keys
+
+	onpath *onpath.Planner // on-path relays' decisions (onpath.go); nil: no paths
 
 	lastPeerReload atomic.Int64 // unix ns of the last FEP reload caused by an unknown peer in a report
 	lastDestReload atomic.Int64 // the same for an unknown destination
@@ -84,7 +88,12 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Topology.Validate(); err != nil {
 		return nil, err
 	}
+	op, err := newOnPath(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Controller{
+		onpath:      op,
 		cfg:         cfg,
 		st:          cfg.Store,
 		log:         cfg.Log,
@@ -539,11 +548,12 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	}
 	m := BuildMatrix(feps, rtts)
 	egress := egressEntries(chooseEgress(c.destinations(), feps, rtts), feps)
-	if !force && !Significant(c.lastMatrix, m, c.cfg.Rel, c.cfg.AbsMS) && slices.Equal(c.lastEgress, egress) {
+	inter := c.intercepts()
+	if !force && !Significant(c.lastMatrix, m, c.cfg.Rel, c.cfg.AbsMS) && slices.Equal(c.lastEgress, egress) && sameIntercepts(c.lastInter, inter) {
 		return nil
 	}
 	if len(feps) == 0 {
-		c.lastMatrix, c.lastEgress = m, egress
+		c.lastMatrix, c.lastEgress, c.lastInter = m, egress, inter
 		return nil
 	}
 	p, err := newPlan(c.cfg, feps, m, c.keys)
@@ -551,6 +561,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 		return err
 	}
 	p.egress = egress
+	p.intercept = inter
 	planned := time.Since(start)
 	// The version is taken before building (tables embed it); a
 	// computation that changes nothing leaves a gap, which is harmless.
@@ -563,7 +574,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
-	c.lastMatrix, c.lastEgress = m, egress
+	c.lastMatrix, c.lastEgress, c.lastInter = m, egress, inter
 	if len(changed) == 0 {
 		c.log.Debug("computation changed no table", "feps", len(feps))
 		return nil
@@ -948,6 +959,7 @@ func (c *Controller) Report(ctx context.Context, r api.Report) (api.ReportResult
 	}
 	res.Accepted = len(rtts)
 	c.noteReport(r.FEP, r.Stats)
+	c.noteSegments(r.FEP, r.Segments)
 	c.m.reports.Inc()
 	c.m.samples.Add(float64(len(rtts)))
 	return res, nil

@@ -3,10 +3,13 @@ package onpath
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sync"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/intercept"
@@ -463,4 +466,29 @@ func (pl *Planner) Status() []Status {
 		out = append(out, s)
 	}
 	return out
+}
+
+// ParseConfig reads a Config from YAML (`paths:`, `gain:`, `hold:`,
+// `min_segs:`); unknown fields are errors.
+func ParseConfig(r io.Reader) (Config, error) {
+	var raw struct {
+		Paths   []Path  `yaml:"paths"`
+		Gain    float64 `yaml:"gain"`
+		Hold    string  `yaml:"hold"`
+		MinSegs float64 `yaml:"min_segs"`
+	}
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(&raw); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("onpath: %w", err)
+	}
+	c := Config{Paths: raw.Paths, Gain: raw.Gain, MinSegs: raw.MinSegs}
+	if raw.Hold != "" {
+		d, err := time.ParseDuration(raw.Hold)
+		if err != nil {
+			return Config{}, fmt.Errorf("onpath: hold: %w", err)
+		}
+		c.Hold = d
+	}
+	return c, c.Validate()
 }

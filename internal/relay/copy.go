@@ -42,6 +42,7 @@ type pipe struct {
 	off        *offloader // nil: never offloaded (offload.go)
 	pausing    atomic.Bool
 	log        func(string, ...any)
+	copied     func() // if set: called when both directions ended, before the connections close (onpath.go)
 }
 
 // run copies both directions until both ended and returns the flow outcome.
@@ -66,6 +67,9 @@ func (p *pipe) run() outcome {
 	p.startUpstream(errc)
 	errDown := p.copyHalf(p.down, p.up, p.dnBytes)
 	errUp := <-errc
+	if p.copied != nil {
+		p.copied()
+	}
 	stopWatch()
 	watchWG.Wait()
 	if p.off != nil {

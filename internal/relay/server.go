@@ -46,6 +46,7 @@ type Server struct {
 	loops   atomic.Pointer[evloop.Loops] // nil: no event loops (fastpath_linux.go)
 	offload atomic.Pointer[offloader]    // nil: flows stay relayed (offload.go)
 	sizes   *sizeLearner                 // learned size hints of the InP's flows; nil: off (sizelearn.go)
+	onpath  onPathState                  // the controller's interception decisions (onpath.go)
 
 	// Lifecycle (this file).
 	draining atomic.Bool // Run is draining: refuse new work

@@ -144,6 +144,10 @@ func (s *Server) startIntercept() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("tproxy: %w", err)
 	}
+	if err := s.onPathInstalled(in); err != nil {
+		in.Remove()
+		return nil, fmt.Errorf("tproxy: %w", err)
+	}
 	return func() {
 		if err := in.Remove(); err != nil {
 			s.log.Error("remove interception rules", "err", err)
@@ -224,6 +228,9 @@ func (s *Server) relayTransparent(role role, down, up *net.TCPConn) {
 		dnBytes:    rm.down,
 		bufs:       &s.flows.bufs,
 		abortOnEnd: true,
+	}
+	if m := s.onPathFlow(addrPort(down.RemoteAddr()), addrPort(down.LocalAddr())); m != nil {
+		p.copied = func() { s.noteLegs(m, down, up) }
 	}
 	outcome := p.run()
 	if s.flows.forcing.Load() && outcome != outcomeOK {
