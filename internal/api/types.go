@@ -450,6 +450,9 @@ type Intercept struct {
 	FEP    string `json:"fep"`
 	Path   string `json:"path"`
 	Active bool   `json:"active"`
+	// Measured: the decision rests on measurements of every hop (false:
+	// the start, every relay intercepting to measure its legs).
+	Measured bool `json:"measured,omitempty"`
 	// The path's flows: client prefixes, server prefixes, server ports
 	// ("80,443,8000-8100"); empty: any.
 	Sources []string `json:"sources,omitempty"`

@@ -68,7 +68,7 @@ func (c *Controller) OnPathStatus() []onpath.Status {
 
 func sameIntercepts(a, b []api.Intercept) bool {
 	return slices.EqualFunc(a, b, func(x, y api.Intercept) bool {
-		return x.FEP == y.FEP && x.Path == y.Path && x.Active == y.Active && x.Prev == y.Prev &&
+		return x.FEP == y.FEP && x.Path == y.Path && x.Active == y.Active && x.Measured == y.Measured && x.Prev == y.Prev &&
 			x.Next == y.Next && x.Ports == y.Ports && slices.Equal(x.Sources, y.Sources) && slices.Equal(x.Dests, y.Dests)
 	})
 }

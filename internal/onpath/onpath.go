@@ -29,6 +29,9 @@ type Path struct {
 	Size int64 `yaml:"size"`
 	// RateMbit is the bottleneck rate of every segment; 0: unlimited.
 	RateMbit float64 `yaml:"rate_mbit"`
+	// Pin fixes the decision instead of planning it: "all" (every relay
+	// intercepts) or "none"; "" plans.
+	Pin string `yaml:"pin"`
 }
 
 // Config configures a Planner.
@@ -117,6 +120,9 @@ func (c *Config) Validate() error {
 		if p.Size < 0 {
 			return fmt.Errorf("onpath: path %s size %d: want > 0", p.Name, p.Size)
 		}
+		if p.Pin != "" && p.Pin != "all" && p.Pin != "none" {
+			return fmt.Errorf("onpath: path %s pin %q: want all, none or nothing", p.Name, p.Pin)
+		}
 		if p.RateMbit < 0 || math.IsNaN(p.RateMbit) {
 			return fmt.Errorf("onpath: path %s rate_mbit %v: want >= 0", p.Name, p.RateMbit)
 		}
@@ -137,13 +143,14 @@ type pending struct {
 
 // state is one path's estimates and decision.
 type state struct {
-	p       Path
-	hops    []hop // len(relays)+1; relay i sits between hop i and i+1
-	pend    map[[2]int]*pending
-	active  []bool    // current decision
-	changed time.Time // when active last changed
-	pred    float64   // predicted time of the current decision (ms)
-	best    float64   // predicted time of the best choice (ms)
+	p        Path
+	hops     []hop // len(relays)+1; relay i sits between hop i and i+1
+	pend     map[[2]int]*pending
+	active   []bool    // current decision
+	changed  time.Time // when active last changed
+	pred     float64   // predicted time of the current decision (ms)
+	measured bool      // every hop has an RTT: the decision rests on measurements
+	best     float64   // predicted time of the best choice (ms)
 }
 
 // Planner keeps the estimates and decisions of every path. It is safe for
@@ -167,7 +174,7 @@ func New(cfg Config, now time.Time) (*Planner, error) {
 		st := &state{p: p, hops: make([]hop, len(p.Relays)+1), pend: map[[2]int]*pending{},
 			active: make([]bool, len(p.Relays)), changed: now}
 		for i := range st.active {
-			st.active[i] = true
+			st.active[i] = p.Pin != "none"
 		}
 		pl.paths[p.Name] = st
 		pl.order = append(pl.order, p.Name)
@@ -365,7 +372,8 @@ func (pl *Planner) decide(st *state, now time.Time) bool {
 	}
 	cur := setMask(st.active)
 	st.pred, st.best = times[cur], times[want]
-	if want == cur || now.Sub(st.changed) < pl.cfg.Hold {
+	st.measured = true
+	if st.p.Pin != "" || want == cur || now.Sub(st.changed) < pl.cfg.Hold {
 		return false
 	}
 	faster := times[cur] > (1+pl.cfg.Gain)*times[want]
@@ -412,7 +420,7 @@ func (pl *Planner) Intercepts() []api.Intercept {
 	for _, name := range pl.order {
 		st := pl.paths[name]
 		for i, r := range st.p.Relays {
-			in := api.Intercept{FEP: r, Path: name, Active: st.active[i],
+			in := api.Intercept{FEP: r, Path: name, Active: st.active[i], Measured: st.measured,
 				Sources: st.p.Sources, Dests: st.p.Dests, Ports: st.p.Ports}
 			for j := i - 1; j >= 0; j-- {
 				if st.active[j] {
@@ -450,6 +458,7 @@ type Status struct {
 	// and the best choice (0 before every hop has an RTT).
 	PredMS, BestMS float64
 	Changed        time.Time
+	Measured       bool // every hop has an RTT
 }
 
 // Status returns every path's status, sorted by name.
@@ -459,7 +468,7 @@ func (pl *Planner) Status() []Status {
 	var out []Status
 	for _, name := range pl.order {
 		st := pl.paths[name]
-		s := Status{Path: name, Active: slices.Clone(st.active), PredMS: st.pred, BestMS: st.best, Changed: st.changed}
+		s := Status{Path: name, Active: slices.Clone(st.active), PredMS: st.pred, BestMS: st.best, Changed: st.changed, Measured: st.measured}
 		for _, h := range st.hops {
 			s.Hops = append(s.Hops, pathcomp.LossHop{RTT: h.rtt, Loss: h.loss})
 		}

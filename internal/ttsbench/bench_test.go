@@ -3,6 +3,7 @@ package ttsbench_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,4 +85,46 @@ func TestGridSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", md.String())
+}
+
+// TestPlannerSmall: the controller decides from the relays' reports. In
+// the world with a lossy first hop it activates the relay next to it (r1),
+// as the loss model on the world's true hops does; in the clean short
+// world it activates none. Every mode's transfers complete; the times are
+// printed side by side (not asserted: the machine's load moves them).
+func TestPlannerSmall(t *testing.T) {
+	cfg := config(t)
+	cfg.Size = 2_000_000
+	cfg.Trials = 1
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	res, err := ttsbench.RunPlanner(ctx, cfg, nil)
+	if res != nil {
+		var md bytes.Buffer
+		res.WriteMarkdown(&md)
+		t.Logf("\n%s", md.String())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Worlds) != 2 {
+		t.Fatalf("%d worlds; want 2", len(res.Worlds))
+	}
+	lossy, clean := res.Worlds[0], res.Worlds[1]
+	if !lossy.Active[0] {
+		t.Errorf("lossy first hop: decision %v; want r1 active", lossy.Active)
+	}
+	if !slices.Equal(lossy.Active, lossy.Model) {
+		t.Errorf("lossy world: decision %v, model on the true hops %v", lossy.Active, lossy.Model)
+	}
+	if slices.Contains(clean.Active, true) {
+		t.Errorf("clean short path: decision %v; want none", clean.Active)
+	}
+	for _, wr := range res.Worlds {
+		for k := range 3 {
+			if len(wr.Times[k]) != cfg.Trials {
+				t.Errorf("world %s mode %d: %d transfers, %d failed", wr.World.Name, k, len(wr.Times[k]), wr.Failed[k])
+			}
+		}
+	}
 }
