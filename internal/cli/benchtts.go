@@ -20,7 +20,7 @@ import (
 func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench tts")
 	trials := fs.Int("trials", 200, "trials per cell (the seed: 200)")
-	only := fs.String("only", "tables,grid", "parts to run: tables, grid")
+	only := fs.String("only", "tables,grid", "parts to run: tables, grid, planner (the controller deciding which on-path relays intercept)")
 	sizeFlag := fs.String("size", "70MB", "file size of the seed's tables (70 MB: E2E takes ~5.9 s at 100 Mbit/s, as in the seed)")
 	ccs := fs.String("cc", "cubic,bbr", "congestion controls of the tables")
 	modes := fs.String("modes", "e2e,tts,split", "modes of the tables")
@@ -61,15 +61,17 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	if err != nil || len(gsize) != 1 {
 		return usageErrorf("--grid-size: want one size (%v)", err)
 	}
-	doTables, doGrid := false, false
+	doTables, doGrid, doPlanner := false, false, false
 	for _, p := range strings.Split(*only, ",") {
 		switch strings.TrimSpace(p) {
 		case "tables":
 			doTables = true
 		case "grid":
 			doGrid = true
+		case "planner":
+			doPlanner = true
 		default:
-			return usageErrorf("--only: unknown part %q (want tables, grid)", p)
+			return usageErrorf("--only: unknown part %q (want tables, grid, planner)", p)
 		}
 	}
 	rows := ttsbench.SeedRows()
@@ -147,6 +149,16 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 			return err
 		}
 		if err := writePlot(filepath.Join(dir, "grid.svg"), res.Plot()); err != nil {
+			return err
+		}
+	}
+	if doPlanner {
+		res, err := ttsbench.RunPlanner(ctx, cfg, nil)
+		if res != nil {
+			res.WriteMarkdown(&md)
+		}
+		if err != nil {
+			env.Stdout.Write(md.Bytes())
 			return err
 		}
 	}

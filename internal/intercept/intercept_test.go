@@ -172,6 +172,13 @@ func listenServer(t *testing.T, w *emu.World, port int) net.Listener {
 // startRelay installs the interception in r and serves it in this process.
 func startRelay(t *testing.T, w *emu.World, cfg Config) *testRelay {
 	t.Helper()
+	r, _ := startRelayIC(t, w, cfg)
+	return r
+}
+
+// startRelayIC is startRelay that also returns the interception.
+func startRelayIC(t *testing.T, w *emu.World, cfg Config) (*testRelay, *Interception) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ic, err := Install(ctx, cfg, nil)
 	if err != nil {
@@ -197,7 +204,88 @@ func startRelay(t *testing.T, w *emu.World, cfg Config) *testRelay {
 			t.Errorf("remove: %v", err)
 		}
 	})
-	return r
+	return r, ic
+}
+
+// TestSetScopesKeepsFlows: a controller's decision turns the interception
+// off and on again while an intercepted flow runs; that flow goes on
+// through the relay, new flows pass untouched while off and are split
+// again when on.
+func TestSetScopesKeepsFlows(t *testing.T) {
+	w := startWorld(t)
+	lin := listenServer(t, w, inScope)
+	r, ic := startRelayIC(t, w, Config{Name: "ts", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, NetNS: w.NetNS("r")})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := lin.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	cc, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(w.Addr("s"), inScope).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sc, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	defer sc.Close()
+	deadline, _ := ctx.Deadline()
+	cc.SetDeadline(deadline)
+	sc.SetDeadline(deadline)
+	roundTrip := func(n int) {
+		t.Helper()
+		msg := make([]byte, n)
+		for i := range msg {
+			msg[i] = byte(i * 7)
+		}
+		if _, err := cc.Write(msg); err != nil {
+			t.Fatalf("client write: %v", err)
+		}
+		got := make([]byte, n)
+		if _, err := io.ReadFull(sc, got); err != nil {
+			t.Fatalf("server read: %v", err)
+		}
+		if _, err := sc.Write(got); err != nil {
+			t.Fatalf("server write: %v", err)
+		}
+		back := make([]byte, n)
+		if _, err := io.ReadFull(cc, back); err != nil {
+			t.Fatalf("client read: %v", err)
+		}
+		if string(back) != string(msg) {
+			t.Fatal("bytes differ after the round trip")
+		}
+	}
+	roundTrip(1000)
+	if r.flows.Load() != 1 {
+		t.Fatalf("relay carried %d flows; want the first one", r.flows.Load())
+	}
+	// Off: managed without scopes.
+	if err := ic.SetScopes(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(200_000) // the established flow goes on through the relay
+	if v := oneFlow(t, w, lin, inScope); !v.sameSeq || r.flows.Load() != 1 {
+		t.Errorf("interception off: new flow same seq %v, relay flows %d; want untouched and 1", v.sameSeq, r.flows.Load())
+	}
+	// On again, by a scope of the destination address.
+	if err := ic.SetScopes(ctx, []Scope{{Dests: []netip.Prefix{netip.PrefixFrom(w.Addr("s"), 32)}, Ports: []PortRange{{inScope, inScope}}}}); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(200_000)
+	if v := oneFlow(t, w, lin, inScope); v.sameSeq || r.flows.Load() != 2 {
+		t.Errorf("interception on again: new flow same seq %v, relay flows %d; want split and 2", v.sameSeq, r.flows.Load())
+	}
+	if n, err := Tables(ctx, w.NetNS("r")); err != nil || len(n) != 1 {
+		t.Errorf("tables after two updates: %v, %v; want one", n, err)
+	}
 }
 
 // TestTransparency: an intercepted flow is split (the relay carries it
