@@ -97,13 +97,17 @@ func TestGetMultiSource(t *testing.T) {
 			t.Errorf("sub-flow %d received nothing: %+v", i, s)
 		}
 	}
-	// 4+2+1 MiB/s: the fastest source must carry the most, the slowest the least.
-	if !(st.Subflows[0].Bytes > st.Subflows[1].Bytes && st.Subflows[1].Bytes > st.Subflows[2].Bytes) {
-		t.Errorf("bytes per source %d, %d, %d; want decreasing with the sources' rates", st.Subflows[0].Bytes, st.Subflows[1].Bytes, st.Subflows[2].Bytes)
-	}
-	// Together they allow 7 MiB/s: 3 MiB in ~0.43 s; one source alone needs >= 0.75 s.
+	// 4+2+1 MiB/s: the fastest source must carry the most, the slowest the
+	// least. Together they allow 7 MiB/s: 3 MiB in ~0.43 s; one source
+	// alone needs >= 0.75 s. The origins' rate limits run in this
+	// process: on a loaded machine under -race the transfer took 3-6 s,
+	// so the machine, not the sources' rates, set the split (seen: 0.9,
+	// 1.3, 0.9 MiB). The split is checked when the run was rate-bound.
+	b0, b1, b2 := st.Subflows[0].Bytes, st.Subflows[1].Bytes, st.Subflows[2].Bytes
 	if st.Seconds > 0.7 {
-		t.Logf("slow run (loaded machine?): %.2f s for 3 MiB at 7 MiB/s in total", st.Seconds)
+		t.Logf("slow run (loaded machine): %.2f s for 3 MiB at 7 MiB/s in total; bytes per source %d, %d, %d not checked against the rates", st.Seconds, b0, b1, b2)
+	} else if !(b0 > b1 && b1 > b2) {
+		t.Errorf("bytes per source %d, %d, %d in %.2f s; want decreasing with the sources' rates", b0, b1, b2, st.Seconds)
 	}
 	if _, err := os.Stat(out + ".mget"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("resume file left after success: %v", err)
