@@ -442,7 +442,10 @@ func TestChaosFlows(t *testing.T) {
 	// connections to London's hop port; past the per-source cap they are
 	// refused while the flows (London's included) go on.
 	target := "London"
-	limit0 := metric(t, ctx, plain, "http://"+sc.MetricsAddr(target)+"/metrics", "mosto_relay_refusals_total", `reason="limit_source"`)
+	refusals := func(reason string) float64 {
+		return metric(t, ctx, plain, "http://"+sc.MetricsAddr(target)+"/metrics", "mosto_relay_refusals_total", `reason="`+reason+`"`)
+	}
+	limit0, timeout0 := refusals("limit_source"), refusals("header_timeout")
 	hopAddr := fmt.Sprintf("%s:7000", w.Addr(target))
 	var flood []net.Conn
 	defer func() {
@@ -463,10 +466,15 @@ func TestChaosFlows(t *testing.T) {
 		}
 		flood = append(flood, c)
 	}
+	// A flood connection under the cap that sends nothing ends at the
+	// header timeout and frees its slot: on a loaded machine the dials
+	// took longer than that, and as many more were admitted (a run: 77
+	// refused, 73 timed out).
+	released := refusals("header_timeout") - timeout0
 	var limit float64
 	testenv.WaitFor(t, 60*time.Second, "the flood refused past the per-source cap", func() bool {
-		limit = metric(t, ctx, plain, "http://"+sc.MetricsAddr(target)+"/metrics", "mosto_relay_refusals_total", `reason="limit_source"`) - limit0
-		return limit >= chaosFlood-64
+		limit = refusals("limit_source") - limit0
+		return limit >= chaosFlood-64-released
 	})
 	progress("the flood", liveOnly)
 	for _, c := range flood {
