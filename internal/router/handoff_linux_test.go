@@ -177,9 +177,9 @@ func TestHandoffSessions(t *testing.T) {
 	if n := hw.joiner.ReserveFailed(); n != 0 {
 		t.Errorf("%d surrogate legs not held after the join", n)
 	}
-	if jt := hw.joiner.Times(); jt.Joins != st.HandedOff || jt.Prepared != st.PoolHits || jt.Read <= 0 || jt.Install <= 0 || jt.Verify <= 0 || jt.Send <= 0 ||
+	if jt := hw.joiner.Times(); jt.Joins != st.HandedOff || jt.Prepared < jt.Joins/2 || jt.Prepared > st.PoolHits || jt.Read <= 0 || jt.Install <= 0 || jt.Verify <= 0 || jt.Send <= 0 ||
 		st.Forwarded != sessions || st.ForwardTime < jt.Read+jt.Install+jt.Verify+jt.Send {
-		t.Errorf("join times %+v, router %+v; want a join per handoff, a prepared surrogate leg per pool hit, every phase timed, within the forward time", jt, st)
+		t.Errorf("join times %+v, router %+v; want a join per handoff, most on prepared surrogate legs (at most one per pool hit), every phase timed, within the forward time", jt, st)
 	} else {
 		n := time.Duration(jt.Joins)
 		t.Logf("%d of %d joins on prepared legs; per handoff: forward %v (pool %v); join read %v install %v verify %v send %v", jt.Prepared, jt.Joins, st.ForwardTime/time.Duration(st.Forwarded),
