@@ -28,13 +28,14 @@ func runBenchRouter(ctx context.Context, env *Env, args []string) error {
 	rrOnPath := fs.Bool("rr-on-path", false, "route the clients to the surrogates through rr (a plain forwarder for them): direct fetches then cross rr as handed-off responses do")
 	geo := fs.Bool("geo", false, "the geographic world (WonderProxy RTTs; --hops are then client numbers 1-6: Dublin, Paris, Warsaw, NewYork, Toronto, Chicago) instead of the linear one")
 	bulkOnly := fs.Bool("bulk-only", false, "only the bulk downloads")
+	routerSite := fs.Bool("router-site", false, "--geo: the proxy and handoff routers rank surrogates from rr's site (mosto router --site), since the response crosses rr")
 	handshakes := fs.Int("handshakes", 0, "first measure this many connects to the handoff router, a plain server on rr and s1, interleaved (with --bulk-only --bulk-runs 0: only these)")
 	dir := fs.String("dir", "", "work directory (default: a new temporary directory)")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg := routerbench.Config{Runs: *runs, BulkRuns: *bulkRuns, Requests: *requests, HopMS: *hopMS, Log: env.Log, Dir: *dir,
-		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly, RROnPath: *rrOnPath, Geo: *geo, Handshakes: *handshakes}
+		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly, RROnPath: *rrOnPath, Geo: *geo, Handshakes: *handshakes, RouterSite: *routerSite}
 	hopsSet := false
 	fs.Visit(func(f *flag.Flag) { hopsSet = hopsSet || f.Name == "hops" })
 	for _, h := range strings.Split(*hops, ",") {

@@ -30,6 +30,7 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 	fs.Var(&surrogates, "surrogate", "a surrogate: NAME=HOST:PORT[@SITE] (repeat; SITE is a location of --rtt-matrix)")
 	fs.Var(&near, "near", "a client location: PREFIX=NAME:MS,NAME:MS... (static RTTs) or PREFIX@SITE (RTTs from --rtt-matrix) (repeat)")
 	matrix := fs.String("rtt-matrix", "", "RTT matrix for @SITE locations: a CSV file or \"wonderproxy\" (embedded)")
+	site := fs.String("site", "", "proxy, handoff: the router's own site in --rtt-matrix; the response crosses the router, so surrogates are ranked by their RTT from it (the client's RTT to the router is the same for every surrogate) instead of by --near")
 	dnsAddr := fs.String("dns", "", "also answer DNS queries on this UDP address (DNS-based redirection baseline)")
 	dnsName := fs.String("dns-name", "cdn.mosto.test", "the name the DNS responder is authoritative for")
 	dnsTTL := fs.Uint("dns-ttl", 5, "TTL of DNS answers in seconds")
@@ -53,6 +54,12 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 	m, err := router.ParseMode(*mode)
 	if err != nil {
 		return usageErrorf("%v", err)
+	}
+	if *site != "" {
+		if m == router.ModeRedirect {
+			return usageErrorf("--site applies to proxy and handoff (a 302's client goes to the surrogate itself: use --near)")
+		}
+		near = siteNear(*site)
 	}
 	pcfg, err := pickConfig(surrogates, near, *matrix)
 	if err != nil {
@@ -130,6 +137,10 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 }
 
 // pickConfig builds the picker's configuration from the command line.
+// siteNear places every client at the router's own site (--site): the
+// picker then ranks surrogates by their RTT from the router.
+func siteNear(site string) []string { return []string{"0.0.0.0/0@" + site, "::/0@" + site} }
+
 func pickConfig(surrogates, near []string, matrix string) (router.PickConfig, error) {
 	var cfg router.PickConfig
 	sites := map[string]string{}

@@ -3,8 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/router"
 )
 
 func TestPickConfigFlags(t *testing.T) {
@@ -32,8 +35,40 @@ func TestPickConfigFlags(t *testing.T) {
 	}
 }
 
+// --site: a client in New York whose nearest surrogate is in Chicago is
+// sent to Amsterdam by a router in London (the response crosses the
+// router), and to Chicago by its --near location.
+func TestSiteRanksFromRouter(t *testing.T) {
+	surr := []string{"ams=10.0.0.1:80@Amsterdam", "chi=10.0.0.2:80@Chicago"}
+	client := netip.MustParseAddr("10.4.0.9")
+	for _, c := range []struct {
+		near []string
+		want string
+	}{
+		{[]string{"10.4.0.0/16@NewYork"}, "chi"},
+		{siteNear("London"), "ams"},
+	} {
+		cfg, err := pickConfig(surr, c.near, "wonderproxy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := router.NewPicker(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, url := range []string{"/a", "/b", "/c", "/d"} {
+			i := p.Pick(client, url)
+			if got := p.Surrogates()[i].Name; got != c.want {
+				t.Errorf("near %q: Pick(%s, %s) = %s; want %s", c.near, client, url, got, c.want)
+			}
+			p.Done(i)
+		}
+	}
+}
+
 func TestRouterUsage(t *testing.T) {
 	for _, args := range [][]string{
+		{"router", "--listen", "127.0.0.1:0", "--mode", "302", "--site", "London", "--rtt-matrix", "wonderproxy", "--surrogate", "a=127.0.0.1:1@London"},
 		{"router"},
 		{"router", "--listen", "127.0.0.1:0", "--mode", "nope", "--surrogate", "a=127.0.0.1:1"},
 		{"router", "--listen", "127.0.0.1:0"},

@@ -48,6 +48,10 @@ type Config struct {
 	Geo bool
 	// BulkOnly skips the latency fetches and the L7 sessions.
 	BulkOnly bool
+	// RouterSite (geographic world): the proxy and handoff routers rank
+	// surrogates by their RTT from rr (`mosto router --site`), since the
+	// response crosses rr, instead of from the client.
+	RouterSite bool
 	// Handshakes > 0 measures that many connects to the handoff router, a
 	// plain server on rr and s1, interleaved (handshakes), first.
 	Handshakes int
@@ -174,8 +178,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		return err
 	}
 	if cfg.Geo {
-		fmt.Fprintf(out, "# bench router (geographic world)\n\nworld: WonderProxy minimum RTTs (half each way); clients c1..c%d in %s; rr in %s, s1 (nginx proxy_cache, warm) in %s, s2 in %s, origin in %s; the router picks each client's nearest surrogate from the same matrix. Object %d B, %d runs per mode, modes interleaved.\n\n",
-			slices.Max(cfg.Hops), strings.Join(GeoClients[:slices.Max(cfg.Hops)], ", "), geoSites["rr"], geoSites["s1"], geoSites["s2"], geoSites["origin"], cfg.Size, cfg.Runs)
+		fmt.Fprintf(out, "# bench router (geographic world)\n\nworld: WonderProxy minimum RTTs (half each way); clients c1..c%d in %s; rr in %s, s1 (nginx proxy_cache, warm) in %s, s2 in %s, origin in %s; the router picks each client's nearest surrogate from the same matrix (proxy and handoff from rr's site: %v). Object %d B, %d runs per mode, modes interleaved.\n\n",
+			slices.Max(cfg.Hops), strings.Join(GeoClients[:slices.Max(cfg.Hops)], ", "), geoSites["rr"], geoSites["s1"], geoSites["s2"], geoSites["origin"], cfg.RouterSite, cfg.Size, cfg.Runs)
 	} else {
 		fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s. rr on the clients' path to the surrogates: %v.\n\n",
 			slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions], cfg.RROnPath)
@@ -239,6 +243,10 @@ func (b *bench) start(ctx context.Context) error {
 	} {
 		args := append([]string{"router", "--listen", hostPort(w, "rr", m.port), "--mode", m.mode}, surr...)
 		args = append(args, m.args...)
+		if b.cfg.Geo && b.cfg.RouterSite && m.mode != "302" {
+			// The response crosses rr: rank surrogates from rr's site.
+			args = append(args, "--site", geoSites["rr"])
+		}
 		cmd := w.Command(ctx, "rr", b.cfg.Mosto, args...)
 		f, err := os.Create(filepath.Join(b.cfg.Dir, "router-"+m.mode+".log"))
 		if err != nil {
