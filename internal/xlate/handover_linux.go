@@ -180,6 +180,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					sp.Phases = ph
 					return sp, nil
 				}
+				s.log.Debug("handover: join refused at the quiescent point", "err", err)
 				var re *RefusedError
 				if !errors.As(err, &re) || (re.Reason != ReasonBusy && re.Reason != ReasonRaced && re.Reason != ReasonState) {
 					consume()

@@ -221,12 +221,25 @@ func (s *Splicer) adopt() int {
 	var k xlateTuple
 	var v xlateEntry
 	ins := map[Tuple]Tuple{}
+	held := map[Tuple]bool{}
 	it := s.objs.Joins.Iterate()
 	for it.Next(&k, &v) {
 		ins[keyTuple(k)] = keyTuple(v.Out).Reverse()
+		if v.Flags&fHold != 0 {
+			held[keyTuple(k)] = true
+		}
 	}
 	n := 0
 	for in, rev := range ins {
+		if held[in] || held[rev] {
+			// Killed inside a join's install: its sockets are gone and
+			// whether the join was consistent is unknown. Without the
+			// entries the peers get a RST from this host's stack.
+			k := tupleKey(in)
+			s.objs.Joins.Delete(&k)
+			s.log.Warn("xlate: removed a pinned entry whose install did not finish", "in", in)
+			continue
+		}
 		if back, ok := ins[rev]; !ok || back != in {
 			k := tupleKey(in)
 			s.objs.Joins.Delete(&k)

@@ -234,6 +234,67 @@ func TestProgramPassesOthers(t *testing.T) {
 	}
 }
 
+// TestProgramHolds: a join installed in two phases drops its packets
+// (neither translated nor passed to the relay's sockets) until its hold is
+// lifted; then the next packet clears the entry's hold flag and is
+// translated. A rolled-back install leaves nothing behind.
+func TestProgramHolds(t *testing.T) {
+	s := loadTest(t, 16)
+	a, b := testPair(false)
+	ab, ba, _ := Pair(a, b)
+	ab.Ifindex, ba.Ifindex = 1, 1
+	if err := s.installHeld(ab, ba, true); err != nil {
+		t.Fatal(err)
+	}
+	fromP1 := testPkt{Src: a.Remote, Dst: a.Local, Seq: a.RcvNxt, Ack: a.SndNxt, Flags: tcpACK, Win: 100, TS: true, TSval: 5, Payload: []byte("held")}
+	fromP2 := testPkt{Src: b.Remote, Dst: b.Local, Seq: b.RcvNxt, Ack: b.SndNxt, Flags: tcpACK, Win: 100, TS: true, TSval: 7}
+	for _, p := range []testPkt{fromP1, fromP2} {
+		if ret, out := run(t, s.objs.XlateEth, p); ret != tcActShot || out.Src != p.Src || out.Seq != p.Seq {
+			t.Errorf("held entry: return %d, %+v; want a drop, untouched", ret, out)
+		}
+	}
+	if st := s.Stats(); st.Packets != 0 || st.Latched != 0 {
+		t.Errorf("counters %+v while held, want nothing translated", st)
+	}
+	s.unhold(ab, ba)
+	ret, out := run(t, s.objs.XlateEth, fromP1)
+	if ret != tcActRedirect || out.Src != ab.Out.Src || out.Seq != fromP1.Seq+ab.SeqAdd {
+		t.Errorf("after unhold: return %d, %+v; want translated", ret, out)
+	}
+	var v xlateEntry
+	k := tupleKey(ab.In)
+	if err := s.objs.Joins.Lookup(&k, &v); err != nil || v.Flags&fHold != 0 || v.Flags&fTSvalSet == 0 {
+		t.Errorf("entry after its first packet: flags %#x, %v; want the hold cleared, TSval latched", v.Flags, err)
+	}
+	// The reverse entry: the latch above wrote into it while it was still
+	// flagged; its hold flag goes with its own first packet.
+	if ret, _ := run(t, s.objs.XlateEth, fromP2); ret != tcActRedirect {
+		t.Errorf("reverse after unhold: return %d, want translated", ret)
+	}
+	k = tupleKey(ba.In)
+	if err := s.objs.Joins.Lookup(&k, &v); err != nil || v.Flags&fHold != 0 || v.Flags&fTSecrSet == 0 {
+		t.Errorf("reverse entry: flags %#x, %v; want the hold cleared, TSecr known", v.Flags, err)
+	}
+
+	// A rollback: held, removed, unheld: the packets reach the stack.
+	s.Remove(ab.In)
+	if err := s.installHeld(ab, ba, true); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.removePair(ab.In, ba.In)
+	s.unhold(ab, ba)
+	s.mu.Unlock()
+	if ret, out := run(t, s.objs.XlateEth, fromP1); ret != tcActOK || out.Seq != fromP1.Seq {
+		t.Errorf("after a rollback: return %d, %+v; want passed untouched", ret, out)
+	}
+	var hk xlateTuple
+	var hv uint8
+	if s.objs.Holds.Iterate().Next(&hk, &hv) {
+		t.Errorf("holds map not empty after the rollback: %v", keyTuple(hk))
+	}
+}
+
 func TestInstallRefusals(t *testing.T) {
 	s := loadTest(t, 2)
 	a, b := testPair(false)

@@ -36,6 +36,7 @@ struct tuple {
 #define F_TSECR_SET 4   // tsecr_sub is known (written by the reverse entry)
 #define F_FIN 8         // a FIN went through
 #define F_RST 16        // a RST went through
+#define F_HOLD 32       // being installed: see holds
 
 // One direction of a join: packets whose tuple is the map key are rewritten
 // into packets of out and sent from ifindex.
@@ -63,6 +64,17 @@ struct {
 	__type(key, struct tuple);
 	__type(value, struct entry);
 } joins SEC(".maps");
+
+// Entries being installed (Join's two phases): while an entry with F_HOLD
+// has its key here, its packets are dropped; the first packet after the key
+// was deleted clears F_HOLD (atomically: userspace cannot) and is
+// translated.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct tuple);
+	__type(value, __u8);
+} holds SEC(".maps");
 
 // Counters indexed by enum ctr (per CPU).
 enum ctr {
@@ -164,6 +176,16 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len)
 	struct entry *e = bpf_map_lookup_elem(&joins, &key);
 	if (!e)
 		return TC_ACT_OK;
+	// A join being installed: the relay's sockets are frozen and compared
+	// with the state the entries were computed from. A packet passed to
+	// them now would go unnoticed if the join then goes on; one
+	// translated would be lost to them if it is rolled back. Dropped, it
+	// is retransmitted into whichever side wins.
+	if (e->flags & F_HOLD) {
+		if (bpf_map_lookup_elem(&holds, &key))
+			return TC_ACT_SHOT;
+		__sync_fetch_and_and(&e->flags, ~F_HOLD);
+	}
 
 	__u32 doff = tcp->doff * 4;
 	if (doff < 20 || doff > 60 || iplen < doff) {

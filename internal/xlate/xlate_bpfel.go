@@ -101,6 +101,7 @@ type xlateProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlateMapSpecs struct {
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
+	Holds      *ebpf.MapSpec `ebpf:"holds"`
 	Joins      *ebpf.MapSpec `ebpf:"joins"`
 	Scratchmap *ebpf.MapSpec `ebpf:"scratchmap"`
 }
@@ -132,6 +133,7 @@ func (o *xlateObjects) Close() error {
 // It can be passed to loadXlateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlateMaps struct {
 	Counters   *ebpf.Map `ebpf:"counters"`
+	Holds      *ebpf.Map `ebpf:"holds"`
 	Joins      *ebpf.Map `ebpf:"joins"`
 	Scratchmap *ebpf.Map `ebpf:"scratchmap"`
 }
@@ -139,6 +141,7 @@ type xlateMaps struct {
 func (m *xlateMaps) Close() error {
 	return _XlateClose(
 		m.Counters,
+		m.Holds,
 		m.Joins,
 		m.Scratchmap,
 	)

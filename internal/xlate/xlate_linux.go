@@ -299,6 +299,7 @@ const (
 	fTSecrSet = 4
 	fFIN      = 8
 	fRST      = 16
+	fHold     = 32
 )
 
 func tupleKey(t Tuple) xlateTuple {
@@ -362,7 +363,11 @@ func (s *Splicer) Install(ab, ba Entry) error {
 	return s.install(ab, ba)
 }
 
-func (s *Splicer) install(ab, ba Entry) error {
+func (s *Splicer) install(ab, ba Entry) error { return s.installHeld(ab, ba, false) }
+
+// installHeld installs both entries; with hold they drop their packets
+// until unhold (Join's two-phase install).
+func (s *Splicer) installHeld(ab, ba Entry, hold bool) (err error) {
 	for _, e := range []*Entry{&ab, &ba} {
 		if e.Ifindex == 0 {
 			idx, err := routeIfindex(e.Out.Dst.Addr())
@@ -384,6 +389,21 @@ func (s *Splicer) install(ab, ba Entry) error {
 	// (the router's handoff lost ~1% of its sessions that way).
 	v1.LastNs = uint64(monoNow())
 	v2.LastNs = v1.LastNs
+	if hold {
+		v1.Flags |= fHold
+		v2.Flags |= fHold
+		defer func() {
+			if err != nil {
+				s.unhold(ab, ba)
+			}
+		}()
+		var one uint8 = 1
+		for _, k := range []*xlateTuple{&k1, &k2} {
+			if err := s.objs.Holds.Update(k, &one, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("xlate: hold %s: %w", ab.In, err)
+			}
+		}
+	}
 	if err := s.objs.Joins.Update(&k1, &v1, ebpf.UpdateNoExist); err != nil {
 		return installErr(ab.In, err)
 	}
@@ -394,6 +414,16 @@ func (s *Splicer) install(ab, ba Entry) error {
 	s.pairs[ab.In] = ba.In
 	s.pairs[ba.In] = ab.In
 	return nil
+}
+
+// unhold ends the hold of a join's entries (installHeld): the program
+// translates from the next packet on (it clears the entries' hold flag
+// itself, atomically, since it writes to live entries).
+func (s *Splicer) unhold(ab, ba Entry) {
+	for _, t := range []Tuple{ab.In, ba.In} {
+		k := tupleKey(t)
+		s.objs.Holds.Delete(&k)
+	}
 }
 
 func installErr(t Tuple, err error) error {
@@ -586,23 +616,31 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 		*ab, *ba, err = Pair(*sa, *sb)
 	}
 	if err == nil {
-		err = s.install(*ab, *ba)
+		err = s.installHeld(*ab, *ba, true)
 	}
 	if err != nil {
 		undo()
 		return err
 	}
-	// From here the program takes the connections' packets; anything the
-	// sockets received between the read and the install shows as a change.
+	// The entries hold: the program drops the connections' packets (their
+	// senders retransmit them), so the sockets' state is frozen and nothing
+	// is translated yet. Anything the sockets received between the read and
+	// the install shows as a change: then the entries go away with nothing
+	// translated, and the relay goes on from a consistent state. (Rolling
+	// back entries that had already translated packets left the two legs'
+	// sequence spaces apart: the flow stalled until reset.)
 	a2, err1 := readForwarded(fa, true, fwdA)
 	b2, err2 := readForwarded(fb, true, fwdB)
 	if err1 != nil || err2 != nil || a2.RcvNxt != sa.RcvNxt || b2.RcvNxt != sb.RcvNxt ||
 		a2.SndNxt != sa.SndNxt || b2.SndNxt != sb.SndNxt || a2.InQ+b2.InQ+a2.OutQ+b2.OutQ != 0 {
 		s.removePair(ab.In, ba.In)
+		s.unhold(*ab, *ba)
 		s.removed.Add(^uint64(0))
 		undo()
 		return refuse(ReasonRaced, "state moved during the install (%v %v)", err1, err2)
 	}
+	// Consistent: from here the program translates.
+	s.unhold(*ab, *ba)
 	// Kick both peers: leaving repair mode with TCP_REPAIR_OFF sends a
 	// window probe (an old sequence number), which each peer answers at once
 	// with an ACK; the program turns that ACK into a window update for the
