@@ -149,7 +149,8 @@ type state struct {
 	active   []bool    // current decision
 	changed  time.Time // when active last changed
 	pred     float64   // predicted time of the current decision (ms)
-	measured bool      // every hop has an RTT: the decision rests on measurements
+	measured bool      // every hop has an RTT and some leg a loss figure: the decision rests on measurements
+	lossSeen bool      // some leg's loss was folded in (>= MinSegs segments)
 	best     float64   // predicted time of the best choice (ms)
 }
 
@@ -244,6 +245,7 @@ func (pl *Planner) Observe(now time.Time, fep string, samples []api.SegmentSampl
 		pd.retrans += s.Retrans
 		if pd.segs >= pl.cfg.MinSegs {
 			st.foldLoss(a, b, pd.retrans/pd.segs)
+			st.lossSeen = true
 			*pd = pending{}
 		}
 		touched[s.Path] = true
@@ -346,7 +348,11 @@ func (st *state) lossHops() ([]pathcomp.LossHop, bool) {
 // estimates near one of them do not flap.
 func (pl *Planner) decide(st *state, now time.Time) bool {
 	hs, ok := st.lossHops()
-	if !ok {
+	if !ok || !st.lossSeen {
+		// Not before every hop has an RTT and some leg carried enough
+		// data for a loss figure: a decision on RTTs alone would drop
+		// relays on a lossy path (and an inactive relay measures
+		// nothing more).
 		return false
 	}
 	m := pathcomp.LossModel{Model: pl.cfg.Model, RateMbit: st.p.RateMbit}

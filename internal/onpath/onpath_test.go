@@ -194,3 +194,24 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// RTTs without a loss figure (too few segments) do not decide: a
+// decision on RTTs alone would drop the relays of a lossy path, and an
+// inactive relay measures nothing more.
+func TestNoDecisionWithoutLoss(t *testing.T) {
+	pl := planner(t, 0)
+	ch, err := pl.Observe(t0, "r1", []api.SegmentSample{
+		{Path: "cs", To: "r1", Flows: 1, MinRTTMS: 1, SegsOut: 100},
+		{Path: "cs", From: "r1", To: "r2", Flows: 1, MinRTTMS: 1, SegsOut: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch2, err := pl.Observe(t0, "r2", []api.SegmentSample{{Path: "cs", From: "r2", Flows: 1, MinRTTMS: 1, SegsOut: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := pl.Status()[0]; ch || ch2 || st.Measured || !slices.Equal(st.Active, []bool{true, true}) {
+		t.Errorf("decided on RTTs alone: %+v", st)
+	}
+}
