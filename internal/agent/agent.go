@@ -192,6 +192,15 @@ func (a *Agent) Members() map[string]string {
 	return nil
 }
 
+// MemberPolicy returns the controller's member policy from the current
+// table (relay syntax; nil: none or no table yet). Do not modify it.
+func (a *Agent) MemberPolicy() []string {
+	if s := a.snap.Load(); s != nil {
+		return s.MemberAllow
+	}
+	return nil
+}
+
 // Keys returns the overlay keyring of the current table, or nil.
 func (a *Agent) Keys() *hop.Keyring {
 	if s := a.snap.Load(); s != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/hop"
@@ -22,6 +23,9 @@ type Snapshot struct {
 	Table   *api.Table        // as received (and persisted)
 	Index   *pathcomp.Index   // chain lookups over Table.Table
 	Members map[string]string // FEP id -> hop address
+	// MemberAllow is the controller's member policy (api.Table); nil:
+	// none.
+	MemberAllow []string
 	Keyring *hop.Keyring      // nil when the controller sent no keys
 	// ProbeKeys are the same keys for probe tags, current first; nil when
 	// the controller sent none.
@@ -52,7 +56,7 @@ func newSnapshot(t *api.Table, lop string) (*Snapshot, error) {
 			return nil, fmt.Errorf("table version %d: member %s has no hop address", t.Version, id)
 		}
 	}
-	s := &Snapshot{Version: t.Version, Epoch: t.Epoch, Table: t, Index: ix, Members: maps.Clone(t.Members)}
+	s := &Snapshot{Version: t.Version, Epoch: t.Epoch, Table: t, Index: ix, Members: maps.Clone(t.Members), MemberAllow: slices.Clone(t.MemberAllow)}
 	if s.Members == nil {
 		s.Members = map[string]string{}
 	}

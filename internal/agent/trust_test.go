@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -535,7 +536,26 @@ func TestMemberAddressesValidated(t *testing.T) {
 	f := trustFEPs["fra"]
 	f.HopAddr, f.ProbeAddr = "192.0.2.10:7001", "192.0.2.10:8001"
 	if _, err := allowed.join(t, allowed.token(t, pki.TokenOptions{FEP: "fra"}), f); err != nil {
-		t.Errorf("hop_addr in an allowed range: %v", err)
+		t.Fatalf("hop_addr in an allowed range: %v", err)
+	}
+	// The relay side by default: the table carries the controller's
+	// member policy, which the agent hands to its relay
+	// (relay.MemberPolicySource; relay TestControllerMemberPolicy).
+	tab, err := allowed.admin.Table(ctx, "fra", 0, 10*time.Second)
+	if err != nil || tab == nil {
+		t.Fatalf("fra's table: %v, %v", tab, err)
+	}
+	snap, err := newSnapshot(tab, "fra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag := &Agent{}
+	ag.snap.Store(snap)
+	if got := ag.MemberPolicy(); !slices.Equal(got, []string{"*", "192.0.2.0/24"}) {
+		t.Errorf("member policy of fra's table = %q; want [* 192.0.2.0/24] (public addresses and the allowed range)", got)
+	}
+	if tab, err := open.admin.Table(ctx, "fra", 0, 10*time.Second); err != nil || tab == nil || tab.MemberAllow != nil {
+		t.Errorf("table of a controller without its member check: %v (%v); want no member policy", tab, err)
 	}
 }
 

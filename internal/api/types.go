@@ -436,6 +436,11 @@ type Table struct {
 	Computed time.Time          `json:"computed"`
 	Keys     Keys               `json:"keys"`
 	Members  map[string]string  `json:"members"`          // FEP id -> hop_addr, every FEP named in a chain
+	// MemberAllow is the controller's member policy (with its member
+	// check): the destination policy (relay syntax: "*" any public
+	// address, CIDR prefixes) a proxy applies to member dials unless its
+	// own hop.member_allow is set. Empty: the controller checks nothing.
+	MemberAllow []string `json:"member_allow,omitempty"`
 	Egress   []Egress           `json:"egress,omitempty"` // destination prefix -> EgP
 	Table    pathcomp.TableFile `json:"table"`            // only the (InP, EgP) pairs this LoP serves
 	// Intercept are the controller's decisions for the on-path relays

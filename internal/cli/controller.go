@@ -56,6 +56,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	keySwitch := fs.Duration("key-switch-after", 2*time.Minute, "a rotation publishes the new key (accept only) and signs with it once every LoP has it, or this long after")
 	memberCheck := fs.Bool("member-check", true, "refuse member addresses (hop_addr, probe_addr) that are names, special-purpose addresses, or not the address the FEP registers from (see --allow-member-net)")
 	allowMembers := fs.String("allow-member-net", "", "comma-separated CIDR prefixes where member addresses may be anything (private networks, labs, NAT)")
+	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "a FEP deletion first publishes tables whose chains avoid it and waits (at most this long) until every proxy holds them; negative: delete at once")
 	lightBound := fs.Bool("light-bound", true, "refuse RTT reports below the speed of light in fibre between the two FEPs' coordinates")
 	near := fs.Int("near", 8, "each FEP measures its N nearest peers")
 	far := fs.Int("far", 2, "plus N far peers chosen by a stable hash")
@@ -212,6 +213,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 		KeyRotation:    keyRotation,
 		KeySwitchAfter: *keySwitch,
 		LightBound:     *lightBound,
+		DrainTimeout:   *drainTimeout,
 		Members:        members,
 		InitialKeys:    initial,
 		Log:            env.Log,

@@ -17,6 +17,9 @@ import (
 // runProxy runs the split-TCP proxy daemon of one FEP until ctx is
 // cancelled (SIGINT/SIGTERM), then drains. With a controller section it
 // also runs the agent, which feeds the daemon chains, members and keys.
+// The agent hands its table's member policy to the relay.
+var _ relay.MemberPolicySource = (*agent.Agent)(nil)
+
 func runProxy(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "proxy")
 	config := fs.String("config", "", "proxy configuration file (YAML, see docs/proxy.md)")
@@ -84,7 +87,7 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	srv.SetChains(ag)
-	srv.SetMemberSource(ag)
+	srv.SetMemberSource(ag) // and the controller's member policy (relay.MemberPolicySource)
 	srv.SetKeySource(ag)
 	actx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -194,6 +194,9 @@ type plan struct {
 	intercept []api.Intercept
 	rounds    []int    // rounds of each class
 	qnames    [][]byte // JSON string of each FEP id
+	keep      []int    // FEPs (draining) kept in every table's members though no chain uses them
+	// memberAllow is the encoded `,"member_allow":[...]` (empty: none).
+	memberAllow []byte
 }
 
 type sizeClass struct {
@@ -242,6 +245,13 @@ func newPlan(cfg Config, feps []api.FEP, m *Matrix, keys store.Keys) (*plan, err
 		}
 	}
 	p.epoch = keys.Epoch
+	if ma := cfg.Members.Relay(); len(ma) > 0 {
+		b, err := json.Marshal(ma)
+		if err != nil {
+			return nil, fmt.Errorf("encode member policy: %w", err)
+		}
+		p.memberAllow = append([]byte(`,"member_allow":`), b...)
+	}
 	for _, cl := range p.classes {
 		p.rounds = append(p.rounds, cl.rounds)
 	}
@@ -455,6 +465,9 @@ func (p *plan) content(b []byte, l int, inps []int, sc *chainScratch) (lopConten
 	for _, e := range p.egress {
 		used[p.m.index[e.FEP]] = true
 	}
+	for _, x := range p.keep {
+		used[x] = true
+	}
 	// FEPs (so m.Names) are sorted by id: index order is id order.
 	var locs []int
 	for x, u := range used {
@@ -485,6 +498,7 @@ func (p *plan) content(b []byte, l int, inps []int, sc *chainScratch) (lopConten
 		b = appendJSONString(b, p.feps[x].HopAddr)
 	}
 	b = append(b, '}')
+	b = append(b, p.memberAllow...)
 	if len(p.egress) > 0 {
 		eg, err := json.Marshal(p.egress)
 		if err != nil {

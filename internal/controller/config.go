@@ -68,6 +68,15 @@ type Config struct {
 	// Members checks the addresses FEPs register (hop_addr, probe_addr),
 	// which every other FEP will connect to.
 	Members MemberPolicy
+	// DrainTimeout bounds the drain of a deleted FEP (DeleteFEP): the
+	// leader first publishes tables whose chains avoid the FEP while it
+	// stays a member, waits until every LoP polling it holds them (at most
+	// DrainTimeout, default 10 s), then DrainGrace (default 2 s: hop
+	// set-ups begun on older tables finish), and only then revokes its
+	// certificate and drops it from the members. Negative: no drain (a
+	// deletion takes effect at once). A follower deletes at once.
+	DrainTimeout time.Duration
+	DrainGrace   time.Duration
 	// ReportRate and ReportBurst limit the reports of each FEP (a token
 	// bucket); defaults 5/s and 20. A report over the limit gets 429.
 	ReportRate  float64
@@ -93,6 +102,20 @@ type Config struct {
 type MemberPolicy struct {
 	Enforce bool
 	Allow   []netip.Prefix
+}
+
+// Relay returns the policy proxies apply to member dials (api.Table's
+// member_allow, the relay's destination-policy syntax): nil without
+// Enforce; else any public address ("*") and the Allow prefixes.
+func (p MemberPolicy) Relay() []string {
+	if !p.Enforce {
+		return nil
+	}
+	out := []string{"*"}
+	for _, n := range p.Allow {
+		out = append(out, n.String())
+	}
+	return out
 }
 
 func (p MemberPolicy) allowed(ip netip.Addr) bool {
@@ -189,6 +212,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ReportBurst <= 0 {
 		c.ReportBurst = 20
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
+	}
+	if c.DrainGrace <= 0 {
+		c.DrainGrace = 2 * time.Second
 	}
 	if c.KeySwitchAfter <= 0 {
 		c.KeySwitchAfter = 2 * time.Minute

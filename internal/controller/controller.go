@@ -69,6 +69,10 @@ type Controller struct {
 	acks        map[string]uint64
 	acked       chan struct{} // every LoP has the next key: switch now
 
+	drainMu  sync.Mutex
+	draining map[string]*drain // FEPs being deleted, drained first (drain.go)
+	drainCh  chan struct{}     // closed and replaced when a drain may have progressed
+
 	kick     chan struct{} // Trigger: compute now
 	dirty    chan struct{} // something changed: compute (debounced)
 	computed chan uint64   // test hook: versions written, non-blocking
@@ -108,6 +112,7 @@ func New(cfg Config) (*Controller, error) {
 		acks:        make(map[string]uint64),
 		reportLimit: newRateLimiter(cfg.ReportRate, cfg.ReportBurst),
 		acked:       make(chan struct{}, 1),
+		drainCh:     make(chan struct{}),
 		dirty:       make(chan struct{}, 1),
 	}, nil
 }
@@ -510,6 +515,7 @@ func (c *Controller) ack(lop string, since uint64) {
 	c.acks[lop] = since
 	nv := c.nextVersion
 	c.ackMu.Unlock()
+	c.drainSignal()
 	if nv != 0 && since >= nv && c.allAcked() {
 		select {
 		case c.acked <- struct{}{}:
@@ -533,6 +539,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 			return err
 		}
 	}
+	drain := c.drainingIDs() // before the reads: a drain marked later gets its own computation
 	feps, err := c.st.FEPs(ctx)
 	if err != nil {
 		return fmt.Errorf("load feps: %w", err)
@@ -546,8 +553,9 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	if err := c.reloadDests(ctx); err != nil {
 		return err
 	}
+	live, rtts := withoutDrained(drain, feps, rtts)
 	m := BuildMatrix(feps, rtts)
-	egress := egressEntries(chooseEgress(c.destinations(), feps, rtts), feps)
+	egress := egressEntries(chooseEgress(c.destinations(), live, rtts), live)
 	inter := c.intercepts()
 	if !force && !Significant(c.lastMatrix, m, c.cfg.Rel, c.cfg.AbsMS) && slices.Equal(c.lastEgress, egress) && sameIntercepts(c.lastInter, inter) {
 		return nil
@@ -562,6 +570,11 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	}
 	p.egress = egress
 	p.intercept = inter
+	for id := range drain {
+		if x, ok := m.index[id]; ok {
+			p.keep = append(p.keep, x) // still a member of every table
+		}
+	}
 	planned := time.Since(start)
 	// The version is taken before building (tables embed it); a
 	// computation that changes nothing leaves a gap, which is harmless.
@@ -577,6 +590,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	c.lastMatrix, c.lastEgress, c.lastInter = m, egress, inter
 	if len(changed) == 0 {
 		c.log.Debug("computation changed no table", "feps", len(feps))
+		c.drained(drain, feps)
 		return nil
 	}
 	ts := make([]store.Table, len(changed))
@@ -601,6 +615,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	for _, bt := range changed {
 		c.hashes[bt.lop] = bt.hash
 	}
+	c.drained(drain, feps)
 	c.m.computations.Inc()
 	c.m.tablesWritten.Add(float64(written))
 	c.m.version.Set(float64(c.cache.maxVersion()))
@@ -741,12 +756,20 @@ func (c *Controller) Revoked(serial string) bool {
 	return ok
 }
 
-// DeleteFEP implements api.Backend. The certificate of the FEP is revoked
-// first: a deleted FEP can neither re-register nor read anything.
+// DeleteFEP implements api.Backend. On the leader the FEP is drained
+// first (drain.go: tables avoiding it, every LoP holding them); then its
+// certificate is revoked: a deleted FEP can neither re-register nor read
+// anything.
 func (c *Controller) DeleteFEP(ctx context.Context, id string) error {
 	f, ok, err := c.lookupFEP(ctx, id)
 	if err != nil {
 		return err
+	}
+	if ok {
+		defer c.endDrain(id) // after the deletion: no computation in between puts it back in chains
+		if err := c.drainFEP(ctx, id); err != nil {
+			return fmt.Errorf("drain fep %s: %w", id, err)
+		}
 	}
 	if ok && f.CertSerial != "" {
 		if err := c.revoke(ctx, f.CertSerial, id); err != nil {

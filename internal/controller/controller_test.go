@@ -388,7 +388,7 @@ func run(t *testing.T, c *Controller) {
 
 func TestWatchSemantics(t *testing.T) {
 	st := openBolt(t)
-	c, err := New(Config{Store: st, Debounce: 20 * time.Millisecond})
+	c, err := New(Config{Store: st, Debounce: 20 * time.Millisecond, DrainTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,6 +511,11 @@ func TestWatchSemantics(t *testing.T) {
 	t4, err := cl.Table(ctx, "a", newest, 10*time.Second)
 	if err != nil || t4 == nil {
 		t.Fatalf("no new table after c left: %v, %v", t4, err)
+	}
+	if _, ok := t4.Members["c"]; ok { // the table of the drain (computed before the deletion)
+		if t4, err = cl.Table(ctx, "a", t4.Version, 10*time.Second); err != nil || t4 == nil {
+			t.Fatalf("no new table after c left (after its drain): %v, %v", t4, err)
+		}
 	}
 	if _, ok := t4.Members["c"]; ok || slices.Contains(t4.Table.Locations, "c") {
 		t.Errorf("table after c left still names c: %v", t4.Table.Locations)

@@ -14,6 +14,7 @@ type controllerMetrics struct {
 	fepReport      *metrics.GaugeVec
 	keysRotated    *metrics.Gauge
 	revocations    *metrics.Counter
+	drainTimeouts  *metrics.Counter
 	// refused counts what the controller refused, by reason (revoked_cert,
 	// unassigned_target, faster_than_light, rate_limited, unknown_peer).
 	refused *metrics.CounterVec
@@ -39,6 +40,8 @@ func newMetrics(reg *metrics.Registry) *controllerMetrics {
 		keysRotated: reg.Gauge(metrics.Opts{Name: "mosto_controller_keys_rotated_timestamp_seconds",
 			Help: "Unix time the current hop key was made (set by the leader)."}),
 		revocations: reg.Counter(metrics.Opts{Name: "mosto_controller_cert_revocations_total", Help: "FEP certificates revoked (deleted or re-joined FEPs)."}),
+		drainTimeouts: reg.Counter(metrics.Opts{Name: "mosto_controller_drain_timeouts_total",
+			Help: "FEP deletions whose drain (every LoP holding tables without the FEP) timed out: deleted anyway."}),
 		refused: reg.CounterVec(metrics.Opts{Name: "mosto_controller_refused_total",
 			Help: "Requests or samples refused, by reason (revoked_cert, unassigned_target, faster_than_light, rate_limited, unknown_peer)."}, "reason"),
 	}

@@ -105,10 +105,12 @@ type HopConfig struct {
 	// MemberAllow is the destination policy of member dials (same syntax
 	// and rules as destinations.allow: special-purpose addresses only when
 	// an entry names them; a member given by name is resolved and its
-	// addresses checked). A public overlay lists the ranges its members
-	// live in, as its controller does (`mosto controller --member-check
-	// --allow-member-net`). Unset: any member address except link-local,
-	// multicast and unspecified ones (labs, private overlays).
+	// addresses checked). Set, it overrides the member policy a
+	// controller sends with its table. Unset: the controller's policy
+	// (with its member check, the default: public addresses and its
+	// --allow-member-net ranges); with no controller policy (static
+	// members, or `--member-check=false`) any member address except
+	// link-local, multicast and unspecified ones (labs, private overlays).
 	MemberAllow []string `yaml:"member_allow"`
 }
 

@@ -100,23 +100,64 @@ func (s *Server) dialHop(next, addr string, h *hop.Header, early []byte) (*net.T
 	return up, nil
 }
 
-// memberAddrAllowed applies hop.member_allow to a member address, or, with
-// none configured, refuses a member address no overlay uses: link-local
-// (169.254.0.0/16 holds cloud metadata services, fe80::/10), multicast,
-// unspecified, unless the destination policy names it. Loopback and
-// private members stay allowed then (labs, private overlays); the
-// controller's member check refuses them unless its operator allowed their
-// range.
+// memberPolicy returns the destination policy of member dials:
+// hop.member_allow when configured (the operator's override), else the
+// member policy the controller sends with its table (the policy it
+// registers member addresses by); nil: neither. A policy from the table
+// that does not parse refuses every member dial.
+func (s *Server) memberPolicy() (*policy, string, error) {
+	if s.out.members != nil {
+		return s.out.members, "hop.member_allow", nil
+	}
+	mb := s.overlay.members.Load()
+	if mb == nil {
+		return nil, "", nil
+	}
+	ps, ok := mb.src.(MemberPolicySource)
+	if !ok {
+		return nil, "", nil
+	}
+	list := ps.MemberPolicy()
+	if len(list) == 0 {
+		return nil, "", nil
+	}
+	if c := s.overlay.memberPol.Load(); c != nil && slices.Equal(c.list, list) {
+		return c.p, "the controller's member policy", c.err
+	}
+	c := &parsedPolicy{list: list}
+	if ms, err := parseMatchers(list); err != nil {
+		c.err = fmt.Errorf("%w: the controller's member policy %q: %w", errPolicy, list, err)
+	} else {
+		c.p = &policy{allow: ms}
+	}
+	s.overlay.memberPol.Store(c)
+	return c.p, "the controller's member policy", c.err
+}
+
+// memberAddrAllowed applies the member policy (memberPolicy) to a member
+// address, or, with none, refuses a member address no overlay uses:
+// link-local (169.254.0.0/16 holds cloud metadata services, fe80::/10),
+// multicast, unspecified, unless the destination policy names it.
+// Loopback and private members stay allowed then (labs, private overlays
+// with static configs or a controller without its member check).
 func (s *Server) memberAddrAllowed(addr string) error {
-	if p := s.out.members; p != nil {
+	p, from, err := s.memberPolicy()
+	if err != nil {
+		return err
+	}
+	if p != nil {
 		t, err := ParseTarget(addr)
 		if err != nil {
 			return fmt.Errorf("%w: member address %s: %w", errPolicy, addr, err)
 		}
-		ctx, cancel := context.WithTimeout(s.flows.ctx, s.out.dialer.Timeout)
-		defer cancel()
+		ctx := context.Background() // an address: no lookup
+		if !t.ip().IsValid() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(s.flows.ctx, s.out.dialer.Timeout)
+			defer cancel()
+		}
 		if _, err := p.resolve(ctx, s.origin.res, t); err != nil {
-			return fmt.Errorf("member address %s (hop.member_allow): %w", addr, err)
+			return fmt.Errorf("member address %s (%s): %w", addr, from, err)
 		}
 		return nil
 	}

@@ -23,6 +23,14 @@ type MemberSource interface {
 	Members() map[string]string
 }
 
+// MemberPolicySource is a MemberSource that also answers the overlay's
+// member policy (the controller's, in its table; destinations.allow
+// syntax): member dials must match it unless hop.member_allow is set. The
+// controller agent satisfies it. The slice must not be modified.
+type MemberPolicySource interface {
+	MemberPolicy() []string
+}
+
 // KeySource answers the current overlay keyring (nil: keep the configured
 // one); the controller agent satisfies it.
 type KeySource interface {
@@ -37,6 +45,16 @@ type overlayState struct {
 	members atomic.Pointer[memberBox]
 	chains  atomic.Pointer[chainBox]
 	keys    atomic.Pointer[keyBox]
+	// memberPol is the parsed member policy of the member source (the
+	// last one seen).
+	memberPol atomic.Pointer[parsedPolicy]
+}
+
+// parsedPolicy is a member policy as received and parsed.
+type parsedPolicy struct {
+	list []string
+	p    *policy
+	err  error
 }
 
 type chainBox struct{ src ChainSource }

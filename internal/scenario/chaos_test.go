@@ -131,7 +131,7 @@ func TestChaosFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second) // generous: a loaded 2-core CI machine
 	defer cancel()
 	w := emutest.Start(t, spec)
 	mosto, mostoEnv := clitest.Mosto(t)
@@ -182,13 +182,12 @@ func TestChaosFlows(t *testing.T) {
 	}
 
 	// Flow loops on every ordered pair.
-	type pairStat struct{ ok, failed, cut int }
-	// Between the deletion and the moment every live proxy holds a table
-	// without the deleted FEP, a flow set up on an older table through it
-	// can be refused by a hop that already has the new table (not_member):
-	// such a flow ends before its first byte. Those are counted apart
-	// (cut); every other failure fails the test.
-	var delAt, cleanAt time.Time
+	type pairStat struct{ ok, failed int }
+	// The deletion drains the FEP first (the controller publishes tables
+	// whose chains avoid it, waits until every proxy holds them, then
+	// deletes it): no flow set up on an older table through it is cut, so
+	// every failure fails the test.
+	var delAt, drainedAt, cleanAt time.Time
 	var mu sync.Mutex
 	stats := map[[2]string]*pairStat{}
 	var bytes int64
@@ -248,14 +247,10 @@ func TestChaosFlows(t *testing.T) {
 					mu.Unlock()
 					err := flow(x, y, seed)
 					mu.Lock()
-					var fe *flowError
-					if err != nil && errors.As(err, &fe) && fe.n == 0 && !delAt.IsZero() && (cleanAt.IsZero() || time.Since(cleanAt) < 2*time.Second) {
-						stats[p].cut++
-						t.Logf("flow %s -> %s cut by the deletion: %v", x, y, err)
-					} else if err != nil {
+					if err != nil {
 						stats[p].failed++
 						if stats[p].failed <= 2 {
-							t.Errorf("flow %s -> %s: %v", x, y, err)
+							t.Errorf("flow %s -> %s (%v after the deletion began): %v", x, y, time.Since(delAt).Round(time.Millisecond), err)
 						}
 					} else {
 						stats[p].ok++
@@ -348,6 +343,9 @@ func TestChaosFlows(t *testing.T) {
 	if err := admin.DeleteFEP(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	drainedAt = time.Now()
+	mu.Unlock()
 	liveOnly := func(p [2]string) bool { return !involved(p) }
 	testenv.WaitFor(t, 60*time.Second, "every live proxy's table without "+victim, func() bool {
 		for _, f := range feps {
@@ -367,7 +365,8 @@ func TestChaosFlows(t *testing.T) {
 	testenv.WaitFor(t, 60*time.Second, "the deleted FEP's agent refused", func() bool { return ctlMetric("revoked_cert") > revoked0 })
 	progress("the deletion", liveOnly)
 	revoked := ctlMetric("revoked_cert") - revoked0
-	t.Logf("step 2 (%v): %s deleted, its agent's requests refused %v times", since(), victim, revoked)
+	t.Logf("step 2 (%v): %s drained in %v and deleted, every live proxy without it %v later, its agent's requests refused %v times",
+		since(), victim, drainedAt.Sub(delAt).Round(time.Millisecond), cleanAt.Sub(drainedAt).Round(time.Millisecond), revoked)
 
 	// 3. A token holder joins as an existing id.
 	caPEM, err := os.ReadFile(filepath.Join(sc.AgentDir("London"), "ca.crt"))
@@ -486,11 +485,10 @@ func TestChaosFlows(t *testing.T) {
 	stopAll()
 	mu.Lock()
 	defer mu.Unlock()
-	flows, failed, cut := 0, 0, 0
+	flows, failed := 0, 0
 	for p, s := range stats {
 		flows += s.ok
 		failed += s.failed
-		cut += s.cut
 		if s.ok == 0 {
 			t.Errorf("pair %s -> %s completed no flow", p[0], p[1])
 		}
@@ -498,6 +496,6 @@ func TestChaosFlows(t *testing.T) {
 	if failed > 0 {
 		t.Errorf("%d of %d flows failed", failed, flows+failed)
 	}
-	t.Logf("chaos: %d pairs, %d flows (%d MB) SHA-256 checked, %d failed, %d cut by the deletion (propagation window %v), in %v; refused: %v revoked-cert requests, %d rogue joins, %v forged RTTs, %v flood connections",
-		len(stats), flows, bytes/1_000_000, failed, cut, cleanAt.Sub(delAt).Round(time.Millisecond), time.Since(start).Round(time.Second), revoked, joinRefused, ftl, limit)
+	t.Logf("chaos: %d pairs, %d flows (%d MB) SHA-256 checked, %d failed (none may be cut by the deletion: drain %v, then propagation %v), in %v; refused: %v revoked-cert requests, %d rogue joins, %v forged RTTs, %v flood connections",
+		len(stats), flows, bytes/1_000_000, failed, drainedAt.Sub(delAt).Round(time.Millisecond), cleanAt.Sub(drainedAt).Round(time.Millisecond), time.Since(start).Round(time.Second), revoked, joinRefused, ftl, limit)
 }
