@@ -26,7 +26,7 @@ type Snapshot struct {
 	// MemberAllow is the controller's member policy (api.Table); nil:
 	// none.
 	MemberAllow []string
-	Keyring *hop.Keyring      // nil when the controller sent no keys
+	Keyring     *hop.Keyring // nil when the controller sent no keys
 	// ProbeKeys are the same keys for probe tags, current first; nil when
 	// the controller sent none.
 	ProbeKeys []probe.Key

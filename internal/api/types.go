@@ -432,17 +432,17 @@ type Table struct {
 	Version uint64 `json:"version"` // only moves forward within an epoch
 	// Epoch names the controller store's life; a table of another epoch
 	// replaces the proxy's whatever its version (the store was reset).
-	Epoch    string             `json:"epoch,omitempty"`
-	Computed time.Time          `json:"computed"`
-	Keys     Keys               `json:"keys"`
-	Members  map[string]string  `json:"members"`          // FEP id -> hop_addr, every FEP named in a chain
+	Epoch    string            `json:"epoch,omitempty"`
+	Computed time.Time         `json:"computed"`
+	Keys     Keys              `json:"keys"`
+	Members  map[string]string `json:"members"` // FEP id -> hop_addr, every FEP named in a chain
 	// MemberAllow is the controller's member policy (with its member
 	// check): the destination policy (relay syntax: "*" any public
 	// address, CIDR prefixes) a proxy applies to member dials unless its
 	// own hop.member_allow is set. Empty: the controller checks nothing.
-	MemberAllow []string `json:"member_allow,omitempty"`
-	Egress   []Egress           `json:"egress,omitempty"` // destination prefix -> EgP
-	Table    pathcomp.TableFile `json:"table"`            // only the (InP, EgP) pairs this LoP serves
+	MemberAllow []string           `json:"member_allow,omitempty"`
+	Egress      []Egress           `json:"egress,omitempty"` // destination prefix -> EgP
+	Table       pathcomp.TableFile `json:"table"`            // only the (InP, EgP) pairs this LoP serves
 	// Intercept are the controller's decisions for the on-path relays
 	// (docs/tts.md): which relay intercepts which path's flows. A FEP
 	// named here applies its entries (an inactive one intercepts

@@ -146,4 +146,3 @@ func TestControllerMemberPolicy(t *testing.T) {
 		}
 	}
 }
-
