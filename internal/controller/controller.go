@@ -491,6 +491,13 @@ func (c *Controller) allAcked() bool {
 		return false
 	}
 	lops := c.cache.lops()
+	// A deleted FEP's table stays in the cache; it never polls again.
+	c.mu.Lock()
+	lops = slices.DeleteFunc(lops, func(lop string) bool {
+		_, ok := slices.BinarySearchFunc(c.feps, lop, cmpFEP)
+		return !ok
+	})
+	c.mu.Unlock()
 	if len(lops) == 0 {
 		return false
 	}
