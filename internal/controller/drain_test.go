@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/store"
 )
 
@@ -144,11 +142,7 @@ func TestDeleteDrainTimeout(t *testing.T) {
 	}
 }
 
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+func counterValue(t *testing.T, c *metrics.Counter) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return c.Value()
 }
