@@ -61,7 +61,7 @@ func (p *pipe) run() outcome {
 		ctx, cancel := context.WithCancel(context.Background())
 		stopWatch = cancel
 		watchWG.Add(1)
-		go p.off.watch(ctx, p, &watchWG)
+		go p.off.watch(ctx, p, &watchWG, 0)
 	}
 	errc := make(chan error, 1)
 	p.startUpstream(errc)

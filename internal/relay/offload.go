@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -61,7 +62,37 @@ type OffloadConfig struct {
 	// LAN path a few congestion drops already make the estimate fall below
 	// multi-Gbit/s rates. See keepSplit.
 	KeepLossy bool `yaml:"keep_lossy"`
+	// Attempts bounds the handovers tried per flow (default 4; 1: never
+	// retry). A refused handover that may succeed later (it timed out
+	// before the quiescent point, raced, or the map was full) is tried
+	// again after RetryBackoff, doubling each time up to 30 s; a refusal
+	// of the flow itself (options, route) is final.
+	Attempts int `yaml:"attempts"`
+	// RetryBackoff is the wait before the first retry (default 1s).
+	RetryBackoff Duration `yaml:"retry_backoff"`
 }
+
+// attempts and backoff resolve the retry settings.
+func (c OffloadConfig) attempts() int {
+	if c.Attempts == 0 {
+		return 4
+	}
+	return c.Attempts
+}
+
+// backoff is the wait before handover attempt n+1 after n refusals.
+func (c OffloadConfig) backoff(n int) time.Duration {
+	d := time.Duration(c.RetryBackoff)
+	if d == 0 {
+		d = time.Second
+	}
+	for i := 1; i < n && d < maxRetryBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryBackoff)
+}
+
+const maxRetryBackoff = 30 * time.Second
 
 // pinDir resolves PinDir for relay id in the calling process's network
 // namespace ("" when pinning is off).
@@ -112,8 +143,8 @@ func (c OffloadConfig) validate() error {
 	default:
 		return fmt.Errorf("offload.mode: %q, want off, slow-start or bytes", c.Mode)
 	}
-	if c.AfterBytes < 0 || c.MaxFlows < 0 || c.Timeout < 0 || c.Linger < 0 {
-		return errors.New("offload: after_bytes, max_flows, timeout and linger must not be negative")
+	if c.AfterBytes < 0 || c.MaxFlows < 0 || c.Timeout < 0 || c.Linger < 0 || c.Attempts < 0 || c.RetryBackoff < 0 {
+		return errors.New("offload: after_bytes, max_flows, timeout, linger, attempts and retry_backoff must not be negative")
 	}
 	if c.PinDir != "" && c.PinDir != "off" && !filepath.IsAbs(c.PinDir) {
 		return fmt.Errorf("offload.pin_dir: %q, want an absolute path or off", c.PinDir)
@@ -126,6 +157,19 @@ type offloader struct {
 	cfg OffloadConfig
 	sp  *xlate.Splicer
 	log *slog.Logger
+	// Handovers by result: tried, joined, refused; of the refused, retried
+	// later or final (a flow that then stays relayed).
+	tried, joined, refused, retried, final atomic.Uint64
+}
+
+// offloadStats are an offloader's handover counters.
+type offloadStats struct {
+	Tried, Joined, Refused, Retried, Final uint64
+}
+
+func (o *offloader) stats() offloadStats {
+	return offloadStats{Tried: o.tried.Load(), Joined: o.joined.Load(), Refused: o.refused.Load(),
+		Retried: o.retried.Load(), Final: o.final.Load()}
 }
 
 // errPaused ends a copy direction paused for a handover.
@@ -143,16 +187,21 @@ func (s *Server) startOffload(ctx context.Context) error {
 	if !xlate.Supported {
 		return errors.New("offload: eBPF splicing is not supported on this OS")
 	}
-	max := c.MaxFlows
-	if max == 0 {
-		max = 32768
+	flows := c.MaxFlows
+	if flows == 0 {
+		flows = 32768
 	}
 	pin, err := c.pinDir(s.cfg.ID)
 	if err != nil {
 		return err
 	}
-	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * max, PinDir: pin,
-		CloseLinger: time.Duration(c.Linger), Log: s.log})
+	// Sweep often enough for the linger (a short one frees a full map soon).
+	sweep := time.Second
+	if c.Linger > 0 {
+		sweep = min(sweep, max(time.Duration(c.Linger)/2, 10*time.Millisecond))
+	}
+	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * flows, PinDir: pin,
+		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Log: s.log})
 	if err != nil {
 		return err
 	}
@@ -169,10 +218,19 @@ func (s *Server) stopOffload() {
 }
 
 // watch samples both connections' TCP_INFO about once per RTT and pauses
-// the flow's copies when it should leave the relay. It returns when ctx
-// ends or after pausing.
-func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup) {
+// the flow's copies when it should leave the relay, not before delay. It
+// returns when ctx ends or after pausing.
+func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup, delay time.Duration) {
 	defer wg.Done()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 	var prev [2]ccSample
 	lossy := false
 	for {
@@ -225,29 +283,82 @@ func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup) {
 }
 
 // afterCopies runs when both copy directions returned: if they were paused
-// it hands the flow over, and resumes the copies when that is refused.
+// it hands the flow over; when that is refused it resumes the copies, and
+// for a refusal that may pass (retryable) watches the flow again after a
+// backoff, up to Attempts handovers.
 func (o *offloader) afterCopies(p *pipe, errDown, errUp error, log func(string, ...any)) (error, error) {
-	if !errors.Is(errDown, errPaused) && !errors.Is(errUp, errPaused) {
-		return errDown, errUp
+	for n := 1; errors.Is(errDown, errPaused) || errors.Is(errUp, errPaused); n++ {
+		err := o.handover(p)
+		if err == nil {
+			return errOffloaded, errOffloaded
+		}
+		if errors.Is(err, xlate.ErrEnded) {
+			return nil, nil // both directions ended (FINs forwarded): a finished flow
+		}
+		retry := n < o.cfg.attempts() && retryable(err)
+		if retry {
+			o.retried.Add(1)
+		} else {
+			o.final.Add(1)
+		}
+		log("offload refused, relaying on", "err", err, "attempt", n, "retry", retry)
+		// Resume: the handover consumed exactly what it forwarded.
+		errDown, errUp = o.resume(p, errDown, errUp, retry, o.cfg.backoff(n))
 	}
+	return errDown, errUp
+}
+
+// handover tries one handover of p's paused connections.
+func (o *offloader) handover(p *pipe) error {
 	timeout := time.Duration(o.cfg.Timeout)
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
+	o.tried.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	_, err := o.sp.Handover(ctx, p.down, p.up)
-	cancel()
-	if err == nil {
-		return errOffloaded, errOffloaded
+	switch {
+	case err == nil:
+		o.joined.Add(1)
+	case !errors.Is(err, xlate.ErrEnded):
+		o.refused.Add(1)
 	}
-	if errors.Is(err, xlate.ErrEnded) {
-		return nil, nil // both directions ended (FINs forwarded): a finished flow
+	return err
+}
+
+// retryable reports whether a refused handover may succeed later: it timed
+// out before the quiescent point (a flow busy both ways), a segment raced
+// the install, a leg was busy at the join, or the map was full. Refusals
+// of the connections themselves (options, family, route, state) and
+// socket errors are final.
+func retryable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
 	}
-	log("offload refused, relaying on", "err", err)
-	// Resume: the handover consumed exactly what it forwarded.
+	var re *xlate.RefusedError
+	if !errors.As(err, &re) {
+		return false
+	}
+	switch re.Reason {
+	case xlate.ReasonBusy, xlate.ReasonRaced, xlate.ReasonMapFull:
+		return true
+	}
+	return false
+}
+
+// resume restarts the paused copy directions of p and waits for both to
+// return again. With watch a new watcher may pause them again after delay.
+func (o *offloader) resume(p *pipe, errDown, errUp error, watch bool, delay time.Duration) (error, error) {
 	p.pausing.Store(false)
 	p.down.SetReadDeadline(time.Time{})
 	p.up.SetReadDeadline(time.Time{})
+	var watchWG sync.WaitGroup
+	ctx, stopWatch := context.WithCancel(context.Background())
+	if watch {
+		watchWG.Add(1)
+		go o.watch(ctx, p, &watchWG, delay)
+	}
 	var wg sync.WaitGroup
 	if errors.Is(errUp, errPaused) {
 		wg.Add(1)
@@ -260,6 +371,8 @@ func (o *offloader) afterCopies(p *pipe, errDown, errUp error, log func(string, 
 		errDown = p.copyHalf(p.down, p.up, p.dnBytes)
 	}
 	wg.Wait()
+	stopWatch()
+	watchWG.Wait()
 	return errDown, errUp
 }
 

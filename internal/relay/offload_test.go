@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"hash"
 	"io"
 	"net"
 	"os"
@@ -47,17 +49,153 @@ func TestOffloadService(t *testing.T) {
 }
 
 func offloadServiceChild(t *testing.T, loops, flow string) {
+	runOffloadChild(t, "TestOffloadService", loops, flow)
+}
+
+// runOffloadChild runs test name in a child process inside the relay
+// namespace of a new line, with args after the line's.
+func runOffloadChild(t *testing.T, name string, args ...string) {
 	l := xlatetest.NewLine(t, false)
-	cmd := exec.CommandContext(t.Context(), "ip", "netns", "exec", l.R, os.Args[0], "-test.run=^TestOffloadService$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), offloadChild+"="+strings.Join([]string{l.P1, l.P2, l.RAddr1, l.P2Addr, loops, flow}, ","))
+	cmd := exec.CommandContext(t.Context(), "ip", "netns", "exec", l.R, os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), offloadChild+"="+strings.Join(append([]string{l.P1, l.P2, l.RAddr1, l.P2Addr}, args...), ","))
 	out, err := cmd.CombinedOutput()
 	t.Logf("relay child:\n%s", out)
 	if err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	if !strings.Contains(string(out), "--- PASS: TestOffloadService") {
+	if !strings.Contains(string(out), "--- PASS: "+name) {
 		t.Fatal("child did not pass")
 	}
+}
+
+// TestOffloadRetry: refused handovers are retried with a backoff, a
+// bounded number of times. The relay may join one flow at a time
+// (max_flows 1). Flow A is offloaded and stays open; flow B1's handovers
+// are refused (map-full) exactly `attempts` times, then B1 stays relayed
+// and intact. Flow B2 is refused once; A then ends, its entries go after
+// the linger, and a retry offloads B2, whose later bytes go through the
+// kernel intact.
+func TestOffloadRetry(t *testing.T) {
+	if !xlate.Supported {
+		t.Skip("xlate not supported on this OS")
+	}
+	if env := os.Getenv(offloadChild); env != "" {
+		offloadRetryBody(t, strings.Split(env, ","))
+		return
+	}
+	testenv.RequirePrivileged(t)
+	runOffloadChild(t, "TestOffloadRetry")
+}
+
+// uploader is one client flow of an upload service whose origin answers
+// the SHA-256 of what it received.
+type uploader struct {
+	c *net.TCPConn
+	h hash.Hash
+}
+
+func (u *uploader) send(t *testing.T, n int64) {
+	t.Helper()
+	if _, err := io.Copy(io.MultiWriter(u.c, u.h), io.LimitReader(rand.Reader, n)); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
+// finish ends the upload and checks the origin's digest.
+func (u *uploader) finish(t *testing.T, name string) {
+	t.Helper()
+	u.c.CloseWrite()
+	got, err := io.ReadAll(u.c)
+	if err != nil {
+		t.Fatalf("%s: read the digest: %v", name, err)
+	}
+	if want := u.h.Sum(nil); !bytes.Equal(got, want) {
+		t.Fatalf("%s: the origin got other bytes (digest %x, want %x)", name, got, want)
+	}
+	u.c.Close()
+}
+
+func offloadRetryBody(t *testing.T, args []string) {
+	p1, p2, relayAddr, originAddr := args[0], args[1], args[2], args[3]
+	var oln net.Listener
+	xlatetest.MustIn(t, p2, func() (err error) { oln, err = net.Listen("tcp", net.JoinHostPort(originAddr, "80")); return })
+	defer oln.Close()
+	go func() {
+		for {
+			c, err := oln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c *net.TCPConn) {
+				defer c.Close()
+				h := sha256.New()
+				if _, err := io.Copy(h, c); err == nil {
+					c.Write(h.Sum(nil))
+				}
+				c.CloseWrite()
+			}(c.(*net.TCPConn))
+		}
+	}()
+	const attempts = 6
+	cfg := baseConfig("a")
+	cfg.Destinations.Allow = []string{"10.71.0.0/16"}
+	cfg.Services = []ServiceConfig{{Name: "svc", Listen: net.JoinHostPort(relayAddr, "8080"), Origin: net.JoinHostPort(originAddr, "80")}}
+	cfg.Offload = OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20, MaxFlows: 1, Attempts: attempts,
+		RetryBackoff: Duration(100 * time.Millisecond), Linger: Duration(100 * time.Millisecond)}
+	cfg.Loops = -1
+	r := start(t, cfg)
+	testenv.WaitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
+	o := r.offload.Load()
+	dial := func() *uploader {
+		var c *net.TCPConn
+		xlatetest.MustIn(t, p1, func() error {
+			nc, err := net.DialTimeout("tcp", net.JoinHostPort(relayAddr, "8080"), 5*time.Second)
+			if err == nil {
+				c = nc.(*net.TCPConn)
+			}
+			return err
+		})
+		c.SetDeadline(time.Now().Add(2 * time.Minute))
+		return &uploader{c: c, h: sha256.New()}
+	}
+	refusedFull := func() uint64 { return o.sp.Stats().Refused[xlate.ReasonMapFull] }
+
+	// A: offloaded, left open (idle).
+	a := dial()
+	a.send(t, 2<<20)
+	testenv.WaitFor(t, 30*time.Second, "flow A joined", func() bool { return o.stats().Joined == 1 })
+
+	// B1: every handover meets a full map; after `attempts` the relay
+	// gives up and B1 stays relayed.
+	b1 := dial()
+	b1.send(t, 2<<20)
+	testenv.WaitFor(t, 60*time.Second, "B1 given up", func() bool { return o.stats().Final == 1 })
+	st := o.stats()
+	if st.Tried != 1+attempts || st.Refused != attempts || st.Retried != attempts-1 || refusedFull() != attempts {
+		t.Fatalf("after B1 gave up: %+v, map-full refusals %d; want %d refused (map-full), %d retried, 1 final",
+			st, refusedFull(), attempts, attempts-1)
+	}
+	b1.send(t, 1<<20)
+	b1.finish(t, "B1")
+	testenv.WaitFor(t, 10*time.Second, "B1 ended relayed", func() bool { return flows(r.Server, roleInP, outcomeOK) == 1 })
+	if st := o.stats(); st.Tried != 1+attempts {
+		t.Fatalf("handovers after B1 gave up: %+v, want no more tries", st)
+	}
+
+	// B2: refused once while A holds the map; A ends; a retry joins B2.
+	b2 := dial()
+	b2.send(t, 2<<20)
+	testenv.WaitFor(t, 30*time.Second, "B2 refused", func() bool { return refusedFull() == attempts+1 })
+	a.finish(t, "A")
+	testenv.WaitFor(t, 60*time.Second, "B2 joined by a retry", func() bool { return o.stats().Joined == 2 })
+	b2.send(t, 4<<20) // through the kernel
+	b2.finish(t, "B2")
+	testenv.WaitFor(t, 10*time.Second, "A and B2 offloaded", func() bool { return flows(r.Server, roleInP, outcomeOffloaded) == 2 })
+	st = o.stats()
+	if st.Final != 1 || st.Retried < attempts {
+		t.Errorf("final stats %+v: want B2 joined by a retry and only B1 final", st)
+	}
+	t.Logf("handovers %+v; B2 joined after %d map-full refusals", st, refusedFull()-attempts)
 }
 
 func offloadChildBody(t *testing.T, args []string) {
