@@ -24,6 +24,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mosto-net/mosto/internal/metrics"
 	"github.com/mosto-net/mosto/internal/xlate"
 	"golang.org/x/sys/unix"
 )
@@ -165,6 +166,32 @@ type offloader struct {
 // offloadStats are an offloader's handover counters.
 type offloadStats struct {
 	Tried, Joined, Refused, Retried, Final uint64
+}
+
+// offloadMetrics exports the handover counters of the running offloader
+// (zero while offload is off or not started).
+func (s *Server) offloadMetrics() {
+	for _, c := range []struct {
+		name, help string
+		v          func(offloadStats) uint64
+	}{
+		{"mosto_relay_offload_handovers_total", "Handovers tried (a flow paused to leave the relay's data path).",
+			func(st offloadStats) uint64 { return st.Tried }},
+		{"mosto_relay_offload_joined_total", "Handovers that joined the flow in the kernel.",
+			func(st offloadStats) uint64 { return st.Joined }},
+		{"mosto_relay_offload_refused_total", "Handovers refused (the flow kept relaying).",
+			func(st offloadStats) uint64 { return st.Refused }},
+		{"mosto_relay_offload_retries_total", "Refused handovers tried again after a backoff (offload.attempts, offload.retry_backoff).",
+			func(st offloadStats) uint64 { return st.Retried }},
+	} {
+		s.m.reg.CounterFunc(metrics.Opts{Name: c.name, Help: c.help}, func() float64 {
+			o := s.offload.Load()
+			if o == nil {
+				return 0
+			}
+			return float64(c.v(o.stats()))
+		})
+	}
 }
 
 func (o *offloader) stats() offloadStats {

@@ -159,17 +159,26 @@ func offloadRetryBody(t *testing.T, args []string) {
 		return &uploader{c: c, h: sha256.New()}
 	}
 	refusedFull := func() uint64 { return o.sp.Stats().Refused[xlate.ReasonMapFull] }
+	waitFor := func(d time.Duration, what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %v waiting for %s; handovers %+v, refused %v, flows offloaded %v ok %v",
+					d, what, o.stats(), o.sp.Stats().Refused, flows(r.Server, roleInP, outcomeOffloaded), flows(r.Server, roleInP, outcomeOK))
+			}
+		}
+	}
 
 	// A: offloaded, left open (idle).
 	a := dial()
 	a.send(t, 2<<20)
-	testenv.WaitFor(t, 30*time.Second, "flow A joined", func() bool { return o.stats().Joined == 1 })
+	waitFor(30*time.Second, "flow A joined", func() bool { return o.stats().Joined == 1 })
 
 	// B1: every handover meets a full map; after `attempts` the relay
 	// gives up and B1 stays relayed.
 	b1 := dial()
 	b1.send(t, 2<<20)
-	testenv.WaitFor(t, 60*time.Second, "B1 given up", func() bool { return o.stats().Final == 1 })
+	waitFor(60*time.Second, "B1 given up", func() bool { return o.stats().Final == 1 })
 	st := o.stats()
 	if st.Tried != 1+attempts || st.Refused != attempts || st.Retried != attempts-1 || refusedFull() != attempts {
 		t.Fatalf("after B1 gave up: %+v, map-full refusals %d; want %d refused (map-full), %d retried, 1 final",
@@ -177,7 +186,7 @@ func offloadRetryBody(t *testing.T, args []string) {
 	}
 	b1.send(t, 1<<20)
 	b1.finish(t, "B1")
-	testenv.WaitFor(t, 10*time.Second, "B1 ended relayed", func() bool { return flows(r.Server, roleInP, outcomeOK) == 1 })
+	waitFor(10*time.Second, "B1 ended relayed", func() bool { return flows(r.Server, roleInP, outcomeOK) == 1 })
 	if st := o.stats(); st.Tried != 1+attempts {
 		t.Fatalf("handovers after B1 gave up: %+v, want no more tries", st)
 	}
@@ -185,15 +194,27 @@ func offloadRetryBody(t *testing.T, args []string) {
 	// B2: refused once while A holds the map; A ends; a retry joins B2.
 	b2 := dial()
 	b2.send(t, 2<<20)
-	testenv.WaitFor(t, 30*time.Second, "B2 refused", func() bool { return refusedFull() == attempts+1 })
+	waitFor(60*time.Second, "B2 refused", func() bool { return refusedFull() == attempts+1 })
 	a.finish(t, "A")
-	testenv.WaitFor(t, 60*time.Second, "B2 joined by a retry", func() bool { return o.stats().Joined == 2 })
+	waitFor(60*time.Second, "B2 joined by a retry", func() bool { return o.stats().Joined == 2 })
 	b2.send(t, 4<<20) // through the kernel
 	b2.finish(t, "B2")
-	testenv.WaitFor(t, 10*time.Second, "A and B2 offloaded", func() bool { return flows(r.Server, roleInP, outcomeOffloaded) == 2 })
+	waitFor(10*time.Second, "A and B2 offloaded", func() bool { return flows(r.Server, roleInP, outcomeOffloaded) == 2 })
 	st = o.stats()
 	if st.Final != 1 || st.Retried < attempts {
 		t.Errorf("final stats %+v: want B2 joined by a retry and only B1 final", st)
+	}
+	got := map[string]float64{}
+	for _, mf := range r.Registry().Gather() {
+		if m := mf.Series; len(m) == 1 {
+			got[mf.Name] = m[0].Value
+		}
+	}
+	for name, want := range map[string]uint64{"mosto_relay_offload_handovers_total": st.Tried, "mosto_relay_offload_joined_total": 2,
+		"mosto_relay_offload_refused_total": st.Refused, "mosto_relay_offload_retries_total": st.Retried} {
+		if got[name] != float64(want) {
+			t.Errorf("metric %s = %v, want %d", name, got[name], want)
+		}
 	}
 	t.Logf("handovers %+v; B2 joined after %d map-full refusals", st, refusedFull()-attempts)
 }

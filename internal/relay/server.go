@@ -99,6 +99,7 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	s.flows.conns = make(map[net.Conn]struct{})
 	s.refLog = newRateLog(s.log, 10*time.Second)
 	s.lookups = newLookupMetrics(s.m.reg)
+	s.offloadMetrics()
 	s.flows.bufs.New = newSmallBuf
 	s.sizes = newSizeLearner(cfg.SizeLearning)
 	s.workers.jobs = make(chan handshakeJob)
