@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -378,6 +379,12 @@ func TestHandoverRefusedResumes(t *testing.T) {
 // answers with a RST; the peers see a reset, never a hang.
 func TestRemoveUnderLiveFlow(t *testing.T) {
 	testenv.RequirePrivileged(t)
+	kernelWarnings := kmsgFrom(t)
+	defer func() {
+		for _, w := range kernelWarnings() {
+			t.Errorf("kernel log: %s", w)
+		}
+	}()
 	l := xlatetest.NewLine(t, false)
 	var s *Splicer
 	xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
@@ -404,5 +411,45 @@ func TestRemoveUnderLiveFlow(t *testing.T) {
 	_, err := r.c1.Read(got)
 	if !errors.Is(err, unix.ECONNRESET) {
 		t.Errorf("peer1 read after Remove: %v, want a reset", err)
+	}
+}
+
+// kmsgFrom starts reading the kernel log (/dev/kmsg) at its end; the
+// returned function gives the warnings logged since by networking or BPF
+// code ("WARNING: ... at net/...", "BUG:" lines naming tcp, skb or bpf).
+// Without /dev/kmsg it returns none (logged).
+func kmsgFrom(t *testing.T) func() []string {
+	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Logf("kernel log not checked: %v", err)
+		return func() []string { return nil }
+	}
+	if _, err := unix.Seek(fd, 0, unix.SEEK_END); err != nil {
+		unix.Close(fd)
+		t.Logf("kernel log not checked: %v", err)
+		return func() []string { return nil }
+	}
+	return func() []string {
+		defer unix.Close(fd)
+		var warn []string
+		buf := make([]byte, 8192)
+		for {
+			n, err := unix.Read(fd, buf)
+			if err == unix.EPIPE || err == unix.EINTR { // overwritten records, a signal
+				continue
+			}
+			if err != nil || n <= 0 {
+				return warn
+			}
+			rec := string(buf[:n])
+			if i := strings.IndexByte(rec, ';'); i >= 0 {
+				rec = strings.TrimSpace(rec[i+1:])
+			}
+			ours := strings.Contains(rec, " net/") || strings.Contains(rec, "kernel/bpf") ||
+				strings.Contains(rec, "tcp") || strings.Contains(rec, "skb") || strings.Contains(rec, "bpf")
+			if (strings.HasPrefix(rec, "WARNING:") || strings.HasPrefix(rec, "BUG:")) && ours {
+				warn = append(warn, rec)
+			}
+		}
 	}
 }
