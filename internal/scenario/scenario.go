@@ -389,11 +389,16 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 	}
 	origin := s.addr(s.roles.Origin, originPort)
 	for _, f := range s.roles.FEPs {
+		// timeouts.header 30s, not the default 5s: the emulated network
+		// runs in one process (the test binary, under -race on CI), which a
+		// loaded machine can stall for seconds; a hop header held up in the
+		// stalled emulator must not be refused as a slow peer's (a chaos
+		// run lost 5 flows to a ~9 s stall at load 28-40).
 		pc := proxyConfig{
 			ID:      f,
 			Hop:     map[string]string{"listen": s.addr(f, hopPort)},
 			Dest:    map[string]any{"allow": []string{origin}},
-			Timeout: map[string]string{"drain": "1s", "connect": "10s"},
+			Timeout: map[string]string{"drain": "1s", "connect": "10s", "header": "30s"},
 			Metrics: map[string]string{"listen": s.addr(f, metricsPort)},
 		}
 		if s.ctl != nil {
