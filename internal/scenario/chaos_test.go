@@ -118,6 +118,51 @@ type flowError struct {
 
 func (e *flowError) Error() string { return fmt.Sprintf("after %d B: %v", e.n, e.err) }
 
+// stallWatch records the largest gap between 100 ms ticks of the test
+// process, which hosts the emulated network: a gap of seconds is a world
+// stall (every packet held up), to tell a loaded machine from a product
+// fault when flows fail.
+type stallWatch struct {
+	mu   sync.Mutex
+	max  time.Duration
+	at   time.Time
+	stop chan struct{}
+	done chan struct{}
+}
+
+func watchStalls() *stallWatch {
+	sw := &stallWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(sw.done)
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-sw.stop:
+				return
+			case now := <-tk.C:
+				if g := now.Sub(last); g > sw.max {
+					sw.mu.Lock()
+					sw.max, sw.at = g, last
+					sw.mu.Unlock()
+				}
+				last = now
+			}
+		}
+	}()
+	return sw
+}
+
+// Close stops the watch and reports the largest gap and when it began.
+func (sw *stallWatch) Close() (time.Duration, time.Time) {
+	close(sw.stop)
+	<-sw.done
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.max, sw.at
+}
+
 // TestChaosFlows is the emulator chaos test of the trust model: six FEPs
 // following a real controller, a flow loop on every ordered pair (each
 // object SHA-256 checked), and in turn a key rotation, a FEP deleted, a
@@ -134,6 +179,17 @@ func TestChaosFlows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second) // generous: a loaded 2-core CI machine
 	defer cancel()
 	w := emutest.Start(t, spec)
+	sw := watchStalls()
+	stallsClosed := false
+	stalls := func() string {
+		if stallsClosed {
+			return ""
+		}
+		stallsClosed = true
+		g, at := sw.Close()
+		return fmt.Sprintf("largest stall of the test process (the emulator's host): %v at %s", g.Round(time.Millisecond), at.UTC().Format("15:04:05.000"))
+	}
+	defer stalls()
 	mosto, mostoEnv := clitest.Mosto(t)
 	dir := t.TempDir()
 	if keep := os.Getenv("MOSTO_SCENARIO_DIR"); keep != "" {
@@ -496,6 +552,7 @@ func TestChaosFlows(t *testing.T) {
 	if failed > 0 {
 		t.Errorf("%d of %d flows failed", failed, flows+failed)
 	}
+	t.Log(stalls())
 	t.Logf("chaos: %d pairs, %d flows (%d MB) SHA-256 checked, %d failed (none may be cut by the deletion: drain %v, then propagation %v), in %v; refused: %v revoked-cert requests, %d rogue joins, %v forged RTTs, %v flood connections",
 		len(stats), flows, bytes/1_000_000, failed, drainedAt.Sub(delAt).Round(time.Millisecond), cleanAt.Sub(drainedAt).Round(time.Millisecond), time.Since(start).Round(time.Second), revoked, joinRefused, ftl, limit)
 }
