@@ -139,13 +139,14 @@ func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
 	dur := fs.Duration("duration", 5*time.Second, "iperf3 time per mode")
 	streams := fs.Int("streams", 1, "parallel flows")
 	rounds := fs.Int("rounds", 1, "rounds of all modes, interleaved")
+	hops := fs.Int("hops", 1, "relays in the chain (each offloads its own flow; direct is routed through the same namespaces)")
 	mosto := fs.String("mosto", "", "mosto binary (default: this executable)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 || *dur < time.Second || *streams < 1 || *rounds < 1 {
-		return usageErrorf("want -duration >= 1s, -streams >= 1, -rounds >= 1, no arguments")
+	if len(pos) > 0 || *dur < time.Second || *streams < 1 || *rounds < 1 || *hops < 1 || *hops > 8 {
+		return usageErrorf("want -duration >= 1s, -streams >= 1, -rounds >= 1, -hops 1-8, no arguments")
 	}
 	if *mosto == "" {
 		if *mosto, err = os.Executable(); err != nil {
@@ -153,10 +154,10 @@ func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
 		}
 	}
 	hap, _ := exec.LookPath("haproxy")
-	tab := report.Table{Header: []string{"round", "mode", "Gbit/s", "vs direct", "relay CPU s/GB", "eBPF s/GB", "total s/GB"},
-		Align: []report.Align{report.Right, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	tab := report.Table{Header: []string{"round", "mode", "Gbit/s", "vs direct", "relay CPU s/GB", "eBPF s/GB", "total s/GB", "joined per relay"},
+		Align: []report.Align{report.Right, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Left}}
 	for round := 1; round <= *rounds; round++ {
-		res, err := offloadbench.RunVeth(ctx, offloadbench.VethConfig{Mosto: *mosto, HAProxy: hap, Duration: *dur, Streams: *streams, Modes: strings.Split(*modes, ",")})
+		res, err := offloadbench.RunVeth(ctx, offloadbench.VethConfig{Mosto: *mosto, HAProxy: hap, Duration: *dur, Streams: *streams, Hops: *hops, Modes: strings.Split(*modes, ",")})
 		if err != nil {
 			return err
 		}
@@ -176,10 +177,21 @@ func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
 				ratio = fmt.Sprintf("%.2f", r.Gbps/direct)
 			}
 			gb := float64(r.Bytes) / 1e9
+			joined := "-"
+			if r.Joined != nil {
+				js := make([]string, len(r.Joined))
+				for i, j := range r.Joined {
+					js[i] = fmt.Sprint(j)
+					if j < 0 {
+						js[i] = "?"
+					}
+				}
+				joined = strings.Join(js, "/")
+			}
 			tab.AddRow(fmt.Sprint(round), r.Mode, fmt.Sprintf("%.2f", r.Gbps), ratio,
-				fmt.Sprintf("%.3f", r.RelayCPU.Seconds()/gb), fmt.Sprintf("%.4f", r.ProgCPU.Seconds()/gb), fmt.Sprintf("%.3f", (r.RelayCPU+r.ProgCPU).Seconds()/gb))
+				fmt.Sprintf("%.3f", r.RelayCPU.Seconds()/gb), fmt.Sprintf("%.4f", r.ProgCPU.Seconds()/gb), fmt.Sprintf("%.3f", (r.RelayCPU+r.ProgCPU).Seconds()/gb), joined)
 		}
 	}
-	fmt.Fprintf(env.Stdout, "peer2 -> relay -> peer1 over veths, iperf3 -R, %d flow(s), %v per mode\n\n", *streams, *dur)
+	fmt.Fprintf(env.Stdout, "peer2 -> %d relay(s) -> peer1 over veths, iperf3 -R, %d flow(s), %v per mode; relay CPU and eBPF summed over all relays\n\n", *hops, *streams, *dur)
 	return tab.WriteMarkdown(env.Stdout)
 }

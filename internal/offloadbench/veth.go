@@ -28,6 +28,7 @@ type VethConfig struct {
 	HAProxy  string        // haproxy binary ("" skips the mode)
 	Duration time.Duration // per iperf3 run
 	Streams  int           // parallel flows
+	Hops     int           // relays in the line (0: 1); each relay offloads its own flow
 	Modes    []string
 }
 
@@ -36,17 +37,29 @@ type VethResult struct {
 	Mode       string
 	Gbps       float64
 	Bytes      int64
-	RelayCPU   time.Duration // user+system of the relay process
-	ProgCPU    time.Duration // the eBPF program's run time (kernel.bpf_stats_enabled)
+	RelayCPU   time.Duration // user+system of the relay processes (all hops)
+	ProgCPU    time.Duration // the eBPF programs' run time (kernel.bpf_stats_enabled)
 	RelayPerGB time.Duration
 	TotalPerGB time.Duration
+	Joined     []int // offload mode: flows each relay joined in the kernel, in line order (-1: unknown)
 	Err        error
 }
 
+// vethLine is peer1 -- relay 1 -- ... -- relay n -- peer2, one veth pair
+// per link. Link k (1..n+1) is 10.72.k.0/24: its left end .1, its right
+// end .2.
 type vethLine struct {
-	p1, r, p2                      string
-	p1Addr, rAddr1, rAddr2, p2Addr string
-	rDev1, rDev2                   string
+	p1, p2         string // namespaces
+	p1Addr, p2Addr string
+	relays         []vethRelay
+}
+
+// vethRelay is one relay namespace of a vethLine.
+type vethRelay struct {
+	ns            string
+	addrIn        string // on the link towards peer1
+	addrOut       string // on the link towards peer2
+	devIn, devOut string
 }
 
 func run(args ...string) error {
@@ -57,36 +70,59 @@ func run(args ...string) error {
 	return nil
 }
 
-func newVethLine() (*vethLine, func(), error) {
+// newVethLine builds a line with hops relays (routed: every namespace
+// forwards, so direct TCP crosses the same namespaces and veths).
+func newVethLine(hops int) (*vethLine, func(), error) {
 	id := fmt.Sprintf("xb%04d", rand.IntN(10000))
-	l := &vethLine{p1: id + "p1", r: id + "r", p2: id + "p2", p1Addr: "10.72.1.1", rAddr1: "10.72.1.2", rAddr2: "10.72.2.2", p2Addr: "10.72.2.1",
-		rDev1: id + "b", rDev2: id + "c"}
+	n := hops
+	l := &vethLine{p1: id + "p1", p2: id + "p2", p1Addr: "10.72.1.1", p2Addr: fmt.Sprintf("10.72.%d.2", n+1)}
+	nss := []string{l.p1}
+	for i := 1; i <= n; i++ {
+		r := vethRelay{ns: fmt.Sprintf("%sr%d", id, i), addrIn: fmt.Sprintf("10.72.%d.2", i), addrOut: fmt.Sprintf("10.72.%d.1", i+1),
+			devIn: fmt.Sprintf("%sl%dr", id, i), devOut: fmt.Sprintf("%sl%dl", id, i+1)}
+		l.relays = append(l.relays, r)
+		nss = append(nss, r.ns)
+	}
+	nss = append(nss, l.p2)
 	cleanup := func() {
-		for _, ns := range []string{l.p1, l.r, l.p2} {
+		for _, ns := range nss {
 			exec.Command("ip", "netns", "del", ns).Run()
 		}
 	}
-	steps := [][]string{
-		{"ip", "netns", "add", l.p1}, {"ip", "netns", "add", l.r}, {"ip", "netns", "add", l.p2},
-		{"ip", "link", "add", id + "a", "netns", l.p1, "type", "veth", "peer", "name", l.rDev1, "netns", l.r},
-		{"ip", "link", "add", l.rDev2, "netns", l.r, "type", "veth", "peer", "name", id + "d", "netns", l.p2},
-		{"ip", "-n", l.p1, "addr", "add", l.p1Addr + "/24", "dev", id + "a"},
-		{"ip", "-n", l.r, "addr", "add", l.rAddr1 + "/24", "dev", l.rDev1},
-		{"ip", "-n", l.r, "addr", "add", l.rAddr2 + "/24", "dev", l.rDev2},
-		{"ip", "-n", l.p2, "addr", "add", l.p2Addr + "/24", "dev", id + "d"},
+	var steps [][]string
+	for _, ns := range nss {
+		steps = append(steps, []string{"ip", "netns", "add", ns})
 	}
-	for _, ns := range []string{l.p1, l.r, l.p2} {
+	// Link k joins nss[k-1] (device <id>l<k>l, address .1) and nss[k]
+	// (device <id>l<k>r, address .2).
+	for k := 1; k <= n+1; k++ {
+		left, right := fmt.Sprintf("%sl%dl", id, k), fmt.Sprintf("%sl%dr", id, k)
+		steps = append(steps,
+			[]string{"ip", "link", "add", left, "netns", nss[k-1], "type", "veth", "peer", "name", right, "netns", nss[k]},
+			[]string{"ip", "-n", nss[k-1], "addr", "add", fmt.Sprintf("10.72.%d.1/24", k), "dev", left},
+			[]string{"ip", "-n", nss[k], "addr", "add", fmt.Sprintf("10.72.%d.2/24", k), "dev", right},
+			[]string{"ip", "-n", nss[k-1], "link", "set", left, "up"},
+			[]string{"ip", "-n", nss[k], "link", "set", right, "up"})
+	}
+	for _, ns := range nss {
 		steps = append(steps, []string{"ip", "-n", ns, "link", "set", "lo", "up"})
 	}
 	steps = append(steps,
-		[]string{"ip", "-n", l.p1, "link", "set", id + "a", "up"},
-		[]string{"ip", "-n", l.r, "link", "set", l.rDev1, "up"},
-		[]string{"ip", "-n", l.r, "link", "set", l.rDev2, "up"},
-		[]string{"ip", "-n", l.p2, "link", "set", id + "d", "up"},
-		[]string{"ip", "-n", l.p1, "route", "add", "default", "via", l.rAddr1},
-		[]string{"ip", "-n", l.p2, "route", "add", "default", "via", l.rAddr2},
-		[]string{"ip", "netns", "exec", l.r, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"},
-	)
+		[]string{"ip", "-n", l.p1, "route", "add", "default", "via", "10.72.1.2"},
+		[]string{"ip", "-n", l.p2, "route", "add", "default", "via", fmt.Sprintf("10.72.%d.1", n+1)})
+	// Node i (1..n) reaches the links left of it via link i's .1 and
+	// those right of it via link i+1's .2.
+	for i := 1; i <= n; i++ {
+		for k := 1; k <= n+1; k++ {
+			switch {
+			case k < i:
+				steps = append(steps, []string{"ip", "-n", nss[i], "route", "add", fmt.Sprintf("10.72.%d.0/24", k), "via", fmt.Sprintf("10.72.%d.1", i)})
+			case k > i+1:
+				steps = append(steps, []string{"ip", "-n", nss[i], "route", "add", fmt.Sprintf("10.72.%d.0/24", k), "via", fmt.Sprintf("10.72.%d.2", i+1)})
+			}
+		}
+		steps = append(steps, []string{"ip", "netns", "exec", nss[i], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"})
+	}
 	for _, s := range steps {
 		if err := run(s...); err != nil {
 			cleanup()
@@ -98,7 +134,7 @@ func newVethLine() (*vethLine, func(), error) {
 
 // RunVeth measures every mode side by side on one veth line.
 func RunVeth(ctx context.Context, cfg VethConfig) ([]VethResult, error) {
-	l, cleanup, err := newVethLine()
+	l, cleanup, err := newVethLine(max(1, cfg.Hops))
 	if err != nil {
 		return nil, err
 	}
@@ -123,36 +159,43 @@ func RunVeth(ctx context.Context, cfg VethConfig) ([]VethResult, error) {
 
 func runVethMode(ctx context.Context, cfg VethConfig, l *vethLine, dir string, res *VethResult) error {
 	target := l.p2Addr
-	var relay *exec.Cmd
-	switch res.Mode {
-	case VethDirect:
-	case VethSplice, VethOffload:
-		conf := map[string]any{
-			"id":           "r",
-			"destinations": map[string]any{"allow": []string{l.p2Addr + "/32"}},
-			"services":     []map[string]any{{"name": "b", "listen": l.rAddr1 + ":5201", "origin": l.p2Addr + ":5201"}},
-			"limits":       map[string]int{"max_conns": 10000, "max_conns_per_source": 10000},
-			"timeouts":     map[string]string{"idle": "10m"},
-			"pool":         map[string]int{"hop": 0},
-			"socket":       map[string]bool{"fastopen": false},
-			"loops":        -1,
+	var relays []*exec.Cmd // relay i+1's process, in line order
+	for i, r := range l.relays {
+		origin := l.p2Addr
+		if i+1 < len(l.relays) {
+			origin = l.relays[i+1].addrIn
 		}
-		if res.Mode == VethOffload {
-			conf["offload"] = map[string]any{"mode": "bytes", "after_bytes": 1 << 20, "interfaces": []string{l.rDev1, l.rDev2}}
-		}
-		path := filepath.Join(dir, res.Mode+".yaml")
-		b, _ := json.Marshal(conf)
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			return err
-		}
-		relay = exec.CommandContext(ctx, "ip", "netns", "exec", l.r, cfg.Mosto, "proxy", "--config", path)
-		target = l.rAddr1
-	case VethHAProxy:
-		if cfg.HAProxy == "" {
-			return errors.New("haproxy not installed")
-		}
-		path := filepath.Join(dir, "haproxy.cfg")
-		conf := fmt.Sprintf(`global
+		var relay *exec.Cmd
+		switch res.Mode {
+		case VethDirect:
+			continue
+		case VethSplice, VethOffload:
+			conf := map[string]any{
+				"id":           fmt.Sprintf("r%d", i+1),
+				"destinations": map[string]any{"allow": []string{origin + "/32"}},
+				"services":     []map[string]any{{"name": "b", "listen": r.addrIn + ":5201", "origin": origin + ":5201"}},
+				"limits":       map[string]int{"max_conns": 10000, "max_conns_per_source": 10000},
+				"timeouts":     map[string]string{"idle": "10m"},
+				"pool":         map[string]int{"hop": 0},
+				"socket":       map[string]bool{"fastopen": false},
+				"loops":        -1,
+			}
+			if res.Mode == VethOffload {
+				conf["offload"] = map[string]any{"mode": "bytes", "after_bytes": 1 << 20, "interfaces": []string{r.devIn, r.devOut}}
+				conf["metrics"] = map[string]any{"listen": metricsAddr} // in the relay's own namespace
+			}
+			path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", res.Mode, i+1))
+			b, _ := json.Marshal(conf)
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				return err
+			}
+			relay = exec.CommandContext(ctx, "ip", "netns", "exec", r.ns, cfg.Mosto, "proxy", "--config", path)
+		case VethHAProxy:
+			if cfg.HAProxy == "" {
+				return errors.New("haproxy not installed")
+			}
+			path := filepath.Join(dir, fmt.Sprintf("haproxy-%d.cfg", i+1))
+			conf := fmt.Sprintf(`global
   maxconn 4000
   nbthread 2
 defaults
@@ -164,14 +207,18 @@ defaults
 listen b
   bind %s:5201
   server s %s:5201
-`, l.rAddr1, l.p2Addr)
-		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-			return err
+`, r.addrIn, origin)
+			if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+				return err
+			}
+			relay = exec.CommandContext(ctx, "ip", "netns", "exec", r.ns, cfg.HAProxy, "-f", path, "-db")
+		default:
+			return fmt.Errorf("unknown mode %q", res.Mode)
 		}
-		relay = exec.CommandContext(ctx, "ip", "netns", "exec", l.r, cfg.HAProxy, "-f", path, "-db")
-		target = l.rAddr1
-	default:
-		return fmt.Errorf("unknown mode %q", res.Mode)
+		relays = append(relays, relay)
+	}
+	if len(relays) > 0 {
+		target = l.relays[0].addrIn
 	}
 	// The server runs before the relay, and the relay counts as ready only
 	// once a probe through it has reached the server and been closed end to
@@ -188,16 +235,22 @@ listen b
 	if err := waitListen(l.p2, l.p2Addr+":5201", 10*time.Second); err != nil {
 		return err
 	}
-	if relay != nil {
+	// The last relay starts first, so each relay's origin is up before it.
+	for i := len(relays) - 1; i >= 0; i-- {
+		relay := relays[i]
 		if err := relay.Start(); err != nil {
 			return err
 		}
 		defer func() { relay.Process.Signal(os.Interrupt); relay.Wait() }()
-		if err := waitRelayed(l.p1, target+":5201", 10*time.Second); err != nil {
+		from := l.p1
+		if i > 0 {
+			from = l.relays[i-1].ns
+		}
+		if err := waitRelayed(from, l.relays[i].addrIn+":5201", 10*time.Second); err != nil {
 			return err
 		}
 	}
-	cpu0 := procCPU(relay)
+	cpu0 := procCPU(relays...)
 	prog0 := progRuntime()
 	args := []string{"netns", "exec", l.p1, "iperf3", "-c", target, "-p", "5201", "-R", "-J",
 		"-t", strconv.Itoa(int(cfg.Duration.Seconds())), "-P", strconv.Itoa(max(1, cfg.Streams))}
@@ -205,7 +258,12 @@ listen b
 	if err != nil {
 		return fmt.Errorf("iperf3: %v: %s", err, outb)
 	}
-	res.RelayCPU = procCPU(relay) - cpu0
+	res.RelayCPU = procCPU(relays...) - cpu0
+	if res.Mode == VethOffload {
+		for _, r := range l.relays {
+			res.Joined = append(res.Joined, joined(ctx, r.ns))
+		}
+	}
 	res.ProgCPU = max(0, progRuntime()-prog0)
 	var rep struct {
 		End struct {
@@ -229,6 +287,29 @@ listen b
 		res.TotalPerGB = time.Duration(float64(res.RelayCPU+res.ProgCPU) / gb)
 	}
 	return nil
+}
+
+// metricsAddr is each offloading relay's metrics listener, on the
+// loopback of its own namespace.
+const metricsAddr = "127.0.0.1:9901"
+
+// joined reads mosto_relay_offload_joined_total from the relay of
+// namespace ns (-1 when it cannot be read).
+func joined(ctx context.Context, ns string) int {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "curl", "-fsS", "-m", "5", "http://"+metricsAddr+"/metrics").Output()
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "mosto_relay_offload_joined_total "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return -1
+			}
+			return int(f)
+		}
+	}
+	return -1
 }
 
 // waitRelayed connects from namespace ns to addr until a connection is
@@ -259,23 +340,27 @@ func waitListen(ns, addr string, d time.Duration) error {
 	return fmt.Errorf("%s not listening after %v", addr, d)
 }
 
-// procCPU is the user+system time of a process (and its threads).
-func procCPU(c *exec.Cmd) time.Duration {
-	if c == nil || c.Process == nil {
-		return 0
+// procCPU is the user+system time of processes (and their threads).
+func procCPU(cs ...*exec.Cmd) time.Duration {
+	var t time.Duration
+	for _, c := range cs {
+		if c == nil || c.Process == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		t += time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
+	return t
 }
 
 // progRuntime sums run_time_ns of the xlate programs (bpftool).
