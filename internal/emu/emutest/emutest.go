@@ -14,8 +14,8 @@ const gcPercent = 400
 
 // Start brings spec's world up for a test, its threads at real-time
 // priority and the garbage collector at GOGC 400 or more (gcPercent),
-// and removes it with t.Cleanup, also when the test fails or panics. It skips the test without privileges
-// (see testenv.RequirePrivileged).
+// and removes it with t.Cleanup, also when the test fails or panics. It
+// skips the test without privileges (see testenv.RequirePrivileged).
 func Start(t testing.TB, spec *emu.Spec) *emu.World {
 	t.Helper()
 	testenv.RequirePrivileged(t)
