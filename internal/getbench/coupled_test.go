@@ -83,9 +83,13 @@ func TestCoupledSharedBottleneck(t *testing.T) {
 		}
 	}
 	// The competing flow's share is noisy on a loaded machine (CUBIC, 10 s
-	// downloads): a loose bound, one flow's fraction plus 0.15; two
-	// independent sub-flows took 0.51-0.67 in runs where one took 0.39-0.47.
-	if frac[TwoCoupled] > frac[OnePath]+0.15 {
-		t.Errorf("two coupled sub-flows took %.2f of the bottleneck, one sub-flow %.2f: want about one flow's share", frac[TwoCoupled], frac[OnePath])
+	// downloads): two independent sub-flows took 0.51-0.67 in runs where
+	// one took 0.39-0.47, and a loaded CI run saw one sub-flow take 0.28
+	// (it started behind the competitor) while the coupled pair took a fair
+	// 0.52. One flow's share is therefore the larger of the measured one and
+	// the fair share of two flows (0.5), with 0.12 of slack; the check that
+	// fails without coupling is the one above (one sub-flow at a time).
+	if one := max(frac[OnePath], 0.5); frac[TwoCoupled] > one+0.12 {
+		t.Errorf("two coupled sub-flows took %.2f of the bottleneck, one sub-flow %.2f: want about one flow's share (<= %.2f)", frac[TwoCoupled], frac[OnePath], one+0.12)
 	}
 }
