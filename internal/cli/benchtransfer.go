@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +45,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	hopPool := fs.Int("fep-pool", 0, "lever: pre-established connections each proxy keeps to every member (proxy pool.hop); 0: none")
 	originPool := fs.Int("fep-origin-pool", 0, "lever: pre-established connections the EgP keeps to the origin (proxy pool.origin); 0: none")
 	fastOpen := fs.Bool("fep-fastopen", false, "lever: TCP Fast Open on the proxies' sockets (socket.fastopen, tcp_fastopen=3 on the FEPs)")
+	offload := fs.Int64("fep-offload", 0, "lever: every proxy joins its own legs in the kernel (eBPF, docs/offload.md) after this many bytes of a flow (offload mode bytes); 0: off")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
 	cdnHost := fs.String("cdn-host", "", "host of the CDN front-end (default: the client's host, 0 RTT from the client; \"inp\": the ingress FEP's host, a CDN edge at mosto's InP site)")
 	tuneCDN := fs.Bool("tune-cdn", true, "equal tuning: the CDN front-end's host (the client host) gets the FEPs' kernel levers (--fep-initcwnd, --fep-rmem, --fep-fastopen)")
@@ -171,8 +174,16 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	defer w.Close()
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
-			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen},
+			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload},
 		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw}, CDNHost: *cdnHost}
+	if *offload > 0 {
+		// Keep the proxies' configs and logs with the results (what each
+		// proxy's handovers did).
+		scfg.Dir = filepath.Join(dir, "proxies")
+		if err := os.MkdirAll(scfg.Dir, 0o755); err != nil {
+			return err
+		}
+	}
 	if tf == nil && !*static {
 		scfg.Controller = &scenario.ControllerConfig{ProbeInterval: *probeEvery}
 	}
@@ -211,13 +222,29 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	if werr := writeSamples(filepath.Join(dir, "samples.csv"), rows); werr != nil && err == nil {
 		err = werr
 	}
+	offloadNote := ""
+	if *offload > 0 {
+		oc, oerr := sc.OffloadCounts(ctx)
+		if oerr != nil {
+			return errors.Join(err, oerr)
+		}
+		offloadNote = "Offload counters after the run (per FEP: handovers tried / joined in the kernel / refused):"
+		for _, f := range slices.Sorted(maps.Keys(oc)) {
+			offloadNote += fmt.Sprintf(" %s %.0f/%.0f/%.0f;", f, oc[f]["handovers"], oc[f]["joined"], oc[f]["refused"])
+		}
+		offloadNote += "\n\n"
+	}
 	if err != nil {
+		if offloadNote != "" {
+			fmt.Fprint(env.Stderr, offloadNote)
+		}
 		return err
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "# mosto bench transfer\n\nWorld `%s`; client %s, origin %s; ingress FEP %s, egress FEP %s, single proxy %s; nginx upstream idle timeout %v.\n\nCommand: `mosto bench transfer %s`\n\n",
 		spec.Name, r.Client, r.Origin, r.InP, r.EgP, r.Single, *cdnIdle, strings.Join(args, " "))
 	fmt.Fprintf(&md, "%s\n\n%s\n\n%s\n\n", source, ccNote, tuningNote(scfg, useCDN))
+	md.WriteString(offloadNote)
 	if err := res.WriteMarkdown(&md); err != nil {
 		return err
 	}
@@ -243,8 +270,8 @@ func tuningNote(c scenario.Config, cdn bool) string {
 	if icw == 0 {
 		icw = 10
 	}
-	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d. ",
-		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool)
+	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off). ",
+		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload)
 	switch {
 	case !cdn:
 		s += "No CDN front-end. "

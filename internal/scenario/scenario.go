@@ -119,6 +119,9 @@ type Tune struct {
 	HopPool    int    // proxy pool.hop: idle connections kept to every member; 0: none
 	OriginPool int    // proxy pool.origin: idle connections kept to the origin; 0: none
 	FastOpen   bool   // proxy socket.fastopen and net.ipv4.tcp_fastopen=3 on the FEPs
+	// Offload: proxy offload mode "bytes" with this after_bytes (every
+	// proxy joins its own legs in the kernel, internal/xlate); 0: off.
+	Offload int64
 }
 
 // Scenario is a running experiment in a world.
@@ -378,6 +381,7 @@ type proxyConfig struct {
 	Metrics map[string]string `yaml:"metrics"`
 	Socket  map[string]any    `yaml:"socket,omitempty"`
 	Pool    map[string]int    `yaml:"pool,omitempty"`
+	Offload map[string]any    `yaml:"offload,omitempty"`
 }
 
 func (s *Scenario) startProxies(ctx context.Context) error {
@@ -416,6 +420,11 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			pc.Socket["congestion"] = cc
 		}
 		pc.Pool = map[string]int{"hop": s.cfg.Tune.HopPool, "origin": s.cfg.Tune.OriginPool}
+		if n := s.cfg.Tune.Offload; n > 0 {
+			// Every up interface of the FEP's namespace (its emulator TUN
+			// devices); not pinned: the scenario's proxies end with it.
+			pc.Offload = map[string]any{"mode": "bytes", "after_bytes": n, "pin_dir": "off"}
+		}
 		if t := s.cfg.Tune; t.HopPool > 0 || t.OriginPool > 0 {
 			// Members' pooled connections wait idle (pool.hop_max_idle 30 s).
 			pc.Hop["member_idle"] = "60s"
@@ -440,6 +449,7 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 		plain := pc
 		plain.Socket = map[string]any{"fastopen": false}
 		plain.Pool = map[string]int{"hop": 0, "origin": 0}
+		plain.Offload = nil
 		plain.Hop = map[string]string{"listen": pc.Hop["listen"]}
 		for _, c := range []struct {
 			pc    proxyConfig
