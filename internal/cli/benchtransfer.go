@@ -70,6 +70,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	if *runs < 1 {
 		return usageErrorf("--runs must be at least 1")
 	}
+	if *offload < 0 {
+		return usageErrorf("--fep-offload must be 0 (off) or a byte count")
+	}
 	if *probeEvery < 100*time.Millisecond {
 		return usageErrorf("--probe-interval must be at least 100ms")
 	}
