@@ -170,8 +170,13 @@ timeouts: {idle: 1m}
 	}
 	// The surviving proxies keep serving: a new flow finds b down and goes
 	// direct; with a chain around b it goes through c.
+	// The client's flows end as the first of b's sockets is closed; the
+	// kernel may still be closing b's other sockets (its listeners among
+	// them) when the new flows start. Wait until b has fully exited.
+	waitExited(t, cmd.Process.Pid)
 	for _, route := range [][]string{{"a", "b", "c"}, {"a", "c"}} {
 		w.Members["a"].SetChains(relaytest.ChainTable{{"a", "c"}: route})
+		t.Logf("route %v", route)
 		downloadOK(t, w.Members["a"].ServiceAddr(0).String())
 	}
 	if n := relay.DirectCount(w.Members["a"], "hop_unreachable"); n != 1 {
@@ -180,6 +185,20 @@ timeouts: {idle: 1m}
 	if n := connectCount(w.Members["a"], "c"); n != 1 {
 		t.Errorf("a connected to c %d times; want 1 (the flow routed around b)", n)
 	}
+}
+
+// waitExited waits until the process pid has exited (a zombie or gone):
+// every file of a killed process is closed by then.
+func waitExited(t *testing.T, pid int) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, "the killed child to exit", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+	})
 }
 
 func downloadOK(t *testing.T, addr string) {
