@@ -20,6 +20,12 @@ type Hops map[string]map[string]float64
 // Hops reads every proxy's metrics (all at once: each read crosses the
 // emulated network from the client).
 func (s *Scenario) Hops(ctx context.Context) (Hops, error) {
+	return s.scrapeAll(ctx, parseConnectCounts)
+}
+
+// scrapeAll reads every proxy's /metrics at once and parses each with
+// parse: FEP -> parse's map.
+func (s *Scenario) scrapeAll(ctx context.Context, parse func(io.Reader) (map[string]float64, error)) (map[string]map[string]float64, error) {
 	hc := &http.Client{Transport: &http.Transport{DialContext: s.clients[Direct].Dial, DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	type res struct {
 		fep string
@@ -36,14 +42,14 @@ func (s *Scenario) Hops(ctx context.Context) (Hops, error) {
 			var m map[string]float64
 			var err error
 			for range 3 {
-				if m, err = s.hops(ctx, hc, p.fep); err == nil || ctx.Err() != nil {
+				if m, err = s.scrape(ctx, hc, p.fep, parse); err == nil || ctx.Err() != nil {
 					break
 				}
 			}
 			ch <- res{p.fep, m, err}
 		}()
 	}
-	out := make(Hops)
+	out := make(map[string]map[string]float64)
 	var errs []error
 	for range s.proxies {
 		r := <-ch
@@ -59,8 +65,8 @@ func (s *Scenario) Hops(ctx context.Context) (Hops, error) {
 	return out, nil
 }
 
-// hops reads the connection counts of one proxy.
-func (s *Scenario) hops(ctx context.Context, hc *http.Client, fep string) (map[string]float64, error) {
+// scrape reads one proxy's /metrics and parses it with parse.
+func (s *Scenario) scrape(ctx context.Context, hc *http.Client, fep string, parse func(io.Reader) (map[string]float64, error)) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+s.addr(fep, metricsPort)+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -70,7 +76,7 @@ func (s *Scenario) hops(ctx context.Context, hc *http.Client, fep string) (map[s
 		return nil, fmt.Errorf("scenario: metrics of %s: %w", fep, err)
 	}
 	defer resp.Body.Close()
-	m, err := parseConnectCounts(resp.Body)
+	m, err := parse(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("scenario: metrics of %s: %w", fep, err)
 	}
