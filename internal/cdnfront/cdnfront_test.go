@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,18 +50,33 @@ func TestRender(t *testing.T) {
 	}
 }
 
-// countingListener counts accepted connections.
+// countingListener counts accepted connections and how many of them have
+// been closed.
 type countingListener struct {
 	net.Listener
-	n atomic.Int64
+	n      atomic.Int64
+	closed atomic.Int64
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
+	if err != nil {
+		return nil, err
 	}
-	return c, err
+	l.n.Add(1)
+	return &countedConn{Conn: c, closed: &l.closed}, nil
+}
+
+// countedConn counts its first Close in closed.
+type countedConn struct {
+	net.Conn
+	closed *atomic.Int64
+	once   sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.closed.Add(1) })
+	return c.Conn.Close()
 }
 
 func freePort(t *testing.T) string {
@@ -73,10 +89,16 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestFrontWarmCold runs a real nginx on loopback in front of an origin: two
-// quick fetches share one upstream connection (warm); after the idle timeout
-// nginx has closed it and the next fetch opens a new one (cold). Every body
-// is hash-checked.
+// TestFrontWarmCold runs a real nginx on loopback in front of an origin: quick
+// fetches share one upstream connection (warm); once nginx has closed it after
+// the idle timeout, the next fetch opens a new one (cold). Every body is
+// hash-checked.
+//
+// On a loaded machine the test itself may not run for longer than the idle
+// timeout between two fetches, and nginx then rightly opens a new upstream
+// connection: such a round is logged and repeated (a relay that never keeps
+// the connection fails every round). The cold fetch waits for the origin to
+// see nginx close the idle connection instead of sleeping.
 func TestFrontWarmCold(t *testing.T) {
 	nginx := testenv.RequireCommand(t, "nginx")
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
@@ -89,8 +111,9 @@ func TestFrontWarmCold(t *testing.T) {
 	go func() { done <- origin.New(origin.Config{}, nil).Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	const idle = time.Second
 	dir := t.TempDir()
-	cfg := Config{Listen: freePort(t), Origin: raw.Addr().String(), IdleTimeout: 400 * time.Millisecond, Nginx: nginx, Dir: dir}
+	cfg := Config{Listen: freePort(t), Origin: raw.Addr().String(), IdleTimeout: idle, Nginx: nginx, Dir: dir}
 	if os.Geteuid() == 0 {
 		cfg.User = "root root"
 	}
@@ -101,22 +124,53 @@ func TestFrontWarmCold(t *testing.T) {
 	t.Cleanup(func() { f.Stop() })
 
 	c := &transfer.Client{Addr: f.Addr()}
-	fetch := func(size int64) {
+	// fetch returns how long the test was away from nginx's upstream
+	// connection: from the previous fetch's end to this one's start.
+	var last time.Time
+	fetch := func(size int64) time.Duration {
 		t.Helper()
+		gap := time.Duration(0)
+		if !last.IsZero() {
+			gap = time.Since(last)
+		}
 		if _, err := c.Object(context.Background(), size, uint64(size)); err != nil {
 			t.Fatalf("fetch %d through nginx: %v", size, err)
 		}
+		last = time.Now()
+		return gap
 	}
-	fetch(10_000)
-	fetch(2_000_000)
-	fetch(1)
-	if n := ln.n.Load(); n != 1 {
-		t.Errorf("after 3 quick fetches the origin accepted %d connections; want 1 (warm keep-alive)", n)
+	// idleClosed waits until nginx has closed every upstream connection.
+	idleClosed := func() {
+		t.Helper()
+		testenv.WaitFor(t, idle+20*time.Second, "nginx closing its idle upstream connection", func() bool {
+			return ln.closed.Load() == ln.n.Load()
+		})
 	}
-	time.Sleep(900 * time.Millisecond) // > idle timeout: nginx closes the idle upstream connection
+	warm := false
+	for round := 1; round <= 5 && !warm; round++ {
+		before := ln.n.Load()
+		g1, g2, g3 := fetch(10_000), fetch(2_000_000), fetch(1)
+		opened := ln.n.Load() - before
+		maxGap := max(g1, g2, g3) // g1 is 0 in a fresh round: no upstream connection yet
+		switch {
+		case opened == 1:
+			warm = true
+		case maxGap < idle/2:
+			t.Fatalf("round %d: 3 quick fetches (gaps <= %v) opened %d upstream connections; want 1 (warm keep-alive)", round, maxGap, opened)
+		default:
+			t.Logf("round %d: %d upstream connections, but the test was away %v (idle timeout %v): load, retrying", round, opened, maxGap, idle)
+			idleClosed()
+			last = time.Time{}
+		}
+	}
+	if !warm {
+		t.Fatalf("no round of 3 fetches kept one upstream connection (machine too loaded to tell)")
+	}
+	idleClosed()
+	before := ln.n.Load()
 	fetch(50_000)
-	if n := ln.n.Load(); n != 2 {
-		t.Errorf("after the idle timeout the origin accepted %d connections in all; want 2 (cold)", n)
+	if n := ln.n.Load() - before; n != 1 {
+		t.Errorf("after nginx closed the idle upstream connection a fetch opened %d connections; want 1 (cold)", n)
 	}
 	if err := f.Stop(); err != nil {
 		t.Errorf("Stop: %v", err)
