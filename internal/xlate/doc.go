@@ -35,6 +35,16 @@
 //     neither peer sees a FIN or a RST. A refusal is a *RefusedError with a
 //     Reason and leaves both connections working.
 //
+// Egress (surrogate-side placement of the request router's handoff): with
+// Config.Egress the program also runs at tcx egress (xlate_*_egress), and
+// InstallEgress installs one direction alone on the host whose own packets
+// it translates (a surrogate's answer to the router's pooled connection
+// leaves as the router's packet to the client). On the router's host that
+// direction's entry is installed with Entry.Remote: its packets are dropped
+// and counted (Stats.Remote) until Release makes the router translate them
+// (the fallback). Packets that match no entry return TCX_NEXT, so several
+// instances (two routers in one namespace) chain on one device.
+//
 // Lifetime: entries live in a hash map (Config.MaxEntries; a full map refuses
 // new joins with ReasonMapFull instead of evicting live ones). A sweeper
 // removes a pair IdleTimeout after its last packet, or CloseLinger after FIN

@@ -39,6 +39,10 @@ type Entry struct {
 	// Ifindex is the device Out's packets leave from (0: decided by
 	// Splicer.Install from the routing table).
 	Ifindex int
+	// Remote: this direction is translated at the sender's host, by its
+	// egress program (InstallEgress there); packets that still arrive here
+	// are dropped and counted (Stats.Remote) until Splicer.Release.
+	Remote bool
 }
 
 // SockState is what a join needs to know about one established connection

@@ -2,7 +2,11 @@
 
 package xlate
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+)
 
 // Joined reports whether the entry keyed by in (either direction of a join)
 // is still installed. A caller that keeps a joined leg's socket open (in
@@ -36,3 +40,73 @@ func (s *Splicer) Entry(in Tuple) (EntryStats, bool) {
 // same addresses can look it up once and set Ifindex (the request router
 // caches it per address).
 func RouteIfindex(dst netip.Addr) (int, error) { return routeIfindex(dst) }
+
+// InstallEgress installs one entry alone, for this host's egress program
+// (Config.Egress): this host's own packets of e.In (sent by a local socket
+// to a peer that handed the session off, e.g. a surrogate's answer to the
+// request router's pooled connection) leave as e.Out's packets. The other
+// direction is translated elsewhere (the router's host), so the TSval delta
+// latched here is not passed on. The sweeper removes the entry after
+// IdleTimeout without packets, or CloseLinger after a FIN or RST it saw.
+func (s *Splicer) InstallEgress(e Entry) error {
+	if e.Ifindex == 0 {
+		idx, err := routeIfindex(e.Out.Dst.Addr())
+		if err != nil {
+			return s.count(refuse(ReasonRoute, "%v", err))
+		}
+		e.Ifindex = idx
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.links != nil {
+		if _, ok := s.ifaces[e.Ifindex]; !ok {
+			return s.count(refuse(ReasonRoute, "%s leaves from ifindex %d, which has no xlate program", e.Out, e.Ifindex))
+		}
+	}
+	e.Remote = false
+	k, v := tupleKey(e.In), e.value()
+	v.LastNs = uint64(monoNow())
+	if err := s.objs.Joins.Update(&k, &v, ebpf.UpdateNoExist); err != nil {
+		return s.count(installErr(e.In, err))
+	}
+	s.singles[e.In] = true
+	s.joined.Add(1)
+	return nil
+}
+
+// RemoveEgress removes an entry installed by InstallEgress.
+func (s *Splicer) RemoveEgress(in Tuple) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.singles[in] {
+		return false
+	}
+	k := tupleKey(in)
+	s.objs.Joins.Delete(&k)
+	delete(s.singles, in)
+	s.removed.Add(1)
+	return true
+}
+
+// Release makes the entry keyed by in, installed with Entry.Remote,
+// translate here: the fallback when the peer's egress translation is not
+// (or no longer) in place. The flag is cleared with a read-modify-write of
+// the entry; a FIN or RST latched by the program in between is lost (the
+// pair then ends on its idle timeout).
+func (s *Splicer) Release(in Tuple) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pairs[in]; !ok {
+		return false
+	}
+	var v xlateEntry
+	k := tupleKey(in)
+	if s.objs.Joins.Lookup(&k, &v) != nil {
+		return false
+	}
+	if v.Flags&fRemote == 0 {
+		return true
+	}
+	v.Flags &^= fRemote
+	return s.objs.Joins.Update(&k, &v, ebpf.UpdateExist) == nil
+}

@@ -14,6 +14,10 @@ import (
 
 const tcActOK, tcActShot, tcActRedirect = 0, 2, 7
 
+// tcxNext is TCX_NEXT (TC_ACT_UNSPEC, -1) as prog.Run returns it: the
+// program's answer to a packet that is not its own.
+const tcxNext = 0xffffffff
+
 func loadTest(t *testing.T, maxEntries int) *Splicer {
 	t.Helper()
 	testenv.RequirePrivileged(t)
@@ -212,8 +216,8 @@ func TestProgramPassesOthers(t *testing.T) {
 	// Another connection of the same hosts: untouched.
 	other := testPkt{Src: ap("10.1.0.1:40001"), Dst: a.Local, Seq: 1, Ack: 2, Flags: tcpACK, Win: 10}
 	ret, out := run(t, s.objs.XlateEth, other)
-	if ret != tcActOK || out.Seq != 1 || out.Src != other.Src || out.Dst != other.Dst {
-		t.Errorf("unrelated packet: return %d, %+v", ret, out)
+	if ret != tcxNext || out.Seq != 1 || out.Src != other.Src || out.Dst != other.Dst {
+		t.Errorf("unrelated packet: return %d, %+v; want TCX_NEXT, untouched", ret, out)
 	}
 	// A matched packet whose data offset claims more than the segment has.
 	bad := testPkt{Src: a.Remote, Dst: a.Local, Seq: 1, Flags: tcpACK}.bytes()
@@ -285,8 +289,8 @@ func TestProgramHolds(t *testing.T) {
 	s.removePair(ab.In, ba.In)
 	s.unhold(ab, ba)
 	s.mu.Unlock()
-	if ret, out := run(t, s.objs.XlateEth, fromP1); ret != tcActOK || out.Seq != fromP1.Seq {
-		t.Errorf("after a rollback: return %d, %+v; want passed untouched", ret, out)
+	if ret, out := run(t, s.objs.XlateEth, fromP1); ret != tcxNext || out.Seq != fromP1.Seq {
+		t.Errorf("after a rollback: return %d, %+v; want passed on untouched", ret, out)
 	}
 	var hk xlateTuple
 	var hv uint8

@@ -37,6 +37,8 @@ struct tuple {
 #define F_FIN 8         // a FIN went through
 #define F_RST 16        // a RST went through
 #define F_HOLD 32       // being installed: see holds
+#define F_REMOTE 64     // translated at the peer's egress (surrogate-side
+                        // placement): this host drops and counts its packets
 
 // One direction of a join: packets whose tuple is the map key are rewritten
 // into packets of out and sent from ifindex.
@@ -84,6 +86,8 @@ enum ctr {
 	C_SHORT,   // a matched packet too short or malformed: passed to the stack
 	C_ERRORS,  // a helper failed: dropped
 	C_LATCHED, // TSval deltas latched
+	C_EGRESS,  // packets translated by an egress program
+	C_REMOTE,  // packets of an F_REMOTE entry, dropped here
 	C_MAX,
 };
 
@@ -130,7 +134,13 @@ static __always_inline void put32(__u8 *p, __u32 v)
 	p[3] = v;
 }
 
-static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len)
+// NEXT is returned for every packet that is not ours: tcx runs the next
+// program (TCX_NEXT; another xlate instance in the same namespace, e.g. a
+// second router) and passes the packet after the last; cls_bpf reads it as
+// TC_ACT_UNSPEC (continue).
+#define NEXT TC_ACT_UNSPEC
+
+static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
@@ -140,42 +150,51 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len)
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data + ipoff;
 		if ((void *)(ip + 1) > data_end)
-			return TC_ACT_OK;
+			return NEXT;
 		if (ip->protocol != IPPROTO_TCP || ip->ihl != 5)
-			return TC_ACT_OK;
+			return NEXT;
 		if (ip->frag_off & bpf_htons(0x3fff)) // fragment
-			return TC_ACT_OK;
+			return NEXT;
 		key.family = 4;
 		__builtin_memcpy(key.saddr, &ip->saddr, 4);
 		__builtin_memcpy(key.daddr, &ip->daddr, 4);
 		toff = ipoff + sizeof(*ip);
 		iplen = bpf_ntohs(ip->tot_len);
 		if (iplen < sizeof(*ip))
-			return TC_ACT_OK;
+			return NEXT;
 		iplen -= sizeof(*ip);
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data + ipoff;
 		if ((void *)(ip6 + 1) > data_end)
-			return TC_ACT_OK;
+			return NEXT;
 		if (ip6->nexthdr != IPPROTO_TCP)
-			return TC_ACT_OK;
+			return NEXT;
 		key.family = 6;
 		__builtin_memcpy(key.saddr, &ip6->saddr, 16);
 		__builtin_memcpy(key.daddr, &ip6->daddr, 16);
 		toff = ipoff + sizeof(*ip6);
 		iplen = bpf_ntohs(ip6->payload_len);
 	} else {
-		return TC_ACT_OK;
+		return NEXT;
 	}
 	struct tcphdr *tcp = data + toff;
 	if ((void *)(tcp + 1) > data_end)
-		return TC_ACT_OK;
+		return NEXT;
 	key.sport = tcp->source;
 	key.dport = tcp->dest;
 
 	struct entry *e = bpf_map_lookup_elem(&joins, &key);
 	if (!e)
-		return TC_ACT_OK;
+		return NEXT;
+	// The surrogate's agent translates this direction at its egress; a
+	// packet arriving here left the surrogate before the agent's entry was
+	// in place. Dropped, it is retransmitted and then translated there
+	// (translating it here too would give the client two timestamp clocks).
+	// Userspace clears the flag to fall back to translating here.
+	if (e->flags & F_REMOTE) {
+		count(C_REMOTE, 1);
+		return TC_ACT_SHOT;
+	}
 	// A join being installed: the relay's sockets are frozen and compared
 	// with the state the entries were computed from. A packet passed to
 	// them now would go unnoticed if the join then goes on; one
@@ -328,6 +347,14 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len)
 	__sync_fetch_and_add(&e->bytes, payload);
 	count(C_PACKETS, 1);
 	count(C_BYTES, payload);
+	if (egress) {
+		count(C_EGRESS, 1);
+		// Leaving by the device it was going out of anyway, on an L3
+		// device: no neighbour to resolve, no redirect (which would run
+		// this hook again).
+		if (!l2len && e->ifindex == skb->ifindex)
+			return TC_ACT_OK;
+	}
 	count(C_REDIRECTED, 1);
 	if (!l2len) // an L3 device (TUN) has no neighbours to resolve
 		return bpf_redirect(e->ifindex, 0);
@@ -342,7 +369,7 @@ fail:
 SEC("tc")
 int xlate_eth(struct __sk_buff *skb)
 {
-	return xlate(skb, ETH_HLEN);
+	return xlate(skb, ETH_HLEN, 0);
 }
 
 // xlate_l3 runs on devices without a link-layer header (TUN, as used by the
@@ -351,5 +378,23 @@ int xlate_eth(struct __sk_buff *skb)
 SEC("tc")
 int xlate_l3(struct __sk_buff *skb)
 {
-	return xlate(skb, 0);
+	return xlate(skb, 0, 0);
+}
+
+// xlate_eth_egress and xlate_l3_egress run on the egress of the devices of
+// a host whose own packets are translated (a surrogate answering a session
+// a request router handed off: its answer, addressed to the router, leaves
+// as the router's packet to the client). Same entries and map; the reverse
+// direction's entry lives on the router's host, so the TSval delta latched
+// here is not written to it.
+SEC("tc")
+int xlate_eth_egress(struct __sk_buff *skb)
+{
+	return xlate(skb, ETH_HLEN, 1);
+}
+
+SEC("tc")
+int xlate_l3_egress(struct __sk_buff *skb)
+{
+	return xlate(skb, 0, 1);
 }

@@ -92,8 +92,10 @@ type xlateSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlateProgramSpecs struct {
-	XlateEth *ebpf.ProgramSpec `ebpf:"xlate_eth"`
-	XlateL3  *ebpf.ProgramSpec `ebpf:"xlate_l3"`
+	XlateEth       *ebpf.ProgramSpec `ebpf:"xlate_eth"`
+	XlateEthEgress *ebpf.ProgramSpec `ebpf:"xlate_eth_egress"`
+	XlateL3        *ebpf.ProgramSpec `ebpf:"xlate_l3"`
+	XlateL3Egress  *ebpf.ProgramSpec `ebpf:"xlate_l3_egress"`
 }
 
 // xlateMapSpecs contains maps before they are loaded into the kernel.
@@ -157,14 +159,18 @@ type xlateVariables struct {
 //
 // It can be passed to loadXlateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlatePrograms struct {
-	XlateEth *ebpf.Program `ebpf:"xlate_eth"`
-	XlateL3  *ebpf.Program `ebpf:"xlate_l3"`
+	XlateEth       *ebpf.Program `ebpf:"xlate_eth"`
+	XlateEthEgress *ebpf.Program `ebpf:"xlate_eth_egress"`
+	XlateL3        *ebpf.Program `ebpf:"xlate_l3"`
+	XlateL3Egress  *ebpf.Program `ebpf:"xlate_l3_egress"`
 }
 
 func (p *xlatePrograms) Close() error {
 	return _XlateClose(
 		p.XlateEth,
+		p.XlateEthEgress,
 		p.XlateL3,
+		p.XlateL3Egress,
 	)
 }
 

@@ -56,6 +56,11 @@ type Config struct {
 	// survive the process, and Open adopts the pins an earlier process
 	// left. Close removes them. See pin_linux.go.
 	PinDir string
+	// Egress also attaches the program at tcx egress of the interfaces:
+	// entries installed with InstallEgress then translate this host's own
+	// packets as they leave (a surrogate's agent in the request router's
+	// surrogate-side placement, docs/router.md). Not with PinDir.
+	Egress bool
 	Log    *slog.Logger
 }
 
@@ -71,6 +76,8 @@ type Splicer struct {
 
 	mu    sync.Mutex // serializes joins and installs
 	pairs map[Tuple]Tuple
+	// singles are entries installed alone (InstallEgress).
+	singles map[Tuple]bool
 	// held are silent (TCP_REPAIR) sockets that keep a joined tuple taken,
 	// by In tuple (pin_linux.go).
 	held map[Tuple]int
@@ -106,12 +113,15 @@ func Open(ctx context.Context, cfg Config) (*Splicer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Egress && cfg.PinDir != "" {
+		return nil, errors.New("xlate: Egress with PinDir is not supported")
+	}
 	spec, err := loadXlate()
 	if err != nil {
 		return nil, err
 	}
 	spec.Maps["joins"].MaxEntries = uint32(cfg.MaxEntries)
-	s := &Splicer{cfg: cfg, log: log, ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{}, held: map[Tuple]int{},
+	s := &Splicer{cfg: cfg, log: log, ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{}, singles: map[Tuple]bool{}, held: map[Tuple]int{},
 		refused: map[Reason]*atomic.Uint64{}, done: make(chan struct{})}
 	for _, r := range Reasons {
 		s.refused[r] = new(atomic.Uint64)
@@ -150,6 +160,18 @@ func Open(ctx context.Context, cfg Config) (*Splicer, error) {
 		}
 		s.links = append(s.links, l)
 		s.ifaces[ifi.Index] = l3
+		if cfg.Egress {
+			eprog := s.objs.XlateEthEgress
+			if l3 {
+				eprog = s.objs.XlateL3Egress
+			}
+			el, err := link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: eprog, Attach: ebpf.AttachTCXEgress})
+			if err != nil {
+				s.closeObjs()
+				return nil, fmt.Errorf("xlate: attach to %s egress: %w", ifi.Name, err)
+			}
+			s.links = append(s.links, el)
+		}
 	}
 	if cfg.PinDir != "" {
 		s.dropStaleLinks(keep)
@@ -169,7 +191,7 @@ func newUnattached(maxEntries int) (*Splicer, error) {
 		return nil, err
 	}
 	spec.Maps["joins"].MaxEntries = uint32(maxEntries)
-	s := &Splicer{log: slog.New(slog.DiscardHandler), ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{}, held: map[Tuple]int{},
+	s := &Splicer{log: slog.New(slog.DiscardHandler), ifaces: map[int]bool{}, pairs: map[Tuple]Tuple{}, singles: map[Tuple]bool{}, held: map[Tuple]int{},
 		refused: map[Reason]*atomic.Uint64{}, done: make(chan struct{})}
 	for _, r := range Reasons {
 		s.refused[r] = new(atomic.Uint64)
@@ -272,8 +294,31 @@ func (s *Splicer) sweep(now time.Duration) int {
 		last := max(e1.LastNs, e2.LastNs)
 		idle := now - time.Duration(last)
 		closed := (e1.Flags&fFIN != 0 && e2.Flags&fFIN != 0) || (e1.Flags|e2.Flags)&fRST != 0
+		// A direction translated at the peer's egress (fRemote) shows no
+		// FIN here: the other direction's FIN (or RST) then closes it.
+		if e1.Flags&fRemote != 0 {
+			closed = e2.Flags&(fFIN|fRST) != 0
+		} else if e2.Flags&fRemote != 0 {
+			closed = e1.Flags&(fFIN|fRST) != 0
+		}
 		if idle > s.cfg.IdleTimeout || (closed && idle > s.cfg.CloseLinger) {
 			s.removePair(in, rev)
+			n++
+		}
+	}
+	for in := range s.singles {
+		var e xlateEntry
+		k := tupleKey(in)
+		if s.objs.Joins.Lookup(&k, &e) != nil {
+			delete(s.singles, in)
+			n++
+			continue
+		}
+		idle := now - time.Duration(e.LastNs)
+		if idle > s.cfg.IdleTimeout || (e.Flags&(fFIN|fRST) != 0 && idle > s.cfg.CloseLinger) {
+			s.objs.Joins.Delete(&k)
+			delete(s.singles, in)
+			s.removed.Add(1)
 			n++
 		}
 	}
@@ -300,6 +345,7 @@ const (
 	fFIN      = 8
 	fRST      = 16
 	fHold     = 32
+	fRemote   = 64
 )
 
 func tupleKey(t Tuple) xlateTuple {
@@ -349,6 +395,9 @@ func (e Entry) value() xlateEntry {
 	}
 	if e.Timestamps {
 		v.Flags |= fTS
+	}
+	if e.Remote {
+		v.Flags |= fRemote
 	}
 	return v
 }
@@ -491,8 +540,12 @@ type Stats struct {
 	Adopted, Held int
 	ReserveFailed uint64
 	Refused       map[Reason]uint64
-	// From the program, summed over CPUs.
-	Packets, Bytes, Redirected, Passed, Errors, Latched uint64
+	// Singles are entries installed alone (InstallEgress).
+	Singles int
+	// From the program, summed over CPUs. Egress counts the packets
+	// translated by the egress program, Remote those dropped by an entry
+	// translated at the peer's egress (Entry.Remote).
+	Packets, Bytes, Redirected, Passed, Errors, Latched, Egress, Remote uint64
 }
 
 // Stats returns the counters.
@@ -503,10 +556,11 @@ func (s *Splicer) Stats() Stats {
 	}
 	s.mu.Lock()
 	st.Active = len(s.pairs) / 2
+	st.Singles = len(s.singles)
 	st.Adopted, st.Held = s.adopted, len(s.held)
 	s.mu.Unlock()
 	st.ReserveFailed = s.reserveFailed.Load()
-	vals := make([]uint64, 6)
+	vals := make([]uint64, 8)
 	for i := range vals {
 		var per []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &per); err == nil {
@@ -515,7 +569,7 @@ func (s *Splicer) Stats() Stats {
 			}
 		}
 	}
-	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5]
+	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched, st.Egress, st.Remote = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7]
 	return st
 }
 
