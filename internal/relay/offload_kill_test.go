@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bufio"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -12,90 +11,24 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/mosto-net/mosto/internal/xlate"
 	"github.com/mosto-net/mosto/internal/xlate/xlatetest"
-	"golang.org/x/sys/unix"
 )
 
 const offloadKillChild = "MOSTO_RELAY_OFFLOAD_KILL_CHILD"
 
-// relayChild is a relay process (this test binary) in the relay namespace.
-type relayChild struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string // the child's "KILLCHILD ..." lines
-	mu    sync.Mutex
-	out   strings.Builder
-	done  chan struct{} // stdout closed
-}
-
-func startRelayChild(t *testing.T, ns string, args ...string) *relayChild {
+// startRelayChild starts a relay process (this test binary) in namespace
+// ns; it prints its lines behind "KILLCHILD".
+func startRelayChild(t *testing.T, ns string, args ...string) *testenv.Child {
 	t.Helper()
-	c := &relayChild{lines: make(chan string, 16), done: make(chan struct{})}
-	c.cmd = exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestOffloadSurvivesKill$", "-test.v", "-test.count=1")
-	c.cmd.Env = append(os.Environ(), offloadKillChild+"="+strings.Join(args, ","))
-	var err error
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cmd.Stderr = c.cmd.Stdout
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(c.done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.mu.Lock()
-			c.out.WriteString(sc.Text() + "\n")
-			c.mu.Unlock()
-			if rest, ok := strings.CutPrefix(sc.Text(), "KILLCHILD "); ok {
-				c.lines <- rest
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		c.cmd.Process.Kill()
-		c.cmd.Wait()
-		if t.Failed() {
-			t.Logf("relay child output:\n%s", c.output())
-		}
-	})
-	return c
-}
-
-func (c *relayChild) output() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.out.String()
-}
-
-func (c *relayChild) waitLine(t *testing.T, prefix string) string {
-	t.Helper()
-	select {
-	case l := <-c.lines:
-		if !strings.HasPrefix(l, prefix) {
-			t.Fatalf("relay child said %q, want %q...", l, prefix)
-		}
-		return l
-	case <-c.done:
-		t.Fatalf("relay child ended before %q:\n%s", prefix, c.output())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("relay child did not say %q in 30 s", prefix)
-	}
-	return ""
+	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestOffloadSurvivesKill$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), offloadKillChild+"="+strings.Join(args, ","))
+	return testenv.StartChild(t, cmd, "relay child", "KILLCHILD", 30*time.Second)
 }
 
 // TestOffloadSurvivesKill: a relay offloads a flow, is killed with
@@ -113,12 +46,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	}
 	testenv.RequirePrivileged(t)
 	l := xlatetest.NewLine(t, false)
-	bpffs := t.TempDir()
-	if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount bpffs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(bpffs, unix.MNT_DETACH) })
-	pin := filepath.Join(bpffs, "mosto", "a")
+	pin := filepath.Join(xlatetest.BPFFS(t), "mosto", "a")
 	childArgs := []string{l.RAddr1, l.P2Addr, pin}
 
 	var oln net.Listener
@@ -142,7 +70,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	}
 
 	relay1 := startRelayChild(t, l.R, childArgs...)
-	relay1.waitLine(t, "ready adopted=0")
+	relay1.WaitLine(t, "ready adopted=0")
 	var c *net.TCPConn
 	xlatetest.MustIn(t, l.P1, func() error {
 		nc, err := net.DialTimeout("tcp", net.JoinHostPort(l.RAddr1, "8080"), 5*time.Second)
@@ -189,7 +117,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 		}
 		send(1 << 20)
 		select {
-		case l := <-relay1.lines:
+		case l := <-relay1.Lines:
 			if l != "joined" {
 				t.Fatalf("relay child said %q, want joined", l)
 			}
@@ -202,8 +130,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	}
 
 	// SIGKILL: no Close, no unpinning.
-	relay1.cmd.Process.Kill()
-	relay1.cmd.Wait()
+	relay1.Kill()
 	killed = true
 	before := pinned()
 	send(8 << 20)
@@ -223,23 +150,13 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	}
 
 	relay2 := startRelayChild(t, l.R, childArgs...)
-	relay2.waitLine(t, "ready adopted=1 held=2")
+	relay2.WaitLine(t, "ready adopted=1 held=2")
 	// The restarted relay holds the outgoing leg's tuple again.
 	for _, e := range after {
 		if e.In.Src.Addr().String() != l.P2Addr {
 			continue
 		}
-		err := xlatetest.In(t, l.R, func() error {
-			d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(e.In.Dst), Timeout: 5 * time.Second}
-			nc, err := d.Dial("tcp", e.In.Src.String())
-			if err == nil {
-				nc.Close()
-			}
-			return err
-		})
-		if !errors.Is(err, unix.EADDRINUSE) && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			t.Errorf("dial from the joined tuple %v after the restart: %v, want it taken", e.In, err)
-		}
+		xlatetest.CheckTaken(t, l.R, e.In.Dst, e.In.Src)
 	}
 	send(4 << 20)
 	c.CloseWrite()
@@ -249,30 +166,11 @@ func TestOffloadSurvivesKill(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "the restarted relay to remove the ended join", func() bool { return len(pinned()) == 0 })
 
 	// Clean shutdown: no pin, no program left.
-	relay2.stdin.Close()
-	if err := relay2.cmd.Wait(); err != nil {
-		t.Fatalf("restarted relay: %v", err)
-	}
-	<-relay2.done
-	if !strings.Contains(relay2.output(), "--- PASS: TestOffloadSurvivesKill") {
-		t.Fatalf("restarted relay did not pass:\n%s", relay2.output())
-	}
+	relay2.Stop(t, "TestOffloadSurvivesKill")
 	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pin dir after a clean shutdown: %v, want removed", err)
 	}
-	xlatetest.MustIn(t, l.R, func() error {
-		ifs, err := net.Interfaces()
-		if err != nil {
-			return err
-		}
-		for _, ifi := range ifs {
-			q, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
-			if err == nil && len(q.Programs) != 0 {
-				t.Errorf("%s: %d tcx programs attached after a clean shutdown", ifi.Name, len(q.Programs))
-			}
-		}
-		return nil
-	})
+	xlatetest.CheckNoTCX(t, l.R, "after a clean shutdown")
 	t.Logf("%d bytes echoed; %d of them sent while no relay process ran", sent, 8<<20)
 }
 

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,94 +19,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/origin"
 	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/mosto-net/mosto/internal/xlate"
-	"golang.org/x/sys/unix"
+	"github.com/mosto-net/mosto/internal/xlate/xlatetest"
 )
 
 const killChildEnv = "MOSTO_ROUTER_KILL_CHILD"
 
-// rrChild is a router process (this test binary) in the rr namespace.
-type rrChild struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string // the child's "RRCHILD ..." lines
-	mu    sync.Mutex
-	out   strings.Builder
-	done  chan struct{}
-}
-
-func startRRChild(t *testing.T, w *emu.World, args ...string) *rrChild {
+// startRRChild starts a router process (this test binary) on host rr of
+// w; it prints its lines behind "RRCHILD".
+func startRRChild(t *testing.T, w *emu.World, args ...string) *testenv.Child {
 	t.Helper()
-	c := &rrChild{lines: make(chan string, 16), done: make(chan struct{})}
-	c.cmd = w.Command(context.Background(), "rr", os.Args[0], "-test.run=^TestHandoffSurvivesKill$", "-test.v", "-test.count=1")
-	c.cmd.Env = append(os.Environ(), killChildEnv+"="+strings.Join(args, ","))
-	var err error
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := c.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cmd.Stderr = c.cmd.Stdout
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(c.done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.mu.Lock()
-			c.out.WriteString(sc.Text() + "\n")
-			c.mu.Unlock()
-			if rest, ok := strings.CutPrefix(sc.Text(), "RRCHILD "); ok {
-				c.lines <- rest
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		c.cmd.Process.Kill()
-		c.cmd.Wait()
-		if t.Failed() {
-			t.Logf("router child output:\n%s", c.output())
-		}
-	})
-	return c
+	cmd := w.Command(context.Background(), "rr", os.Args[0], "-test.run=^TestHandoffSurvivesKill$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), killChildEnv+"="+strings.Join(args, ","))
+	return testenv.StartChild(t, cmd, "router child", "RRCHILD", 60*time.Second)
 }
 
-func (c *rrChild) output() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.out.String()
-}
-
-func (c *rrChild) waitLine(t *testing.T, prefix string) string {
+// silent asks router child c how many surrogate legs it holds silent.
+func silent(t *testing.T, c *testenv.Child) int {
 	t.Helper()
-	select {
-	case l := <-c.lines:
-		if !strings.HasPrefix(l, prefix) {
-			t.Fatalf("router child said %q, want %q...", l, prefix)
-		}
-		return l
-	case <-c.done:
-		t.Fatalf("router child ended before %q:\n%s", prefix, c.output())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("router child did not say %q in 60 s", prefix)
-	}
-	return ""
-}
-
-// silent asks the child how many surrogate legs it holds silent.
-func (c *rrChild) silent(t *testing.T) int {
-	t.Helper()
-	io.WriteString(c.stdin, "silent\n")
-	n, _ := strconv.Atoi(strings.TrimPrefix(c.waitLine(t, "silent="), "silent="))
+	io.WriteString(c.Stdin, "silent\n")
+	n, _ := strconv.Atoi(strings.TrimPrefix(c.WaitLine(t, "silent="), "silent="))
 	return n
 }
 
@@ -141,12 +76,7 @@ func TestHandoffSurvivesKill(t *testing.T) {
 	defer cancel()
 	wg.Go(func() { origin.New(origin.Config{}, nil).Serve(ctx, sln) })
 
-	bpffs := t.TempDir()
-	if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount bpffs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(bpffs, unix.MNT_DETACH) })
-	pin := filepath.Join(bpffs, "mosto", "router")
+	pin := filepath.Join(xlatetest.BPFFS(t), "mosto", "router")
 	args := []string{rrAddr, surAddr, pin}
 	pinned := func() []xlate.PinnedEntry {
 		es, err := xlate.ReadPinned(pin)
@@ -157,7 +87,7 @@ func TestHandoffSurvivesKill(t *testing.T) {
 	}
 
 	rr1 := startRRChild(t, w, args...)
-	rr1.waitLine(t, "ready adopted=0")
+	rr1.WaitLine(t, "ready adopted=0")
 
 	// Sessions handed off, each paused after its first 64 KiB of body.
 	const sessions, size, first = 16, 4 << 20, 64 << 10
@@ -197,15 +127,14 @@ func TestHandoffSurvivesKill(t *testing.T) {
 	}
 	// Every surrogate leg is silent before the kill (the surrogate answered).
 	deadline := time.Now().Add(30 * time.Second)
-	for rr1.silent(t) != sessions {
+	for silent(t, rr1) != sessions {
 		if time.Now().After(deadline) {
-			t.Fatalf("surrogate legs not silent: %d of %d", rr1.silent(t), sessions)
+			t.Fatalf("surrogate legs not silent: %d of %d", silent(t, rr1), sessions)
 		}
 	}
 
 	// SIGKILL: no Close, no unpinning; the sessions finish without a router.
-	rr1.cmd.Process.Kill()
-	rr1.cmd.Wait()
+	rr1.Kill()
 	for i, s := range ss {
 		if _, err := io.CopyN(s.h, s.br, s.n-first); err != nil {
 			t.Fatalf("session %d after the kill: %v", i, err)
@@ -222,24 +151,14 @@ func TestHandoffSurvivesKill(t *testing.T) {
 	}
 
 	rr2 := startRRChild(t, w, args...)
-	rr2.waitLine(t, fmt.Sprintf("ready adopted=%d", sessions))
+	rr2.WaitLine(t, fmt.Sprintf("ready adopted=%d", sessions))
 	// The restarted router holds the surrogate legs' tuples again: a new
 	// connection from such a local port is refused.
 	for _, e := range pinned() {
 		if e.In.Src.Addr().String() != w.Addr("sur").String() {
 			continue
 		}
-		err := w.Do("rr", func() error {
-			dl := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(e.In.Dst), Timeout: 5 * time.Second}
-			nc, err := dl.Dial("tcp", e.In.Src.String())
-			if err == nil {
-				nc.Close()
-			}
-			return err
-		})
-		if !errors.Is(err, unix.EADDRINUSE) && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			t.Errorf("dial from the joined tuple %v after the restart: %v, want it taken", e.In, err)
-		}
+		xlatetest.CheckTaken(t, w.NetNS("rr"), e.In.Dst, e.In.Src)
 	}
 	// The restarted router hands off a new session.
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -265,27 +184,11 @@ func TestHandoffSurvivesKill(t *testing.T) {
 	}
 
 	// Clean stop: no pin, no program left.
-	rr2.stdin.Close()
-	if err := rr2.cmd.Wait(); err != nil {
-		t.Fatalf("restarted router: %v", err)
-	}
-	<-rr2.done
-	if !strings.Contains(rr2.output(), "--- PASS: TestHandoffSurvivesKill") {
-		t.Fatalf("restarted router did not pass:\n%s", rr2.output())
-	}
+	rr2.Stop(t, "TestHandoffSurvivesKill")
 	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pin dir after a clean stop: %v, want removed", err)
 	}
-	w.Do("rr", func() error {
-		ifs, err := net.Interfaces()
-		for _, ifi := range ifs {
-			q, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
-			if err == nil && len(q.Programs) != 0 {
-				t.Errorf("%s: %d tcx programs attached after a clean stop", ifi.Name, len(q.Programs))
-			}
-		}
-		return err
-	})
+	xlatetest.CheckNoTCX(t, w.NetNS("rr"), "after a clean stop")
 }
 
 // killChildBody is the router process: it hands sessions off (pinned

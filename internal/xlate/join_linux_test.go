@@ -128,6 +128,36 @@ func stream(w *net.TCPConn, r io.Reader, n int) (sent, got [32]byte, err error) 
 	return sent, got, errors.Join(werr, rerr)
 }
 
+// streamBoth streams n random bytes each way through r at once, each
+// direction ending with FIN, and fails t on an error or a differing
+// SHA-256.
+func streamBoth(t *testing.T, r relayed, n int) {
+	t.Helper()
+	type res struct {
+		sent, got [32]byte
+		err       error
+	}
+	down := make(chan res, 1)
+	go func() {
+		s, g, err := stream(r.c2, r.c1, n)
+		down <- res{s, g, err}
+	}()
+	s, g, err := stream(r.c1, r.c2, n)
+	if err != nil {
+		t.Fatalf("peer1 -> peer2: %v", err)
+	}
+	if s != g {
+		t.Error("peer1 -> peer2: SHA-256 differs")
+	}
+	d := <-down
+	if d.err != nil {
+		t.Fatalf("peer2 -> peer1: %v", d.err)
+	}
+	if d.sent != d.got {
+		t.Error("peer2 -> peer1: SHA-256 differs")
+	}
+}
+
 func TestJoinLive(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		name := "ipv4"
@@ -151,29 +181,7 @@ func TestJoinLive(t *testing.T) {
 				t.Error("relay socket a still writable after Join")
 			}
 			const n = 8 << 20
-			type res struct {
-				sent, got [32]byte
-				err       error
-			}
-			down := make(chan res, 1)
-			go func() {
-				s, g, err := stream(r.c2, r.c1, n)
-				down <- res{s, g, err}
-			}()
-			s1, g1, err := stream(r.c1, r.c2, n)
-			if err != nil {
-				t.Fatalf("peer1 -> peer2: %v", err)
-			}
-			if s1 != g1 {
-				t.Error("peer1 -> peer2: SHA-256 differs")
-			}
-			d := <-down
-			if d.err != nil {
-				t.Fatalf("peer2 -> peer1: %v", d.err)
-			}
-			if d.sent != d.got {
-				t.Error("peer2 -> peer1: SHA-256 differs")
-			}
+			streamBoth(t, r, n)
 			ab, ba, ok := sp.Stats()
 			if !ok {
 				t.Fatal("entries gone")

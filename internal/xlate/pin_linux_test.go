@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/mosto-net/mosto/internal/xlate/xlatetest"
 	"golang.org/x/sys/unix"
@@ -33,17 +31,6 @@ func (s *Splicer) abandon() {
 		delete(s.held, t)
 	}
 	s.mu.Unlock()
-}
-
-// tmpBPFFS mounts a bpffs on a fresh directory for the test.
-func tmpBPFFS(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount bpffs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
 }
 
 // dialFrom dials addr from namespace ns (the relay's outgoing connections).
@@ -148,7 +135,7 @@ func TestJoinReservesPort(t *testing.T) {
 func TestPinnedSurvivesProcess(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	l := xlatetest.NewLine(t, false)
-	dir := filepath.Join(tmpBPFFS(t), "mosto", "relay")
+	dir := filepath.Join(xlatetest.BPFFS(t), "mosto", "relay")
 	cfg := Config{PinDir: dir, CloseLinger: 300 * time.Millisecond, SweepInterval: 50 * time.Millisecond}
 	var s1 *Splicer
 	xlatetest.MustIn(t, l.R, func() (err error) { s1, err = Open(t.Context(), cfg); return })
@@ -158,26 +145,6 @@ func TestPinnedSurvivesProcess(t *testing.T) {
 	pins, _ := os.ReadDir(dir)
 	if len(pins) != 4 { // joins, counters, two links
 		t.Fatalf("pins after the process left: %v, want the two maps and two links", pins)
-	}
-	both := func(n int) {
-		t.Helper()
-		type res struct {
-			sent, got [32]byte
-			err       error
-		}
-		down := make(chan res, 1)
-		go func() {
-			s, g, err := stream(r.c2, r.c1, n)
-			down <- res{s, g, err}
-		}()
-		s, g, err := stream(r.c1, r.c2, n)
-		if err != nil || s != g {
-			t.Fatalf("peer1 -> peer2 without the process: %v, SHA-256 equal %v", err, s == g)
-		}
-		d := <-down
-		if d.err != nil || d.sent != d.got {
-			t.Fatalf("peer2 -> peer1 without the process: %v, SHA-256 equal %v", d.err, d.sent == d.got)
-		}
 	}
 	moveBytes(t, r, 4<<20) // with no process behind the join
 
@@ -194,7 +161,7 @@ func TestPinnedSurvivesProcess(t *testing.T) {
 	if _, err := dialFrom(t, l.R, net.JoinHostPort(l.P2Addr, "80")); !errors.Is(err, unix.EADDRNOTAVAIL) {
 		t.Errorf("dial from the adopted join's port: %v, want EADDRNOTAVAIL", err)
 	}
-	both(2 << 20) // through the adopted (updated) links, ending with FIN both ways
+	streamBoth(t, r, 2<<20) // through the adopted (updated) links, ending with FIN both ways
 	deadline := time.Now().Add(20 * time.Second)
 	for s2.Stats().Active != 0 {
 		if time.Now().After(deadline) {
@@ -209,22 +176,7 @@ func TestPinnedSurvivesProcess(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pin dir after Close: %v, want removed", err)
 	}
-	xlatetest.MustIn(t, l.R, func() error {
-		ifs, err := pickInterfaces(nil)
-		if err != nil {
-			return err
-		}
-		for _, ifi := range ifs {
-			q, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
-			if err != nil {
-				return err
-			}
-			if len(q.Programs) != 0 {
-				t.Errorf("%s: %d tcx programs still attached after Close", ifi.Name, len(q.Programs))
-			}
-		}
-		return nil
-	})
+	xlatetest.CheckNoTCX(t, l.R, "after Close")
 }
 
 // moveBytes sends n random bytes each way through r without closing and

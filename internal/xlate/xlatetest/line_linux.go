@@ -1,7 +1,9 @@
 //go:build linux
 
 // Package xlatetest builds namespace topologies for tests of joined
-// connections (internal/xlate, the relay's offload).
+// connections (internal/xlate, the relay's offload, the router's handoff)
+// and checks what pinned translations leave behind (BPFFS, CheckNoTCX,
+// CheckTaken).
 package xlatetest
 
 import (
