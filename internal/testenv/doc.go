@@ -5,6 +5,6 @@
 // talk with: WaitFor (an event a test cannot be told about), Logger (Warn and
 // above to the test log), Server (a loopback TCP server running a handler
 // per connection, Echo) and RoundTrip, and Child (a helper process a test
-// kills and restarts, talked to over stdin and tagged output lines). It is imported only from _test.go
-// files and test helper packages.
+// kills and restarts, talked to over stdin and tagged output lines). It is
+// imported only from _test.go files and test helper packages.
 package testenv
