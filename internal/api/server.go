@@ -346,14 +346,37 @@ func (s *server) badBody(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusBadRequest, err)
 }
 
-func (s *server) join(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeBody[JoinRequest](w, r)
+// validBody decodes r's body into a T and validates it; a bad body is
+// answered (400, or 413 when too large) and ok is false.
+func validBody[T interface{ Validate() error }](s *server, w http.ResponseWriter, r *http.Request) (v T, ok bool) {
+	v, err := decodeBody[T](w, r)
 	if err != nil {
 		s.badBody(w, err)
+		return v, false
+	}
+	if err := v.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return v, false
+	}
+	return v, true
+}
+
+// writeList answers items wrapped by wrap (an empty list, never null), or
+// err.
+func writeList[T, L any](s *server, w http.ResponseWriter, r *http.Request, items []T, err error, wrap func([]T) L) {
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	if err := req.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	if items == nil {
+		items = []T{}
+	}
+	writeJSON(w, http.StatusOK, wrap(items))
+}
+
+func (s *server) join(w http.ResponseWriter, r *http.Request) {
+	req, ok := validBody[JoinRequest](s, w, r)
+	if !ok {
 		return
 	}
 	if s.cfg.Joiner == nil {
@@ -402,24 +425,12 @@ func (s *server) join(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) listFEPs(w http.ResponseWriter, r *http.Request) {
 	feps, err := s.cfg.Backend.FEPs(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if feps == nil {
-		feps = []FEP{}
-	}
-	writeJSON(w, http.StatusOK, FEPList{FEPs: feps})
+	writeList(s, w, r, feps, err, func(l []FEP) FEPList { return FEPList{FEPs: l} })
 }
 
 func (s *server) registerFEP(w http.ResponseWriter, r *http.Request) {
-	f, err := decodeBody[FEP](w, r)
-	if err != nil {
-		s.badBody(w, err)
-		return
-	}
-	if err := f.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	f, ok := validBody[FEP](s, w, r)
+	if !ok {
 		return
 	}
 	if err := s.mayActFor(r, f.ID); err != nil {
@@ -452,20 +463,26 @@ func (s *server) pathID(w http.ResponseWriter, r *http.Request, name string) (st
 	return id, true
 }
 
-func (s *server) deleteFEP(w http.ResponseWriter, r *http.Request) {
+// deleteByID answers a DELETE of the object named by the path's id: the
+// caller must pass may, del removes it (204 No Content).
+func (s *server) deleteByID(w http.ResponseWriter, r *http.Request, may func(*http.Request, string) error, del func(context.Context, string) error) {
 	id, ok := s.pathID(w, r, "id")
 	if !ok {
 		return
 	}
-	if err := s.mayActFor(r, id); err != nil {
+	if err := may(r, id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.cfg.Backend.DeleteFEP(r.Context(), id); err != nil {
+	if err := del(r.Context(), id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) deleteFEP(w http.ResponseWriter, r *http.Request) {
+	s.deleteByID(w, r, s.mayActFor, s.cfg.Backend.DeleteFEP)
 }
 
 func (s *server) targets(w http.ResponseWriter, r *http.Request) {
@@ -670,24 +687,12 @@ func (s *server) mayAdmin(r *http.Request) error {
 
 func (s *server) listDestinations(w http.ResponseWriter, r *http.Request) {
 	ds, err := s.cfg.Backend.Destinations(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if ds == nil {
-		ds = []DestinationStatus{}
-	}
-	writeJSON(w, http.StatusOK, DestinationList{Destinations: ds})
+	writeList(s, w, r, ds, err, func(l []DestinationStatus) DestinationList { return DestinationList{Destinations: l} })
 }
 
 func (s *server) registerDestination(w http.ResponseWriter, r *http.Request) {
-	d, err := decodeBody[Destination](w, r)
-	if err != nil {
-		s.badBody(w, err)
-		return
-	}
-	if err := d.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	d, ok := validBody[Destination](s, w, r)
+	if !ok {
 		return
 	}
 	if err := s.mayAdmin(r); err != nil {
@@ -702,19 +707,7 @@ func (s *server) registerDestination(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) deleteDestination(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.pathID(w, r, "id")
-	if !ok {
-		return
-	}
-	if err := s.mayAdmin(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.cfg.Backend.DeleteDestination(r.Context(), id); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.deleteByID(w, r, func(r *http.Request, _ string) error { return s.mayAdmin(r) }, s.cfg.Backend.DeleteDestination)
 }
 
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
