@@ -2,12 +2,9 @@ package httpconnect
 
 import (
 	"bufio"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,11 +19,7 @@ func TestCurlInterop(t *testing.T) {
 		t.Skip("runs curl")
 	}
 	curl := testenv.RequireCommand(t, "curl")
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello via connect")
-	}))
-	t.Cleanup(origin.Close)
-	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
+	port := testenv.HTTPOrigin(t, "hello via connect")
 	url := "http://localhost:" + port + "/"
 
 	tests := []struct {
@@ -43,20 +36,9 @@ func TestCurlInterop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var wg sync.WaitGroup
-			defer wg.Wait() // after ln.Close below, which ends a pending Accept
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
 			targets := make(chan string, 1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				serveOne(ln, tt.needAuth, targets)
-			}()
-			args := append([]string{"-sS", "--max-time", "10", "--proxytunnel", "-x", "http://" + ln.Addr().String(), url}, tt.extra...)
+			proxy := testenv.NewServer(t, func(c *net.TCPConn) { serveOne(c, tt.needAuth, targets) })
+			args := append([]string{"-sS", "--max-time", "10", "--proxytunnel", "-x", "http://" + proxy.Addr(), url}, tt.extra...)
 			out, err := exec.Command(curl, args...).CombinedOutput()
 			select {
 			case got := <-targets:
@@ -77,13 +59,7 @@ func TestCurlInterop(t *testing.T) {
 }
 
 // serveOne is a minimal HTTP CONNECT proxy for one connection.
-func serveOne(ln net.Listener, needAuth bool, targets chan<- string) {
-	c, err := ln.Accept()
-	if err != nil {
-		targets <- ""
-		return
-	}
-	defer c.Close()
+func serveOne(c *net.TCPConn, needAuth bool, targets chan<- string) {
 	br := bufio.NewReader(c)
 	target, hdr, err := ReadRequest(br, Limits{})
 	targets <- target
@@ -108,13 +84,5 @@ func serveOne(ln net.Listener, needAuth bool, targets chan<- string) {
 		b, _ := br.Peek(n)
 		up.Write(b)
 	}
-	done := make(chan struct{})
-	go func() {
-		io.Copy(up, c)
-		up.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
-	io.Copy(c, up)
-	c.(*net.TCPConn).CloseWrite()
-	<-done
+	testenv.Splice(c, up.(*net.TCPConn))
 }

@@ -2,13 +2,9 @@ package socks5
 
 import (
 	"context"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os/exec"
-	"sync"
 	"testing"
 
 	"github.com/mosto-net/mosto/internal/testenv"
@@ -22,11 +18,7 @@ func TestCurlInterop(t *testing.T) {
 		t.Skip("runs curl")
 	}
 	curl := testenv.RequireCommand(t, "curl")
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello via socks5")
-	}))
-	t.Cleanup(origin.Close)
-	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
+	port := testenv.HTTPOrigin(t, "hello via socks5")
 
 	tests := []struct {
 		name       string
@@ -46,23 +38,12 @@ func TestCurlInterop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var wg sync.WaitGroup
-			defer wg.Wait() // after ln.Close below, which ends a pending Accept
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
 			targets := make(chan string, 1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				serveOne(ln, tt.cfg, targets)
-			}()
+			proxy := testenv.NewServer(t, func(c *net.TCPConn) { serveOne(c, tt.cfg, targets) })
 			args := append([]string{"-sS", "--max-time", "10"}, tt.args...)
 			for i, a := range args {
 				if a == "PROXY" {
-					args[i] = ln.Addr().String()
+					args[i] = proxy.Addr()
 				}
 			}
 			out, err := exec.Command(curl, args...).CombinedOutput()
@@ -81,12 +62,7 @@ func TestCurlInterop(t *testing.T) {
 }
 
 // serveOne is a minimal SOCKS5 proxy for one connection.
-func serveOne(ln net.Listener, cfg Config, targets chan<- string) {
-	c, err := ln.Accept()
-	if err != nil {
-		return
-	}
-	defer c.Close()
+func serveOne(c *net.TCPConn, cfg Config, targets chan<- string) {
 	req, err := Handshake(context.Background(), c, cfg)
 	if err != nil {
 		return
@@ -99,13 +75,5 @@ func serveOne(ln net.Listener, cfg Config, targets chan<- string) {
 	}
 	defer up.Close()
 	Reply(c, Succeeded, netip.MustParseAddrPort(up.LocalAddr().String()))
-	done := make(chan struct{})
-	go func() {
-		io.Copy(up, c)
-		up.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
-	io.Copy(c, up)
-	c.(*net.TCPConn).CloseWrite()
-	<-done
+	testenv.Splice(c, up.(*net.TCPConn))
 }

@@ -3,6 +3,8 @@ package testenv
 import (
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -84,4 +86,31 @@ func RoundTrip(t testing.TB, addr string, msg []byte) []byte {
 		t.Fatalf("read: %v", err)
 	}
 	return got
+}
+
+// Splice copies between a and b both ways until both directions ended,
+// half-closing each side after the other's EOF (what a relay does; for a
+// test's minimal proxy).
+func Splice(a, b *net.TCPConn) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(b, a)
+		b.CloseWrite()
+	}()
+	io.Copy(a, b)
+	a.CloseWrite()
+	<-done
+}
+
+// HTTPOrigin answers body to every HTTP request on 127.0.0.1 until t ends
+// and returns its port.
+func HTTPOrigin(t testing.TB, body string) string {
+	t.Helper()
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(o.Close)
+	_, port, _ := net.SplitHostPort(o.Listener.Addr().String())
+	return port
 }
