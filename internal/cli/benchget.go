@@ -16,14 +16,14 @@ import (
 func runBenchGet(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench get")
 	runs1 := fs.Int("runs-multisource", 30, "iterations of the multi-source scenario (seed: 30)")
-	runs2 := fs.Int("runs-failure", 20, "iterations of the failure scenario (seed: 20)")
+	runs2 := fs.Int("runs-failure", 20, "iterations of each failure scenario, failure and failure-access (seed: 20)")
 	runs3 := fs.Int("runs-multipath", 40, "iterations of the multipath scenario (seed: 4 x 10)")
 	runs4 := fs.Int("runs-shared", 5, "iterations of the shared-bottleneck scenario (coupled congestion control)")
 	aria2 := fs.String("aria2", "", "aria2c's settings, space-separated (default: getbench.Aria2Args)")
 	quick := fs.Int("quick", 0, "if > 0, this many iterations of every scenario")
-	only := fs.String("scenarios", "", "comma-separated subset of multisource,nginx,failure,multipath,shared (nginx: multisource with nginx mirrors, --runs-multisource iterations)")
+	only := fs.String("scenarios", "", "comma-separated subset of multisource,nginx,failure,failure-access,multipath,shared (nginx: multisource with nginx mirrors, --runs-multisource iterations; failure-access: the failure scenario behind a shared access link, as the seed's world)")
 	out := fs.String("out", "", "write the markdown report here (default: stdout)")
-	svg := fs.String("svg", "", "write the per-sub-flow rate plot of a failure run here (seed Fig. 5), and of the congested-chain run beside it (NAME-congested.svg)")
+	svg := fs.String("svg", "", "write the per-sub-flow rate plot of a failure run here (seed Fig. 5), and of the congested-chain and failure-access runs beside it (NAME-congested.svg, NAME-access.svg)")
 	jsonOut := fs.String("json", "", "write every download (with mosto get's stats) here")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
 	if _, err := parseFlags(fs, args); err != nil {
@@ -76,6 +76,14 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 		if *svg != "" {
 			path := strings.TrimSuffix(*svg, ".svg") + "-congested.svg"
 			if p, ok := getbench.RatePlot(rs, "multipath", "2 paths, Milan chain congested", "mosto get, 50 MB, 2 sources x 2 paths, the Milan chain cut to a quarter from 30% to 70%"); ok {
+				if serr := writeSVG(path, p.WriteSVG); serr != nil && err == nil {
+					err = serr
+				}
+			}
+		}
+		if *svg != "" {
+			path := strings.TrimSuffix(*svg, ".svg") + "-access.svg"
+			if p, ok := getbench.RatePlot(rs, "failure-access", "mosto get, Paris silent", "mosto get, 50 MB from 3 sources behind a shared access link, Paris silent for 7 s from 20%"); ok {
 				if serr := writeSVG(path, p.WriteSVG); serr != nil && err == nil {
 					err = serr
 				}

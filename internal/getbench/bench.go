@@ -26,7 +26,7 @@ import (
 // Config configures Run.
 type Config struct {
 	Runs      [4]int   // iterations of multisource, failure, multipath (seed: 30, 20, 4x10), shared
-	Scenarios []string // subset of "multisource", "failure", "multipath", "shared", "nginx"; empty: all
+	Scenarios []string // subset of "multisource", "failure", "failure-access", "multipath", "shared", "nginx"; empty: all
 	Mosto     string   // mosto binary for the proxies of the multipath scenario
 	Aria2     []string // aria2c's settings; nil: Aria2Args
 	Dir       string   // work directory (downloads, proxy configs and logs)
@@ -43,6 +43,9 @@ type Result struct {
 	Err      string      `json:"error,omitempty"`
 	Stats    *mget.Stats `json:"stats,omitempty"`  // mosto get only
 	Shared   *Shared     `json:"shared,omitempty"` // the shared scenario
+	// SilenceAt is when Paris went silent (seconds from the start), in a
+	// failure scenario's runs with the silence.
+	SilenceAt float64 `json:"silence_at,omitempty"`
 }
 
 // The world: the client in Athens (the seed's subscriber is in Greece),
@@ -110,7 +113,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if len(cfg.Scenarios) == 0 {
-		cfg.Scenarios = []string{"multisource", "nginx", "failure", "multipath", "shared"}
+		cfg.Scenarios = []string{"multisource", "nginx", "failure", "failure-access", "multipath", "shared"}
 	}
 	for _, tool := range []string{"aria2c", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -157,6 +160,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			err = b.multisource(ctx)
 		case "failure":
 			err = b.failure(ctx)
+		case "failure-access":
+			err = b.failureAccess(ctx)
 		case "multipath":
 			err = b.multipath(ctx)
 		case "shared":
@@ -320,9 +325,15 @@ func (b *bench) multisource(ctx context.Context) error {
 	return nil
 }
 
+// silence is how long Paris is silent in the failure scenarios (seed 003).
+const silence = 7 * time.Second
+
 // failure: 50 MB from the three sources; Paris (the fastest) silent for 7 s
 // from 20% of the same tool's no-failure time in the same iteration.
-func (b *bench) failure(ctx context.Context) error {
+func (b *bench) failure(ctx context.Context) error { return b.failureIn(ctx, "failure") }
+
+// failureIn runs the failure scenario in b's world, recorded as sc.
+func (b *bench) failureIn(ctx context.Context, sc string) error {
 	const size = 50_000_000
 	var urls []string
 	var srcs []mget.Source
@@ -331,28 +342,33 @@ func (b *bench) failure(ctx context.Context) error {
 		srcs = append(srcs, mget.Source{URL: b.url(s.host, size), Dial: b.dial})
 	}
 	paris := b.origins["paris"]
-	silenceAt := func(normal float64) (func(), func()) {
+	silenceAt := func(normal float64) (func(), func(), float64) {
 		var t *time.Timer
+		at := 0.2 * normal
 		return func() {
-				t = time.AfterFunc(time.Duration(0.2*normal*float64(time.Second)), func() { paris.Silence(7 * time.Second) })
+				t = time.AfterFunc(time.Duration(at*float64(time.Second)), func() { paris.Silence(silence) })
 			}, func() {
 				t.Stop()
 				paris.Silence(0)
-			}
+			}, at
 	}
 	for run := 0; run < b.cfg.Runs[1]; run++ {
 		el, st, err := b.getMosto(ctx, srcs, size, nil)
-		b.record(result("failure", "mosto get", run, el, st, err))
-		start, stop := silenceAt(el)
+		b.record(result(sc, "mosto get", run, el, st, err))
+		start, stop, at := silenceAt(el)
 		el2, st2, err := b.getMosto(ctx, srcs, size, start)
 		stop()
-		b.record(result("failure", "mosto get, Paris silent", run, el2, st2, err))
+		r := result(sc, "mosto get, Paris silent", run, el2, st2, err)
+		r.SilenceAt = at
+		b.record(r)
 		el, err = b.aria2(ctx, size, nil, urls...)
-		b.record(result("failure", "aria2c", run, el, nil, err))
-		start, stop = silenceAt(el)
+		b.record(result(sc, "aria2c", run, el, nil, err))
+		start, stop, at = silenceAt(el)
 		el2, err = b.aria2(ctx, size, start, urls...)
 		stop()
-		b.record(result("failure", "aria2c, Paris silent", run, el2, nil, err))
+		r = result(sc, "aria2c, Paris silent", run, el2, nil, err)
+		r.SilenceAt = at
+		b.record(r)
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -137,6 +137,10 @@ type sub struct {
 	u         *url.URL
 	st        SubStats
 	rate      float64 // bytes/s, EWMA
+	last      float64 // bytes/s over the last sampling interval
+	active    float64 // the EWMA rate when the sub-flow last received bytes
+	warm      float64 // active when the session went live: its window's rate while young
+	warmUntil time.Time
 	lastBytes int64
 	srtt      time.Duration
 	live      bool      // a session is past its probe and may request
@@ -357,7 +361,15 @@ func (d *dl) sample() {
 		delta := s.st.Bytes + s.st.DupBytes - s.lastBytes
 		s.lastBytes += delta
 		r := float64(delta) / sampleEvery.Seconds()
-		s.rate = 0.7*s.rate + 0.3*r
+		if s.rate == 0 {
+			s.rate = r // the first sample: an EWMA from 0 would hold the window back
+		} else {
+			s.rate = 0.7*s.rate + 0.3*r
+		}
+		s.last = r
+		if r > 0 {
+			s.active = s.rate
+		}
 		sm.MBps = append(sm.MBps, r/1e6)
 		snap.Names = append(snap.Names, s.u.Host+" "+s.src.Path)
 		snap.MBps = append(snap.MBps, s.rate/1e6)
@@ -582,6 +594,10 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 	var q []inflight
 	d.mu.Lock()
 	s.live = true
+	// A sub-flow back from a stall or error (a source that was silent)
+	// starts from the rate it had when it last received, not from its
+	// EWMA decayed by the silence: it takes its share back at once.
+	s.warm, s.warmUntil = s.active, time.Now().Add(warmFor)
 	if d.electLocked() {
 		d.notifyLocked()
 	}
@@ -715,17 +731,30 @@ func (d *dl) probeFailed(i int, probed *bool, err error) error {
 // minWindowTime is the least time of a sub-flow's rate its window holds.
 const minWindowTime = 250 * time.Millisecond
 
+// warmFor is how long a new session's window uses the rate the sub-flow
+// had when it last received (if higher than what it measures now): about
+// ten samples, after which the EWMA holds the new session's rate.
+const warmFor = time.Second
+
 // windowLocked returns sub-flow s's window: what it may have requested and
 // not received, grown with its measured rate x RTT (twice, so the pipe
-// stays full while the next request crosses), at least one range.
+// stays full while the next request crosses), at least one range. The rate
+// is the larger of the EWMA and the last sample (the window follows a rise
+// within one sample, e.g. when another source goes silent and this one's
+// TCP connection takes the freed capacity, and a fall slowly), and of the
+// rate before a stall while the session is young (warmFor).
 func (d *dl) windowLocked(s *sub) int64 {
 	if !d.mayRequestLocked(s) {
 		return 0
 	}
+	rate := max(s.rate, s.last)
+	if time.Now().Before(s.warmUntil) {
+		rate = max(rate, s.warm)
+	}
 	// The RTT measured on an empty pipeline misses the queue a competing
 	// flow keeps at the bottleneck: at least minWindowTime of the rate.
-	w := int64(s.rate*max(2*s.srtt.Seconds(), minWindowTime.Seconds())) + d.cfg.Block
-	if s.rate == 0 {
+	w := int64(rate*max(2*s.srtt.Seconds(), minWindowTime.Seconds())) + d.cfg.Block
+	if rate == 0 {
 		w = 2 * d.cfg.Block
 	}
 	return min(max(w, d.cfg.Block), d.cfg.MaxWindow)
