@@ -357,19 +357,8 @@ func (d *dl) sample() {
 	d.mu.Lock()
 	snap := Snapshot{Size: d.id.Size, Received: d.sched.Received(), Elapsed: time.Since(d.start)}
 	sm := Sample{T: time.Since(d.start).Seconds()}
-	for _, s := range d.subs {
-		delta := s.st.Bytes + s.st.DupBytes - s.lastBytes
-		s.lastBytes += delta
-		r := float64(delta) / sampleEvery.Seconds()
-		if s.rate == 0 {
-			s.rate = r // the first sample: an EWMA from 0 would hold the window back
-		} else {
-			s.rate = 0.7*s.rate + 0.3*r
-		}
-		s.last = r
-		if r > 0 {
-			s.active = s.rate
-		}
+	for i, r := range d.sampleRatesLocked() {
+		s := d.subs[i]
 		sm.MBps = append(sm.MBps, r/1e6)
 		snap.Names = append(snap.Names, s.u.Host+" "+s.src.Path)
 		snap.MBps = append(snap.MBps, s.rate/1e6)
@@ -382,6 +371,28 @@ func (d *dl) sample() {
 	if d.cfg.Progress != nil {
 		d.cfg.Progress(snap)
 	}
+}
+
+// sampleRatesLocked takes one sampleEvery's rate sample of every sub-flow,
+// updates their EWMA, and returns the samples (bytes/s). d.mu must be held.
+func (d *dl) sampleRatesLocked() []float64 {
+	out := make([]float64, len(d.subs))
+	for i, s := range d.subs {
+		delta := s.st.Bytes + s.st.DupBytes - s.lastBytes
+		s.lastBytes += delta
+		r := float64(delta) / sampleEvery.Seconds()
+		if s.rate == 0 {
+			s.rate = r // the first sample: an EWMA from 0 would hold the window back
+		} else {
+			s.rate = 0.7*s.rate + 0.3*r
+		}
+		s.last = r
+		if r > 0 {
+			s.active = s.rate
+		}
+		out[i] = r
+	}
+	return out
 }
 
 func (d *dl) stats() *Stats {
