@@ -50,6 +50,14 @@ type XlateJoiner struct {
 	// caller runs outside the router's network namespace, where xlate's
 	// route lookup would look); 0: from the routing table.
 	Ifindex int
+	// Placer, when set, moves the surrogate -> client direction of a join
+	// to the surrogate's host (surrogate-side placement, docs/router.md):
+	// a surrogate whose agent is connected gets that entry before the
+	// request leaves, and the router's own copy is installed Remote (it
+	// drops what still reaches it) until the agent refuses it or is lost,
+	// when the router translates it again. nil: the router's host
+	// translates both directions.
+	Placer Placer
 
 	routes routeCache
 
@@ -58,6 +66,8 @@ type XlateJoiner struct {
 	reserveFailed atomic.Int64
 	joins         atomic.Int64
 	preparedJoins atomic.Int64
+	placed        atomic.Int64
+	released      atomic.Int64
 	phase         [4]atomic.Int64 // ns summed over joins: read, install, verify, send
 }
 
@@ -73,6 +83,32 @@ type JoinTimes struct {
 	// and the surrogate leg out of repair mode. Send: the client leg's
 	// silent close and the request's write to the surrogate leg.
 	Read, Install, Verify, Send time.Duration
+}
+
+// Placer ships one direction of a join to the surrogate's host
+// (internal/xagent.Placer).
+type Placer interface {
+	// Ready reports whether surrogate's host can take an entry now.
+	Ready(surrogate netip.Addr) bool
+	// Place sends e without waiting; release is called later if the
+	// surrogate's host refuses or loses it. False: not sent.
+	Place(surrogate netip.Addr, e xlate.Entry, release func()) bool
+	// Unplace says the join of in is over.
+	Unplace(surrogate netip.Addr, in xlate.Tuple)
+}
+
+// Placement counts the joins whose response direction was placed on the
+// surrogate's host, and those of them released back to the router's host
+// (refused, not sent, or the agent lost).
+func (j *XlateJoiner) Placement() (placed, released int64) {
+	return j.placed.Load(), j.released.Load()
+}
+
+// release makes the router's host translate the response direction of a
+// join that was placed on the surrogate's host.
+func (j *XlateJoiner) release(in xlate.Tuple) {
+	j.released.Add(1)
+	j.Splicer.Release(in)
 }
 
 // Times returns the join's phase times so far.
@@ -204,9 +240,12 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 	// with unread or unacknowledged bytes (every syscall here delays the
 	// request; docs/router.md, "Where the handoff's time goes").
 	var joinErr error
-	var sin xlate.Tuple
+	var sin, cin xlate.Tuple
+	var remote bool
 	prep, _ := prepared.(*preparedLeg)
-	if err := control2(client, surrogate, func(cfd, sfd int) { sin, joinErr = j.freezeAndInstall(cfd, sfd, prep, n-sent, &ph) }); err != nil {
+	if err := control2(client, surrogate, func(cfd, sfd int) {
+		sin, cin, remote, joinErr = j.freezeAndInstall(cfd, sfd, prep, n-sent, &ph)
+	}); err != nil {
 		return sent, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	if joinErr != nil {
@@ -235,7 +274,16 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 		linger = 3 * time.Second
 	}
 	oneSegment := n <= mss(surrogate)
-	j.wg.Go(func() { j.retire(ctx, surrogate, sin, linger, oneSegment) })
+	j.wg.Go(func() {
+		if !remote {
+			j.retire(ctx, surrogate, sin, sin, false, linger, oneSegment)
+			return
+		}
+		// The answer does not cross this host: the client's first packet
+		// after the join (its ACK of the answer) shows it instead.
+		j.retire(ctx, surrogate, sin, cin, true, linger, oneSegment)
+		j.Placer.Unplace(sin.Src.Addr(), sin)
+	})
 	return n, nil
 }
 
@@ -268,7 +316,11 @@ const answerPoll = 5 * time.Millisecond
 // as the client's half-close, while a socket in repair mode closes
 // silently (handed-off sessions survive a killed router with pinned
 // translation; docs/router.md).
-func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in xlate.Tuple, linger time.Duration, oneSegment bool) {
+//
+// answer is the entry whose counters show the answer: in (the surrogate ->
+// client direction) or, with byClient (surrogate-side placement), the
+// client -> surrogate direction, where the client's first packet shows it.
+func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in, answer xlate.Tuple, byClient bool, linger time.Duration, oneSegment bool) {
 	defer c.Close()
 	t := time.NewTimer(linger)
 	defer t.Stop()
@@ -287,7 +339,7 @@ wait:
 		case <-ctx.Done():
 			break wait
 		case <-poll:
-			if st, ok := j.Splicer.Entry(in); !ok || st.Bytes > 0 || st.FIN || st.RST {
+			if st, ok := j.Splicer.Entry(answer); !ok || st.Bytes > 0 || st.FIN || st.RST || (byClient && st.Packets > 0) {
 				answered = ok
 				break wait
 			}
@@ -350,14 +402,17 @@ func (j *XlateJoiner) Wait() { j.wg.Wait() }
 // leg's In tuple.
 // With prep (the surrogate leg's state read when it was pooled) only the
 // client leg is frozen.
-func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later int, ph *phases) (xlate.Tuple, error) {
+//
+// It also returns the client leg's In tuple and whether the surrogate ->
+// client direction was placed on the surrogate's host (Placer).
+func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later int, ph *phases) (sin, cin xlate.Tuple, remote bool, err error) {
 	if err := setRepair(cfd, 1); err != nil {
-		return xlate.Tuple{}, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
+		return sin, cin, false, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
 	}
 	if prep == nil {
 		if err := setRepair(sfd, 1); err != nil {
 			setRepair(cfd, unix.TCP_REPAIR_OFF_NO_WP)
-			return xlate.Tuple{}, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
+			return sin, cin, false, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
 		}
 	}
 	undo := func() {
@@ -376,11 +431,14 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	}
 	if err := errors.Join(err1, err2); err != nil {
 		undo()
-		return xlate.Tuple{}, fmt.Errorf("%w: %v", ErrJoinRefused, err)
+		return sin, cin, false, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	ss.SndNxt += uint32(later) // sent after the install
 	ph.mark(0)
 	ab, ba, err := xlate.Pair(cs, ss)
+	sur := ba.In.Src.Addr()
+	remote = err == nil && j.Placer != nil && j.Placer.Ready(sur)
+	ba.Remote = remote
 	ab.Ifindex, ba.Ifindex = j.Ifindex, j.Ifindex
 	if err == nil && j.Ifindex == 0 {
 		ab.Ifindex, err = j.routes.ifindex(ab.Out.Dst.Addr())
@@ -393,7 +451,7 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	}
 	if err != nil {
 		undo()
-		return xlate.Tuple{}, fmt.Errorf("%w: %v", ErrJoinRefused, err)
+		return sin, cin, false, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	ph.mark(1)
 	// Did a packet reach either socket between the read and the install?
@@ -411,17 +469,29 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	if err1 != nil || err2 != nil || uint32(crcv) != cs.RcvNxt || uint32(srcv) != ss.RcvNxt {
 		j.Splicer.Remove(ab.In)
 		undo()
-		return xlate.Tuple{}, fmt.Errorf("%w: a leg moved during the install", ErrJoinRefused)
+		return sin, cin, false, fmt.Errorf("%w: a leg moved during the install", ErrJoinRefused)
 	}
 	// The client leg stays in repair mode (closed silently by the caller);
 	// the surrogate leg leaves it to send the last byte.
 	if prep == nil {
 		if err := setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP); err != nil {
-			return xlate.Tuple{}, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
+			return sin, cin, false, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
+		}
+	}
+	if remote {
+		// Before the request leaves: the agent's install races the
+		// surrogate's answer, which the router's Remote entry drops (the
+		// surrogate retransmits it) if the agent lost.
+		if j.Placer.Place(sur, ba, func() { j.release(ba.In) }) {
+			j.placed.Add(1)
+		} else {
+			j.placed.Add(1)
+			j.release(ba.In)
+			remote = false
 		}
 	}
 	ph.mark(2)
-	return ba.In, nil
+	return ba.In, ab.In, remote, nil
 }
 
 // routeTTL is how long a looked-up route is reused.

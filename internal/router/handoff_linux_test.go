@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/origin"
 	"github.com/mosto-net/mosto/internal/testenv"
+	"github.com/mosto-net/mosto/internal/xagent"
 	"github.com/mosto-net/mosto/internal/xlate"
 )
 
@@ -29,9 +31,27 @@ type handoffWorld struct {
 	joiner  *XlateJoiner
 	splicer *xlate.Splicer
 	kill    func() // stops the surrogate
+	// Surrogate-side placement (startTriangleWorld): the surrogate's
+	// translation and agent, the router's placer.
+	surSplicer *xlate.Splicer
+	agent      *xagent.Agent
+	placer     *xagent.Placer
 }
 
 func startHandoffWorld(t *testing.T, slowSurrogate bool) *handoffWorld {
+	t.Helper()
+	return startWorld(t, slowSurrogate, false)
+}
+
+// startTriangleWorld is startHandoffWorld with the surrogate-side
+// placement: an agent on sur with xlate's egress program, the router's
+// joiner placing the response direction there.
+func startTriangleWorld(t *testing.T) *handoffWorld {
+	t.Helper()
+	return startWorld(t, false, true)
+}
+
+func startWorld(t *testing.T, slowSurrogate, triangle bool) *handoffWorld {
 	t.Helper()
 	d := 1.0
 	spec := &emu.Spec{Name: "rthandoff", Hosts: []emu.HostSpec{{Name: "client"}, {Name: "rr"}, {Name: "sur"}},
@@ -94,6 +114,36 @@ func startHandoffWorld(t *testing.T, slowSurrogate bool) *handoffWorld {
 	// After the router and its lingering legs stopped (they read the map).
 	t.Cleanup(func() { cancel(); wg.Wait(); hw.splicer.Close() })
 	hw.joiner = &XlateJoiner{Splicer: hw.splicer, Ifindex: ifindex, Linger: time.Second}
+	if triangle {
+		key := []byte("test key for the surrogate agent")
+		if err := w.Do("sur", func() (err error) {
+			hw.surSplicer, err = xlate.Open(ctx, xlate.Config{Egress: true})
+			return err
+		}); err != nil {
+			t.Fatalf("xlate.Open with egress in sur: %v", err)
+		}
+		t.Cleanup(func() { cancel(); wg.Wait(); hw.surSplicer.Close() })
+		agentAddr := net.JoinHostPort(w.Addr("sur").String(), "7070")
+		aln, err := w.Listen(ctx, "sur", "tcp", agentAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hw.agent = &xagent.Agent{Key: key, Xlate: hw.surSplicer, InNetns: func(fn func() error) error { return w.Do("sur", fn) }}
+		wg.Go(func() { hw.agent.Serve(ctx, aln) })
+		hw.placer, err = xagent.NewPlacer(xagent.PlacerConfig{Key: key, Agents: map[netip.Addr]string{w.Addr("sur"): agentAddr},
+			Dial: func(ctx context.Context, n, a string) (net.Conn, error) { return w.Dial(ctx, "rr", n, a) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hw.placer.Start(ctx)
+		wg.Go(hw.placer.Wait)
+		rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer rcancel()
+		if err := hw.placer.WaitReady(rctx); err != nil {
+			t.Fatal(err)
+		}
+		hw.joiner.Placer = hw.placer
+	}
 	p, err := NewPicker(PickConfig{Surrogates: []Surrogate{{"sur", hw.sur}}})
 	if err != nil {
 		t.Fatal(err)

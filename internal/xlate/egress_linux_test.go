@@ -35,8 +35,9 @@ func TestProgramEgress(t *testing.T) {
 	if ret, out := run(t, rr.objs.XlateEth, fromSur); ret != tcActShot || out.Src != fromSur.Src || out.Seq != fromSur.Seq {
 		t.Errorf("remote entry at the router: return %d, %+v; want a drop, untouched", ret, out)
 	}
-	if st := rr.Stats(); st.Remote != 1 || st.Packets != 0 {
-		t.Errorf("router counters %+v; want 1 remote drop, nothing translated", st)
+	run(t, rr.objs.XlateEth, testPkt{Src: b.Remote, Dst: b.Local, Seq: b.RcvNxt, Ack: b.SndNxt, Flags: tcpACK, TS: true, TSval: 424242})
+	if st := rr.Stats(); st.Remote != 2 || st.RemoteData != 1 || st.Packets != 0 {
+		t.Errorf("router counters %+v; want 2 remote drops, 1 with data, nothing translated", st)
 	}
 	// The client -> surrogate direction still translates at the router.
 	if ret, _ := run(t, rr.objs.XlateEth, testPkt{Src: a.Remote, Dst: a.Local, Seq: a.RcvNxt, Ack: a.SndNxt, Flags: tcpACK, TS: true, TSval: 9}); ret != tcActRedirect {
@@ -47,8 +48,9 @@ func TestProgramEgress(t *testing.T) {
 	if err := sur.InstallEgress(ba); err != nil {
 		t.Fatal(err)
 	}
-	if err := sur.InstallEgress(ba); err == nil {
-		t.Error("second InstallEgress of the same tuple succeeded")
+	// A second install of the tuple replaces the first.
+	if err := sur.InstallEgress(ba); err != nil || sur.Stats().Singles != 1 {
+		t.Errorf("second InstallEgress of the same tuple: %v, %d singles; want it replaced", err, sur.Stats().Singles)
 	}
 	before := uint32(monoNow()/time.Millisecond) + a.TSOffset
 	ret, out := run(t, sur.objs.XlateEthEgress, fromSur)

@@ -48,6 +48,8 @@ func RouteIfindex(dst netip.Addr) (int, error) { return routeIfindex(dst) }
 // direction is translated elsewhere (the router's host), so the TSval delta
 // latched here is not passed on. The sweeper removes the entry after
 // IdleTimeout without packets, or CloseLinger after a FIN or RST it saw.
+// An entry of the same tuple is replaced: the sender reuses a tuple only
+// after its join ended (the router holds a joined leg's tuple meanwhile).
 func (s *Splicer) InstallEgress(e Entry) error {
 	if e.Ifindex == 0 {
 		idx, err := routeIfindex(e.Out.Dst.Addr())
@@ -66,7 +68,10 @@ func (s *Splicer) InstallEgress(e Entry) error {
 	e.Remote = false
 	k, v := tupleKey(e.In), e.value()
 	v.LastNs = uint64(monoNow())
-	if err := s.objs.Joins.Update(&k, &v, ebpf.UpdateNoExist); err != nil {
+	if _, ok := s.pairs[e.In]; ok {
+		return s.count(refuse(ReasonExists, "%s is joined on this host", e.In))
+	}
+	if err := s.objs.Joins.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		return s.count(installErr(e.In, err))
 	}
 	s.singles[e.In] = true

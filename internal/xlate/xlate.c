@@ -88,6 +88,7 @@ enum ctr {
 	C_LATCHED, // TSval deltas latched
 	C_EGRESS,  // packets translated by an egress program
 	C_REMOTE,  // packets of an F_REMOTE entry, dropped here
+	C_REMOTE_DATA, // those of them with a payload (a lost race's answer)
 	C_MAX,
 };
 
@@ -193,6 +194,8 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 	// Userspace clears the flag to fall back to translating here.
 	if (e->flags & F_REMOTE) {
 		count(C_REMOTE, 1);
+		if (iplen > (__u32)tcp->doff * 4)
+			count(C_REMOTE_DATA, 1);
 		return TC_ACT_SHOT;
 	}
 	// A join being installed: the relay's sockets are frozen and compared

@@ -544,8 +544,9 @@ type Stats struct {
 	Singles int
 	// From the program, summed over CPUs. Egress counts the packets
 	// translated by the egress program, Remote those dropped by an entry
-	// translated at the peer's egress (Entry.Remote).
-	Packets, Bytes, Redirected, Passed, Errors, Latched, Egress, Remote uint64
+	// translated at the peer's egress (Entry.Remote), RemoteData those of
+	// them with a payload.
+	Packets, Bytes, Redirected, Passed, Errors, Latched, Egress, Remote, RemoteData uint64
 }
 
 // Stats returns the counters.
@@ -560,7 +561,7 @@ func (s *Splicer) Stats() Stats {
 	st.Adopted, st.Held = s.adopted, len(s.held)
 	s.mu.Unlock()
 	st.ReserveFailed = s.reserveFailed.Load()
-	vals := make([]uint64, 8)
+	vals := make([]uint64, 9)
 	for i := range vals {
 		var per []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &per); err == nil {
@@ -569,7 +570,7 @@ func (s *Splicer) Stats() Stats {
 			}
 		}
 	}
-	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched, st.Egress, st.Remote = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7]
+	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched, st.Egress, st.Remote, st.RemoteData = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8]
 	return st
 }
 
