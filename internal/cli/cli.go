@@ -41,6 +41,7 @@ func commands() []command {
 		{"status", "the overlay's state in the terminal (FEPs, counters, chains of a pair, RTT changes)", runStatus},
 		{"token", "issue join tokens for proxies (token create)", runToken},
 		{"router", "HTTP request router: 302, proxy, handoff and DNS redirection to surrogates", runRouter},
+		{"xagent", "surrogate-side translation agent for the router's handoff (--placement surrogate)", runXagent},
 		{"demo", "bring up an emulated world and compare direct vs mosto transfers", runDemo},
 		{"bench", "benchmarks (bench proxy, bench transfer)", runBench},
 		{"get", "download one object from several mirrors over several paths (mmFTP)", runGet},

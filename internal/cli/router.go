@@ -13,6 +13,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/router"
 	"github.com/mosto-net/mosto/internal/topo"
+	"github.com/mosto-net/mosto/internal/xagent"
 )
 
 // listFlag collects a repeatable flag.
@@ -37,6 +38,10 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 	pool := fs.Int("pool", 8, "pre-established connections per surrogate (proxy, handoff); 0 for none")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "time allowed for a complete request head (slowloris)")
 	pinDir := fs.String("pin-dir", "", "handoff: bpffs directory pinning the translation, so handed-off sessions survive a killed router and a restarted one adopts them; \"off\" for none (default /sys/fs/bpf/mosto/net<netns>/router-<port>; a clean stop removes it)")
+	placement := fs.String("placement", "rr", "handoff: where the response direction is translated: rr (this host) or surrogate (the surrogate's host, by its `mosto xagent`, when connected; else this host)")
+	var agents listFlag
+	fs.Var(&agents, "agent", "--placement surrogate: a surrogate's agent, SURROGATE_HOST=AGENT_HOST:PORT (repeat)")
+	agentKey := fs.String("agent-key-file", "", "--placement surrogate: file with the key shared with the agents (at least 16 bytes)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto router --listen ADDR --mode 302|proxy|handoff --surrogate NAME=HOST:PORT... [--near ...] [--dns ADDR]")
 		fs.PrintDefaults()
@@ -83,6 +88,22 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 		}
 		defer ln.Close()
 	}
+	var placer *xagent.Placer
+	switch *placement {
+	case "rr":
+		if len(agents) > 0 || *agentKey != "" {
+			return usageErrorf("--agent and --agent-key-file need --placement surrogate")
+		}
+	case "surrogate":
+		if m != router.ModeHandoff {
+			return usageErrorf("--placement surrogate applies to --mode handoff")
+		}
+		if placer, err = newPlacer(env, agents, *agentKey); err != nil {
+			return usageErrorf("%v", err)
+		}
+	default:
+		return usageErrorf("--placement %q: want rr or surrogate", *placement)
+	}
 	var joiner router.Joiner
 	if m == router.ModeHandoff {
 		if *listen == "" {
@@ -98,6 +119,16 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 		}
 		defer closeJoiner()
 		defer cancel()
+		if placer != nil {
+			placer.Start(ctx)
+			defer placer.Wait()
+			defer cancel()
+			j.Placer = placer
+			defer func() {
+				placed, released := j.Placement()
+				env.Log.Info("router: surrogate-side placement", "placed", placed, "released", released, "placer", fmt.Sprintf("%+v", placer.Stats()))
+			}()
+		}
 		joiner = j
 	}
 	var wg sync.WaitGroup

@@ -72,6 +72,14 @@ func TestRouterUsage(t *testing.T) {
 		{"router"},
 		{"router", "--listen", "127.0.0.1:0", "--mode", "nope", "--surrogate", "a=127.0.0.1:1"},
 		{"router", "--listen", "127.0.0.1:0"},
+		{"router", "--listen", "127.0.0.1:0", "--mode", "handoff", "--surrogate", "a=127.0.0.1:1", "--placement", "elsewhere"},
+		{"router", "--listen", "127.0.0.1:0", "--mode", "proxy", "--surrogate", "a=127.0.0.1:1", "--placement", "surrogate", "--agent", "127.0.0.1=127.0.0.1:7070"},
+		{"router", "--listen", "127.0.0.1:0", "--mode", "handoff", "--surrogate", "a=127.0.0.1:1", "--placement", "surrogate"},
+		{"router", "--listen", "127.0.0.1:0", "--mode", "handoff", "--surrogate", "a=127.0.0.1:1", "--agent", "127.0.0.1=127.0.0.1:7070"},
+		{"router", "--listen", "127.0.0.1:0", "--mode", "handoff", "--surrogate", "a=127.0.0.1:1", "--placement", "surrogate", "--agent", "nohost", "--agent-key-file", "/dev/null"},
+		{"xagent"},
+		{"xagent", "--listen", "127.0.0.1:0", "--key-file", "/dev/null"},
+		{"xagent", "--listen", "127.0.0.1:0", "--key-file", "/nonexistent/key"},
 	} {
 		var out, errb bytes.Buffer
 		if code := Run(context.Background(), args, nil, &out, &errb); code != 2 {

@@ -47,8 +47,8 @@ var testKey = []byte("0123456789abcdef0123")
 
 func entry(sport uint16) xlate.Entry {
 	return xlate.Entry{
-		In:  xlate.Tuple{Src: netip.MustParseAddrPort("10.0.0.3:8080"), Dst: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.2"), sport)},
-		Out: xlate.Tuple{Src: netip.MustParseAddrPort("10.0.0.2:80"), Dst: netip.MustParseAddrPort("10.0.0.1:40000")},
+		In:     xlate.Tuple{Src: netip.MustParseAddrPort("10.0.0.3:8080"), Dst: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.2"), sport)},
+		Out:    xlate.Tuple{Src: netip.MustParseAddrPort("10.0.0.2:80"), Dst: netip.MustParseAddrPort("10.0.0.1:40000")},
 		SeqAdd: 7, AckAdd: 9, Timestamps: true, TSOffset: 123456, InWScale: 7, OutWScale: 9, Ifindex: 5, Remote: true,
 	}
 }
