@@ -58,10 +58,21 @@ func (p *pipe) run() outcome {
 	var watchWG sync.WaitGroup
 	stopWatch := func() {}
 	if p.off != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		stopWatch = cancel
-		watchWG.Add(1)
-		go p.off.watch(ctx, p, &watchWG, 0)
+		// The first sample before any copy: a flow that is due already (an
+		// event loop relayed it past after_bytes before handing it over)
+		// pauses before its first read, every time, instead of whenever a
+		// watcher goroutine happens to get there.
+		var st watchState
+		due, wait, ok := p.off.sample(p, &st)
+		switch {
+		case due:
+			p.pause()
+		case ok:
+			ctx, cancel := context.WithCancel(context.Background())
+			stopWatch = cancel
+			watchWG.Add(1)
+			go p.off.watch(ctx, p, &watchWG, wait, st)
+		}
 	}
 	errc := make(chan error, 1)
 	p.startUpstream(errc)
@@ -74,6 +85,9 @@ func (p *pipe) run() outcome {
 	watchWG.Wait()
 	if p.off != nil {
 		errDown, errUp = p.off.afterCopies(p, errDown, errUp, p.log)
+		if p.log != nil {
+			p.log("flow copies ended", "down", errDown, "up", errUp)
+		}
 	}
 	if t := p.timer.Load(); t != nil {
 		t.Stop()
@@ -128,6 +142,13 @@ func (p *pipe) startUpstream(errc chan<- error) {
 		r.err = err
 	}
 	switch {
+	case p.pausedErr(r.err):
+		// The offload watcher paused the flow before this first read (a
+		// flow an event loop handed over may be due at once: its sockets
+		// already acknowledged after_bytes). Nothing was read: the
+		// direction is paused like any other (resetting the flow here cut
+		// chained flows in the emulator).
+		errc <- errPaused
 	case r.err != nil:
 		p.abort()
 		errc <- r.err
@@ -163,6 +184,9 @@ func (p *pipe) copyHalf(dst, src *net.TCPConn, bytes byteCounter) error {
 		return errPaused
 	}
 	if err != nil {
+		if p.log != nil && !p.aborted.Load() {
+			p.log("copy failed, resetting the flow", "err", err, "pausing", p.pausing.Load())
+		}
 		p.abort()
 		return err
 	}

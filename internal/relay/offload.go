@@ -246,8 +246,9 @@ func (s *Server) stopOffload() {
 
 // watch samples both connections' TCP_INFO about once per RTT and pauses
 // the flow's copies when it should leave the relay, not before delay. It
-// returns when ctx ends or after pausing.
-func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup, delay time.Duration) {
+// returns when ctx ends or after pausing. st carries what earlier samples
+// saw (a first sample taken before the copies started, see run).
+func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup, delay time.Duration, st watchState) {
 	defer wg.Done()
 	if delay > 0 {
 		t := time.NewTimer(delay)
@@ -258,47 +259,13 @@ func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup, dela
 		case <-t.C:
 		}
 	}
-	var prev [2]ccSample
-	lossy := false
 	for {
-		wait := 10 * time.Millisecond
-		due := false
-		for i, c := range []*net.TCPConn{p.down, p.up} {
-			cur, ok := readCC(c)
-			if !ok {
-				return
-			}
-			if cur.rtt > wait {
-				wait = min(cur.rtt, 200*time.Millisecond)
-			}
-			if o.cfg.AfterBytes > 0 && int64(cur.bytesAcked) >= o.cfg.AfterBytes {
-				due = true
-			}
-			if o.cfg.Mode == OffloadSlowStart && cur.bytesAcked > 1<<20 {
-				// Left slow start: ssthresh set by a loss, or the cwnd of a
-				// cwnd-limited sender grew less than 1.5x over an RTT.
-				if cur.ssthresh < 0x7fffffff {
-					due = true
-				}
-				if prev[i].cwnd > 0 && cur.bytesAcked > prev[i].bytesAcked && 2*cur.cwnd < 3*prev[i].cwnd {
-					due = true
-				}
-			}
-			prev[i] = cur
-		}
-		if due && o.cfg.KeepLossy {
-			if keep, est, rate := keepSplit(prev); keep {
-				due = false
-				if !lossy {
-					lossy = true
-					o.log.Debug("offload held back under loss", "joined_estimate_mbit", est/1e6, "relayed_mbit", rate/1e6)
-				}
-			}
+		due, wait, ok := o.sample(p, &st)
+		if !ok {
+			return
 		}
 		if due {
-			p.pausing.Store(true)
-			p.down.SetReadDeadline(time.Now())
-			p.up.SetReadDeadline(time.Now())
+			p.pause()
 			return
 		}
 		select {
@@ -307,6 +274,61 @@ func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup, dela
 		case <-time.After(wait):
 		}
 	}
+}
+
+// watchState is what a flow's watcher carries from one sample to the next.
+type watchState struct {
+	prev  [2]ccSample
+	lossy bool // the loss rule held the offload back (logged once)
+}
+
+// sample reads both connections' TCP_INFO once: due reports whether the
+// flow should leave the relay now, wait is the time to the next sample
+// (about one RTT), ok is false when a connection cannot be read (closed).
+func (o *offloader) sample(p *pipe, st *watchState) (due bool, wait time.Duration, ok bool) {
+	wait = 10 * time.Millisecond
+	for i, c := range []*net.TCPConn{p.down, p.up} {
+		cur, ok := readCC(c)
+		if !ok {
+			return false, 0, false
+		}
+		if cur.rtt > wait {
+			wait = min(cur.rtt, 200*time.Millisecond)
+		}
+		if o.cfg.AfterBytes > 0 && int64(cur.bytesAcked) >= o.cfg.AfterBytes {
+			due = true
+		}
+		if o.cfg.Mode == OffloadSlowStart && cur.bytesAcked > 1<<20 {
+			// Left slow start: ssthresh set by a loss, or the cwnd of a
+			// cwnd-limited sender grew less than 1.5x over an RTT.
+			if cur.ssthresh < 0x7fffffff {
+				due = true
+			}
+			prev := st.prev[i]
+			if prev.cwnd > 0 && cur.bytesAcked > prev.bytesAcked && 2*cur.cwnd < 3*prev.cwnd {
+				due = true
+			}
+		}
+		st.prev[i] = cur
+	}
+	if due && o.cfg.KeepLossy {
+		if keep, est, rate := keepSplit(st.prev); keep {
+			due = false
+			if !st.lossy {
+				st.lossy = true
+				o.log.Debug("offload held back under loss", "joined_estimate_mbit", est/1e6, "relayed_mbit", rate/1e6)
+			}
+		}
+	}
+	return due, wait, true
+}
+
+// pause stops both copy directions at their next read (errPaused) so the
+// flow can be handed over.
+func (p *pipe) pause() {
+	p.pausing.Store(true)
+	p.down.SetReadDeadline(time.Now())
+	p.up.SetReadDeadline(time.Now())
 }
 
 // afterCopies runs when both copy directions returned: if they were paused
@@ -320,7 +342,18 @@ func (o *offloader) afterCopies(p *pipe, errDown, errUp error, log func(string, 
 			return errOffloaded, errOffloaded
 		}
 		if errors.Is(err, xlate.ErrEnded) {
+			log("offload: both directions ended during the handover", "attempt", n)
 			return nil, nil // both directions ended (FINs forwarded): a finished flow
+		}
+		if legFailed(err) {
+			// A leg was reset (or a write failed) while the handover
+			// drained it: the flow is broken. Resuming would read the
+			// reset leg's EOF and pass a clean FIN on (a truncated
+			// transfer that looks complete): reset both sides instead.
+			o.final.Add(1)
+			log("offload: a leg failed during the handover, resetting the flow", "err", err, "attempt", n)
+			p.abort()
+			return err, err
 		}
 		retry := n < o.cfg.attempts() && retryable(err)
 		if retry {
@@ -374,6 +407,22 @@ func retryable(err error) bool {
 	return false
 }
 
+// legFailed reports whether a handover error is a failure of the flow's
+// sockets themselves (a peek, write or FIN forward that met a reset or
+// broken leg), not a refusal or a timeout.
+func legFailed(err error) bool {
+	var re *xlate.RefusedError
+	if errors.As(err, &re) {
+		return false
+	}
+	for _, e := range []error{unix.ECONNRESET, unix.EPIPE, unix.ETIMEDOUT, unix.ENOTCONN, unix.EHOSTUNREACH, unix.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // resume restarts the paused copy directions of p and waits for both to
 // return again. With watch a new watcher may pause them again after delay.
 func (o *offloader) resume(p *pipe, errDown, errUp error, watch bool, delay time.Duration) (error, error) {
@@ -384,7 +433,7 @@ func (o *offloader) resume(p *pipe, errDown, errUp error, watch bool, delay time
 	ctx, stopWatch := context.WithCancel(context.Background())
 	if watch {
 		watchWG.Add(1)
-		go o.watch(ctx, p, &watchWG, delay)
+		go o.watch(ctx, p, &watchWG, delay, watchState{})
 	}
 	var wg sync.WaitGroup
 	if errors.Is(errUp, errPaused) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"fmt"
 	"hash"
 	"io"
 	"net"
@@ -46,6 +47,72 @@ func TestOffloadService(t *testing.T) {
 			})
 		}
 	}
+	t.Run("loops=0/loop-first", func(t *testing.T) { offloadServiceChild(t, "0", "loop-first") })
+}
+
+// loopFirstFlows runs n echo flows at once, each first in small exchanges
+// (8 KB, each waiting for its echo: the event loop relays them) past
+// offload.after_bytes, then in bulk (the loop hands the flow to the
+// goroutine path, which splices, and the offload watcher finds the flow due
+// at once). Every flow must come back intact, offloaded or not: a pause that
+// landed before the goroutine path's first read used to reset the flow
+// (the emulator's Fig. 4 chain with offload lost fetches that way).
+func loopFirstFlows(t *testing.T, r *running, p1, relayAddr string, n int) {
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() { errs <- loopFirstFlow(t, p1, relayAddr) }()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("%d flows intact; handovers %+v; outcomes: offloaded %v, ok %v, reset %v", n, r.offload.Load().stats(),
+		flows(r.Server, roleInP, outcomeOffloaded), flows(r.Server, roleInP, outcomeOK), flows(r.Server, roleInP, outcomeReset))
+}
+
+func loopFirstFlow(t *testing.T, p1, relayAddr string) error {
+	var c *net.TCPConn
+	if err := xlatetest.In(t, p1, func() error {
+		nc, err := net.DialTimeout("tcp", net.JoinHostPort(relayAddr, "8080"), 10*time.Second)
+		if err == nil {
+			c = nc.(*net.TCPConn)
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
+	msg, back := make([]byte, 8<<10), make([]byte, 8<<10)
+	for sent := 0; sent < 5<<18; sent += len(msg) { // 1.25 MiB > after_bytes
+		rand.Read(msg)
+		if _, err := c.Write(msg); err != nil {
+			return fmt.Errorf("small exchanges, after %d bytes: write: %w", sent, err)
+		}
+		if _, err := io.ReadFull(c, back); err != nil {
+			return fmt.Errorf("small exchanges, after %d bytes: read: %w", sent, err)
+		}
+		if !bytes.Equal(msg, back) {
+			return fmt.Errorf("small exchanges, after %d bytes: the echo differs", sent)
+		}
+	}
+	got := make(chan [32]byte, 1)
+	var rerr error
+	go func() {
+		h := sha256.New()
+		_, rerr = io.Copy(h, c)
+		got <- [32]byte(h.Sum(nil))
+	}()
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(c, h), io.LimitReader(rand.Reader, 8<<20)); err != nil {
+		return fmt.Errorf("bulk: send: %w", err)
+	}
+	c.CloseWrite()
+	if sum := <-got; sum != [32]byte(h.Sum(nil)) {
+		return fmt.Errorf("bulk: the echo differs (read error %v)", rerr)
+	}
+	return nil
 }
 
 func offloadServiceChild(t *testing.T, loops, flow string) {
@@ -231,7 +298,7 @@ func offloadChildBody(t *testing.T, args []string) {
 			if err != nil {
 				return
 			}
-			if flow == "echo" {
+			if flow != "upload" {
 				go testenv.Echo(c.(*net.TCPConn))
 				continue
 			}
@@ -254,6 +321,10 @@ func offloadChildBody(t *testing.T, args []string) {
 	}
 	r := start(t, cfg)
 	testenv.WaitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
+	if flow == "loop-first" {
+		loopFirstFlows(t, r, p1, relayAddr, 4)
+		return
+	}
 
 	var c *net.TCPConn
 	xlatetest.MustIn(t, p1, func() error {
