@@ -2,8 +2,10 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/testenv"
+	"github.com/mosto-net/mosto/internal/xlate"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,5 +109,27 @@ func TestPauseBeforeFirstRead(t *testing.T) {
 	up.Close()
 	if b := <-got; !bytes.Equal(b, want) {
 		t.Fatalf("echo through the resumed flow: %d bytes, want %d intact", len(b), len(want))
+	}
+}
+
+// TestLegFailed: a handover error that is a broken leg (a peek or write
+// meeting a reset) ends the flow with a reset; refusals and timeouts
+// resume it.
+func TestLegFailed(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("xlate: handover peek: %w", unix.ECONNRESET), true},
+		{fmt.Errorf("xlate: handover write: %w", unix.EPIPE), true},
+		{fmt.Errorf("xlate: handover forward FIN: %w", unix.ENOTCONN), true},
+		{&xlate.RefusedError{Reason: xlate.ReasonRaced, Detail: "state moved"}, false},
+		{&xlate.RefusedError{Reason: xlate.ReasonState, Detail: fmt.Sprint(unix.ENOTCONN)}, false},
+		{context.DeadlineExceeded, false},
+		{errors.New("xlate: map update: something else"), false},
+	} {
+		if got := legFailed(c.err); got != c.want {
+			t.Errorf("legFailed(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
