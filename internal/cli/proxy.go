@@ -92,7 +92,7 @@ func runProxy(ctx context.Context, env *Env, args []string) error {
 	actx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go runAgent(actx, &wg, env, ag)
+	go runAgent(actx, &wg, env, ag, acfg.ProbeConn != nil)
 	err = srv.Run(ctx)
 	stop()
 	wg.Wait()
@@ -131,9 +131,14 @@ func superviseWorkers(ctx context.Context, env *Env, cfg *relay.Config, args []s
 }
 
 // runAgent runs the controller agent until ctx ends. The daemon keeps
-// serving with the last table if the agent fails.
-func runAgent(ctx context.Context, wg *sync.WaitGroup, env *Env, ag *agent.Agent) {
+// serving with the last table if the agent fails. passedProbe: the agent
+// measures on a socket systemd passed (logged here, beside the relay
+// starting, rather than before it).
+func runAgent(ctx context.Context, wg *sync.WaitGroup, env *Env, ag *agent.Agent, passedProbe bool) {
 	defer wg.Done()
+	if passedProbe {
+		env.Log.Info("socket activation: the agent measures on the passed datagram socket", "probe", true)
+	}
 	if err := ag.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 		env.Log.Error("controller agent stopped; serving with the last table", "err", err)
 	}

@@ -42,6 +42,8 @@ func takeActivated(env *Env, cfg *relay.Config, acfg *agent.Config) error {
 			return fmt.Errorf("socket activation: datagram socket %q on %s: only the measurement endpoint of a proxy with a controller section takes one", s.Name, s.Addr())
 		}
 	}
-	env.Log.Info("socket activation", "sockets", len(socks), "listeners", len(cfg.Activated), "probe", acfg != nil && acfg.ProbeConn != nil)
+	// The relay logs its passed listeners once they accept (off the path
+	// of the connection that started this process); the measurement
+	// socket is logged by runProxy beside the agent.
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/mosto-net/mosto/internal/activation"
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
+	"github.com/mosto-net/mosto/internal/stats"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -142,12 +144,18 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 	})
 	const n = 50
 	var fig activationFigure
+	var cpu []float64 // ms of CPU from connect to the first byte, systemd-socket-activate's process
 	for range n {
 		if ssa != "" {
 			sd := startSD(t, ssa, []activation.Passed{{Name: "service-web", File: sdf}}, sdEnv, sdArgv, inFEP)
+			pid := sd.cmd.Process.Pid
+			c0, cerr := procCPU(pid)
 			d, err := first(sdAddr)
 			if err != nil {
 				t.Fatalf("cold start by systemd-socket-activate: %v (%s)", err, sd.stderr.String())
+			}
+			if c1, err := procCPU(pid); err == nil && cerr == nil {
+				cpu = append(cpu, float64(c1-c0)/1e6)
 			}
 			fig.add("systemd-socket-activate", d)
 			sd.stop(t)
@@ -176,4 +184,9 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 	}
 	fig.log(t, fmt.Sprintf("emulator (client Dublin, FEP London, origin New York; RTT client-FEP %.1f ms, FEP-origin %.1f ms)",
 		float64(w.RTT("client", "fep"))/1e6, float64(w.RTT("fep", "origin"))/1e6))
+	if len(cpu) > 0 {
+		slices.Sort(cpu)
+		t.Logf("  CPU (user+system, every thread) of the systemd-socket-activate process from connect to the first byte: median %.2f ms, p95 %.2f ms over %d starts",
+			stats.Median(cpu), stats.Percentile(cpu, 95), len(cpu))
+	}
 }

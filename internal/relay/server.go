@@ -245,35 +245,20 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopIntercept()
-	s.log.Info("proxy serving", "listeners", len(s.accept.listeners), "members", len(s.overlay.members.Load().src.Members()))
-	for _, l := range s.accept.listeners {
-		s.log.Info("listening", "entry", l.kind.String(), "addr", l.ln.Addr().String())
-		if l.kind != kindSOCKS5 && l.kind != kindConnect {
-			continue
-		}
-		open := (l.kind == kindSOCKS5 && len(s.cfg.SOCKS5.Users) == 0) || (l.kind == kindConnect && len(s.cfg.HTTPConnect.Users) == 0)
-		if ip := addrPort(l.ln.Addr()).Addr(); open && len(l.allow) == 0 && !ip.IsLoopback() {
-			s.log.Warn("entry without users or allowlist on a non-loopback address: anyone reaching it may use this proxy (the EgP's destination policy still applies)", "entry", l.kind.String(), "addr", l.ln.Addr().String())
-		}
-	}
+	// The listeners accept first: what a flow does not need (the pools'
+	// refills, the start-up log lines) comes after, off the path of the
+	// connection that started a socket-activated proxy (docs/ops.md).
+	// Offload stays before: a flow accepted before it would never be
+	// offloaded.
 	var acceptWG sync.WaitGroup
 	fatal := make(chan error, len(s.accept.listeners)+1)
 	poolCtx, stopPools := context.WithCancel(context.Background())
 	defer stopPools()
-	var poolWG sync.WaitGroup
-	for _, p := range []*connPool{s.out.hopPool, s.out.originPool} {
-		if p != nil {
-			poolWG.Add(1)
-			go s.runPool(&poolWG, poolCtx, p)
-		}
-	}
 	if err := s.startOffload(poolCtx); err != nil {
 		s.log.Warn("offload unavailable, every flow stays relayed", "err", err)
 	}
 	defer s.stopOffload()
-	if err := s.startLoops(); err != nil {
-		s.log.Warn("event loops unavailable, serving every flow on goroutines", "err", err)
-	}
+	loopErr := s.startLoops()
 	for _, l := range s.accept.listeners {
 		if l.looped {
 			continue
@@ -286,6 +271,14 @@ func (s *Server) Run(ctx context.Context) error {
 		acceptWG.Add(1)
 		go s.serveMetrics(&acceptWG, fatal)
 	}
+	var poolWG sync.WaitGroup
+	for _, p := range []*connPool{s.out.hopPool, s.out.originPool} {
+		if p != nil {
+			poolWG.Add(1)
+			go s.runPool(&poolWG, poolCtx, p)
+		}
+	}
+	s.logServing(loopErr)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -318,6 +311,27 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // Close releases the listeners of a Server whose Run was never called.
+// logServing logs what Run serves, once the listeners accept.
+func (s *Server) logServing(loopErr error) {
+	if loopErr != nil {
+		s.log.Warn("event loops unavailable, serving every flow on goroutines", "err", loopErr)
+	}
+	if n := len(s.cfg.Activated); n > 0 {
+		s.log.Info("socket activation", "listeners", n)
+	}
+	s.log.Info("proxy serving", "listeners", len(s.accept.listeners), "members", len(s.overlay.members.Load().src.Members()))
+	for _, l := range s.accept.listeners {
+		s.log.Info("listening", "entry", l.kind.String(), "addr", l.ln.Addr().String())
+		if l.kind != kindSOCKS5 && l.kind != kindConnect {
+			continue
+		}
+		open := (l.kind == kindSOCKS5 && len(s.cfg.SOCKS5.Users) == 0) || (l.kind == kindConnect && len(s.cfg.HTTPConnect.Users) == 0)
+		if ip := addrPort(l.ln.Addr()).Addr(); open && len(l.allow) == 0 && !ip.IsLoopback() {
+			s.log.Warn("entry without users or allowlist on a non-loopback address: anyone reaching it may use this proxy (the EgP's destination policy still applies)", "entry", l.kind.String(), "addr", l.ln.Addr().String())
+		}
+	}
+}
+
 func (s *Server) Close() error {
 	if s.ran.Load() {
 		return nil
