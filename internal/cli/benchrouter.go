@@ -30,11 +30,12 @@ func runBenchRouter(ctx context.Context, env *Env, args []string) error {
 	bulkOnly := fs.Bool("bulk-only", false, "only the bulk downloads")
 	routerSite := fs.Bool("router-site", false, "--geo: the proxy and handoff routers rank surrogates from rr's site (mosto router --site), since the response crosses rr")
 	handshakes := fs.Int("handshakes", 0, "first measure this many connects to the handoff router, a plain server on rr and s1, interleaved (with --bulk-only --bulk-runs 0: only these)")
+	ref := fs.String("ref", "handoff", "the mode the latency tables compare the others with (A12, p), e.g. handoff-s")
 	dir := fs.String("dir", "", "work directory (default: a new temporary directory)")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg := routerbench.Config{Runs: *runs, BulkRuns: *bulkRuns, Requests: *requests, HopMS: *hopMS, Log: env.Log, Dir: *dir,
+	cfg := routerbench.Config{Ref: *ref, Runs: *runs, BulkRuns: *bulkRuns, Requests: *requests, HopMS: *hopMS, Log: env.Log, Dir: *dir,
 		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly, RROnPath: *rrOnPath, Geo: *geo, Handshakes: *handshakes, RouterSite: *routerSite}
 	hopsSet := false
 	fs.Visit(func(f *flag.Flag) { hopsSet = hopsSet || f.Name == "hops" })

@@ -60,13 +60,20 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
+	triangleSite := ""
 	if *site != "" {
 		if m == router.ModeRedirect {
 			return usageErrorf("--site applies to proxy and handoff (a 302's client goes to the surrogate itself: use --near)")
 		}
-		near = siteNear(*site)
+		if *placement == "surrogate" {
+			// The response goes surrogate -> client: rank by the
+			// triangle's RTT(router, surrogate) + RTT(surrogate, client).
+			triangleSite = *site
+		} else {
+			near = siteNear(*site)
+		}
 	}
-	pcfg, err := pickConfig(surrogates, near, *matrix)
+	pcfg, err := pickConfig(surrogates, near, *matrix, triangleSite)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
@@ -172,7 +179,12 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 // picker then ranks surrogates by their RTT from the router.
 func siteNear(site string) []string { return []string{"0.0.0.0/0@" + site, "::/0@" + site} }
 
-func pickConfig(surrogates, near []string, matrix string) (router.PickConfig, error) {
+//
+// With triangleSite (the router's site, --placement surrogate), every
+// client location's RTT to a surrogate gets the surrogate's RTT from that
+// site added: the path of a handed-off answer is client -> router ->
+// surrogate -> client.
+func pickConfig(surrogates, near []string, matrix, triangleSite string) (router.PickConfig, error) {
 	var cfg router.PickConfig
 	sites := map[string]string{}
 	for _, s := range surrogates {
@@ -236,6 +248,19 @@ func pickConfig(surrogates, near []string, matrix string) (router.PickConfig, er
 			return cfg, err
 		}
 		cfg.Locations = append(cfg.Locations, locs...)
+		if triangleSite != "" {
+			from, err := router.LocationsFromMatrix(m, map[netip.Prefix]string{netip.MustParsePrefix("0.0.0.0/0"): triangleSite}, sites)
+			if err != nil {
+				return cfg, err
+			}
+			for _, l := range cfg.Locations {
+				for name := range l.RTT {
+					l.RTT[name] += from[0].RTT[name]
+				}
+			}
+		}
+	} else if triangleSite != "" {
+		return cfg, errors.New("--site with --placement surrogate needs client locations (--near PREFIX@SITE)")
 	}
 	return cfg, nil
 }

@@ -12,7 +12,7 @@ import (
 
 func TestPickConfigFlags(t *testing.T) {
 	cfg, err := pickConfig([]string{"eu=10.0.0.1:80@London", "asia=10.0.0.2:80@Osaka"},
-		[]string{"10.1.0.0/16@Dublin", "10.3.0.0/16=eu:9,asia:1.5"}, "wonderproxy")
+		[]string{"10.1.0.0/16@Dublin", "10.3.0.0/16=eu:9,asia:1.5"}, "wonderproxy", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestPickConfigFlags(t *testing.T) {
 		{{"eu=10.0.0.1:80"}, {"10.1.0.0/16=eu"}},
 		{{"eu=10.0.0.1:80"}, {"nonsense"}},
 	} {
-		if _, err := pickConfig(bad[0], bad[1], ""); err == nil {
+		if _, err := pickConfig(bad[0], bad[1], "", ""); err == nil {
 			t.Errorf("pickConfig(%q, %q) succeeded", bad[0], bad[1])
 		}
 	}
@@ -42,13 +42,18 @@ func TestSiteRanksFromRouter(t *testing.T) {
 	surr := []string{"ams=10.0.0.1:80@Amsterdam", "chi=10.0.0.2:80@Chicago"}
 	client := netip.MustParseAddr("10.4.0.9")
 	for _, c := range []struct {
-		near []string
-		want string
+		near     []string
+		triangle string
+		want     string
 	}{
-		{[]string{"10.4.0.0/16@NewYork"}, "chi"},
-		{siteNear("London"), "ams"},
+		{[]string{"10.4.0.0/16@NewYork"}, "", "chi"},
+		{siteNear("London"), "", "ams"},
+		// --placement surrogate: the answer goes client -> London ->
+		// surrogate -> client; from Chicago that is shortest via Chicago.
+		{[]string{"10.4.0.0/16@Chicago"}, "London", "chi"},
+		{[]string{"10.4.0.0/16@Dublin"}, "London", "ams"},
 	} {
-		cfg, err := pickConfig(surr, c.near, "wonderproxy")
+		cfg, err := pickConfig(surr, c.near, "wonderproxy", c.triangle)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ func runXagent(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "xagent")
 	listen := fs.String("listen", "", "control address (host:port) the routers connect to")
 	keyFile := fs.String("key-file", "", "file with the key shared with the routers (at least 16 bytes)")
+	prio := fs.Int("priority", 10, "SCHED_FIFO priority of the threads reading the control connections (an install races the surrogate's answer); 0: normal threads")
 	var ifaces listFlag
 	fs.Var(&ifaces, "interface", "device the surrogate's answers leave by (repeat; default every up, non-loopback device)")
 	fs.Usage = func() {
@@ -49,7 +50,10 @@ func runXagent(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("xagent: %w", err)
 	}
-	a := &xagent.Agent{Key: key, Xlate: sp, Log: env.Log}
+	if *prio < 0 || *prio > 99 {
+		return usageErrorf("--priority %d: want 0-99", *prio)
+	}
+	a := &xagent.Agent{Key: key, Xlate: sp, Priority: *prio, Log: env.Log}
 	env.Log.Info("xagent", "addr", ln.Addr().String())
 	err = a.Serve(ctx, ln)
 	env.Log.Info("xagent stopped", "stats", fmt.Sprintf("%+v", a.Stats()), "xlate", fmt.Sprintf("%+v", sp.Stats()))

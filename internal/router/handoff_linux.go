@@ -439,6 +439,13 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	sur := ba.In.Src.Addr()
 	remote = err == nil && j.Placer != nil && j.Placer.Ready(sur)
 	ba.Remote = remote
+	if remote {
+		// What reaches this host anyway (sent before the agent's install)
+		// is translated here with the TSval delta the agent latches at
+		// send time: taken back by the trip's estimate (half the leg's
+		// RTT) plus 1 ms, so it does not run ahead of the agent's.
+		ba.TSBack = uint16(min((ss.RTT/2+time.Millisecond-1)/time.Millisecond+1, 60000))
+	}
 	ab.Ifindex, ba.Ifindex = j.Ifindex, j.Ifindex
 	if err == nil && j.Ifindex == 0 {
 		ab.Ifindex, err = j.routes.ifindex(ab.Out.Dst.Addr())
@@ -480,8 +487,8 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	}
 	if remote {
 		// Before the request leaves: the agent's install races the
-		// surrogate's answer, which the router's Remote entry drops (the
-		// surrogate retransmits it) if the agent lost.
+		// surrogate's answer; what leaves the surrogate before it is
+		// translated here (the Remote entry), the rest there.
 		if j.Placer.Place(sur, ba, func() { j.release(ba.In) }) {
 			j.placed.Add(1)
 		} else {

@@ -53,9 +53,15 @@ func startTriangleWorld(t *testing.T) *handoffWorld {
 
 func startWorld(t *testing.T, slowSurrogate, triangle bool) *handoffWorld {
 	t.Helper()
-	d := 1.0
+	return startWorldDelays(t, slowSurrogate, triangle, 1, 1, 1)
+}
+
+// startWorldDelays is startWorld with the one-way delays (ms) of the
+// client -- rr, rr -- sur and client -- sur links.
+func startWorldDelays(t *testing.T, slowSurrogate, triangle bool, dcr, drs, dcs float64) *handoffWorld {
+	t.Helper()
 	spec := &emu.Spec{Name: "rthandoff", Hosts: []emu.HostSpec{{Name: "client"}, {Name: "rr"}, {Name: "sur"}},
-		Links: []emu.LinkSpec{{A: "client", B: "rr", DelayMS: &d}, {A: "rr", B: "sur", DelayMS: &d}, {A: "client", B: "sur", DelayMS: &d}}}
+		Links: []emu.LinkSpec{{A: "client", B: "rr", DelayMS: &dcr}, {A: "rr", B: "sur", DelayMS: &drs}, {A: "client", B: "sur", DelayMS: &dcs}}}
 	w := emutest.Start(t, spec)
 	hw := &handoffWorld{w: w, rr: net.JoinHostPort(w.Addr("rr").String(), "80"), sur: net.JoinHostPort(w.Addr("sur").String(), "8080")}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -128,7 +134,9 @@ func startWorld(t *testing.T, slowSurrogate, triangle bool) *handoffWorld {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hw.agent = &xagent.Agent{Key: key, Xlate: hw.surSplicer, InNetns: func(fn func() error) error { return w.Do("sur", fn) }}
+		// One device in sur: the agent's installs need no route lookup
+		// (in sur's namespace).
+		hw.agent = &xagent.Agent{Key: key, Xlate: hw.surSplicer, Priority: 10}
 		wg.Go(func() { hw.agent.Serve(ctx, aln) })
 		hw.placer, err = xagent.NewPlacer(xagent.PlacerConfig{Key: key, Agents: map[netip.Addr]string{w.Addr("sur"): agentAddr},
 			Dial: func(ctx context.Context, n, a string) (net.Conn, error) { return w.Dial(ctx, "rr", n, a) }})

@@ -20,11 +20,14 @@ import (
 )
 
 // Modes, in the order they are reported.
-var Modes = []string{"direct", "dns", "302", "proxy", "handoff", "nginx-lb"}
+var Modes = []string{"direct", "dns", "302", "proxy", "handoff", "handoff-s", "nginx-lb"}
 
 // Config configures a run.
 type Config struct {
 	Hops     []int   // client-side path lengths; default 1,2,4,8
+	// Ref is the mode the latency tables compare every other mode with
+	// (A12, Mann-Whitney p); default handoff.
+	Ref string
 	HopMS    float64 // one-way delay of every segment; default 0.5
 	OriginMS float64 // one-way delay surrogate <-> origin; default 10
 	Runs     int     // fetches per mode and hop count; default 30
@@ -100,8 +103,14 @@ func (c *Config) defaults() error {
 	if c.Requests == 0 {
 		c.Requests = 20
 	}
+	if c.Ref == "" {
+		c.Ref = "handoff"
+	}
 	if len(c.Modes) == 0 {
 		c.Modes = Modes
+	}
+	if !slices.Contains(Modes, c.Ref) {
+		return fmt.Errorf("routerbench: unknown reference mode %q", c.Ref)
 	}
 	for _, m := range c.Modes {
 		if !slices.Contains(Modes, m) {
@@ -232,6 +241,11 @@ func (b *bench) start(ctx context.Context) error {
 			surr = append(surr, "--near", w.Addr(clientName(h)).String()+"/32@"+GeoClients[h-1])
 		}
 	}
+	// handoff-s: the surrogate-side placement; an agent on each surrogate.
+	agentArgs, err := b.startAgents(ctx)
+	if err != nil {
+		return err
+	}
 	for _, m := range []struct {
 		mode string
 		port int
@@ -240,8 +254,10 @@ func (b *bench) start(ctx context.Context) error {
 		{"handoff", portHandoff, nil},
 		{"302", portRedirect, []string{"--dns", hostPort(w, "rr", portDNS), "--dns-name", dnsName}},
 		{"proxy", portProxy, nil},
+		{"handoff-s", portTriangle, agentArgs},
 	} {
-		args := append([]string{"router", "--listen", hostPort(w, "rr", m.port), "--mode", m.mode}, surr...)
+		mode := strings.TrimSuffix(m.mode, "-s")
+		args := append([]string{"router", "--listen", hostPort(w, "rr", m.port), "--mode", mode}, surr...)
 		args = append(args, m.args...)
 		if b.cfg.Geo && b.cfg.RouterSite && m.mode != "302" {
 			// The response crosses rr: rank surrogates from rr's site.
@@ -263,7 +279,7 @@ func (b *bench) start(ctx context.Context) error {
 	client := clientName(b.cfg.Hops[0])
 	deadline := time.Now().Add(20 * time.Second)
 	for _, a := range []string{hostPort(w, "s1", portCache), hostPort(w, "s2", portCache), hostPort(w, "rr", portLB),
-		hostPort(w, "rr", portHandoff), hostPort(w, "rr", portRedirect), hostPort(w, "rr", portProxy)} {
+		hostPort(w, "rr", portHandoff), hostPort(w, "rr", portRedirect), hostPort(w, "rr", portProxy), hostPort(w, "rr", portTriangle)} {
 		for {
 			c, err := w.Dial(ctx, client, "tcp", a)
 			if err == nil {
@@ -277,6 +293,31 @@ func (b *bench) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startAgents runs `mosto xagent` on s1 and s2 and returns the handoff-s
+// router's arguments for them.
+func (b *bench) startAgents(ctx context.Context) ([]string, error) {
+	w := b.w
+	key := filepath.Join(b.cfg.Dir, "agent.key")
+	if err := os.WriteFile(key, []byte(fmt.Sprintf("bench key %d %d\n", time.Now().UnixNano(), os.Getpid())), 0o600); err != nil {
+		return nil, err
+	}
+	args := []string{"--placement", "surrogate", "--agent-key-file", key}
+	for _, s := range []string{"s1", "s2"} {
+		cmd := w.Command(ctx, s, b.cfg.Mosto, "xagent", "--listen", hostPort(w, s, portAgent), "--key-file", key)
+		f, err := os.Create(filepath.Join(b.cfg.Dir, "xagent-"+s+".log"))
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start mosto xagent on %s: %w", s, err)
+		}
+		b.procs["xagent-"+s] = &proc{name: "xagent-" + s, cmd: cmd}
+		args = append(args, "--agent", w.Addr(s).String()+"="+hostPort(w, s, portAgent))
+	}
+	return args, nil
 }
 
 func target(seed int, size int64) string {
@@ -335,6 +376,8 @@ func (b *bench) addr(ctx context.Context, mode string) (string, error) {
 		return hostPort(w, "rr", portProxy), nil
 	case "handoff":
 		return hostPort(w, "rr", portHandoff), nil
+	case "handoff-s":
+		return hostPort(w, "rr", portTriangle), nil
 	case "nginx-lb":
 		return hostPort(w, "rr", portLB), nil
 	}
@@ -389,13 +432,14 @@ func (b *bench) latency(ctx context.Context, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(out, "## %s\n\n", b.label(h))
-		fmt.Fprintf(out, "| mode | handshake ms (median) | GET to first byte ms (median, p10-p90) | total ms (median) | TTFB A12 handoff vs mode | Mann-Whitney p |\n|---|---|---|---|---|---|\n")
+		ref := b.cfg.Ref
+		fmt.Fprintf(out, "| mode | handshake ms (median) | GET to first byte ms (median, p10-p90) | total ms (median) | TTFB A12 %s vs mode | Mann-Whitney p |\n|---|---|---|---|---|---|\n", ref)
 		for _, m := range b.cfg.Modes {
 			x := ttfb[m][h]
 			a12, p := "", ""
-			if m != "handoff" && len(ttfb["handoff"][h]) > 0 {
-				a12 = fmt.Sprintf("%.2f", stats.A12(ttfb["handoff"][h], x))
-				if mw, err := stats.MannWhitneyU(ttfb["handoff"][h], x); err == nil {
+			if m != ref && len(ttfb[ref][h]) > 0 {
+				a12 = fmt.Sprintf("%.2f", stats.A12(ttfb[ref][h], x))
+				if mw, err := stats.MannWhitneyU(ttfb[ref][h], x); err == nil {
 					p = fmt.Sprintf("%.2g", mw.P)
 				}
 			}

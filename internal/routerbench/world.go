@@ -19,6 +19,8 @@ const (
 	portHandoff  = 80
 	portRedirect = 81
 	portProxy    = 82
+	portTriangle = 83 // handoff, surrogate-side placement
+	portAgent    = 7070
 	portLB       = 8000
 	portDNS      = 53
 	portCache    = 8080

@@ -49,7 +49,12 @@ type Agent struct {
 	// namespace (where its route to the client is looked up); nil: the
 	// calling thread's (the agent runs in it).
 	InNetns func(fn func() error) error
-	Log     *slog.Logger
+	// Priority, when above 0, serves each control connection on a
+	// SCHED_FIFO thread of that priority with blocking reads, so an
+	// install is handled as soon as it arrives (it races the surrogate's
+	// answer); falls back to a normal goroutine when refused.
+	Priority int
+	Log      *slog.Logger
 
 	installed, refused, authFailed atomic.Int64
 }
@@ -92,14 +97,14 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 			defer c.Close()
 			cstop := context.AfterFunc(ctx, func() { c.Close() })
 			defer cstop()
-			if err := a.serveConn(c); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+			if err := a.serveConn(ctx, c, log); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 				log.Warn("xagent: control connection", "peer", c.RemoteAddr(), "err", err)
 			}
 		})
 	}
 }
 
-func (a *Agent) serveConn(c net.Conn) error {
+func (a *Agent) serveConn(ctx context.Context, c net.Conn, log *slog.Logger) error {
 	boot, err := bootID()
 	if err != nil {
 		return err
@@ -126,6 +131,22 @@ func (a *Agent) serveConn(c net.Conn) error {
 	}
 	c.SetDeadline(time.Time{})
 	fr := newFramer(sessionKey(a.Key, h.Nonce[:], nc), dirToRouter, dirToAgent)
+	var rw io.ReadWriter = c
+	if a.Priority > 0 {
+		if br.Buffered() > 0 {
+			return errors.New("xagent: router sent frames before the handshake ended")
+		}
+		f, stop, err := realtimeFile(c, a.Priority)
+		if err != nil {
+			log.Warn("xagent: control connection on a normal thread", "err", err)
+		} else {
+			defer f.Close()
+			done := context.AfterFunc(ctx, stop)
+			defer done()
+			rw = f
+			br = bufio.NewReader(f)
+		}
+	}
 	var out []byte
 	for {
 		typ, body, err := fr.read(br)
@@ -160,7 +181,7 @@ func (a *Agent) serveConn(c net.Conn) error {
 			}
 			rb, _ := json.Marshal(res)
 			out = fr.appendFrame(out[:0], msgResult, rb)
-			if _, err := c.Write(out); err != nil {
+			if _, err := rw.Write(out); err != nil {
 				return err
 			}
 		case msgRemove:

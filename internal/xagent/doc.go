@@ -18,12 +18,14 @@
 //
 // Ordering: the router sends the entry before it writes the request on the
 // pooled connection and does not wait for the agent's answer (no extra
-// RTT). Its own entry for that direction is installed xlate.Entry.Remote:
-// a surrogate packet that left before the agent's install (the agent lost
-// the race to the surrogate's answer) reaches the router, is dropped there
-// and retransmitted by the surrogate into the agent's entry. A refusal, or
-// a lost control connection, releases the router's entries (Release): the
-// router translates that direction itself (the RR-side placement).
+// RTT). Its own entry for that direction stays, installed
+// xlate.Entry.Remote: a surrogate packet that left before the agent's
+// install (the agent lost the race to the surrogate's answer) reaches the
+// router and is translated there, its TSval delta latched TSBack (the
+// trip's estimate) lower, as the agent's egress latches it at send time,
+// so the client sees one clock. A refusal, or a lost control connection,
+// releases the router's entries (Release: the router's copy translates
+// alone, the RR-side placement).
 //
 // It owns no packet path itself; internal/xlate does the translation.
 package xagent

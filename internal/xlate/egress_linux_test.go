@@ -11,7 +11,7 @@ import (
 // TestProgramEgress: the surrogate-side placement with BPF_PROG_TEST_RUN.
 // The router's host installs the pair with the surrogate -> router
 // direction Remote: a surrogate packet that still reaches the router is
-// dropped and counted, not translated, until Release. The surrogate's
+// translated with its TSval delta TSBack lower, and counted. The surrogate's
 // host installs that direction alone (InstallEgress) and its egress
 // program turns the surrogate's own packet into the router's packet to the
 // client: addresses, seq/ack/SACK, window scale, TSval on the client leg's
@@ -25,19 +25,28 @@ func TestProgramEgress(t *testing.T) {
 	}
 	ab.Ifindex, ba.Ifindex = 1, 1
 	remote := ba
-	remote.Remote = true
+	remote.Remote, remote.TSBack = true, 50
 	if err := rr.Install(ab, remote); err != nil {
 		t.Fatal(err)
 	}
 	payload := bytes.Repeat([]byte("r"), 300)
 	fromSur := testPkt{Src: b.Remote, Dst: b.Local, Seq: b.RcvNxt, Ack: b.SndNxt, Flags: tcpACK | tcpPSH, Win: 500,
 		TS: true, TSval: 424242, TSecr: 1, SACK: [][2]uint32{{b.SndNxt + 0x10, b.SndNxt + 0x20}}, Payload: payload}
-	if ret, out := run(t, rr.objs.XlateEth, fromSur); ret != tcActShot || out.Src != fromSur.Src || out.Seq != fromSur.Seq {
-		t.Errorf("remote entry at the router: return %d, %+v; want a drop, untouched", ret, out)
+	// A surrogate packet that still reaches the router (sent before the
+	// agent's install) is translated there, its TSval delta latched
+	// TSBack ms lower (as at its send time), and counted.
+	before := uint32(monoNow()/time.Millisecond) + a.TSOffset - 50
+	ret, out := run(t, rr.objs.XlateEth, fromSur)
+	after := uint32(monoNow()/time.Millisecond) + a.TSOffset + 1 - 50
+	if ret != tcActRedirect || out.Src != a.Local || out.Dst != a.Remote || out.Seq != a.SndNxt {
+		t.Errorf("remote entry at the router: return %d, %+v; want translated", ret, out)
+	}
+	if out.TSval-before > after-before {
+		t.Errorf("remote entry's TSval %d outside [%d, %d] (latched TSBack lower)", out.TSval, before, after)
 	}
 	run(t, rr.objs.XlateEth, testPkt{Src: b.Remote, Dst: b.Local, Seq: b.RcvNxt, Ack: b.SndNxt, Flags: tcpACK, TS: true, TSval: 424242})
-	if st := rr.Stats(); st.Remote != 2 || st.RemoteData != 1 || st.Packets != 0 {
-		t.Errorf("router counters %+v; want 2 remote drops, 1 with data, nothing translated", st)
+	if st := rr.Stats(); st.Remote != 2 || st.RemoteData != 1 || st.Packets != 2 {
+		t.Errorf("router counters %+v; want 2 remote packets, 1 with data, both translated", st)
 	}
 	// The client -> surrogate direction still translates at the router.
 	if ret, _ := run(t, rr.objs.XlateEth, testPkt{Src: a.Remote, Dst: a.Local, Seq: a.RcvNxt, Ack: a.SndNxt, Flags: tcpACK, TS: true, TSval: 9}); ret != tcActRedirect {
@@ -52,9 +61,9 @@ func TestProgramEgress(t *testing.T) {
 	if err := sur.InstallEgress(ba); err != nil || sur.Stats().Singles != 1 {
 		t.Errorf("second InstallEgress of the same tuple: %v, %d singles; want it replaced", err, sur.Stats().Singles)
 	}
-	before := uint32(monoNow()/time.Millisecond) + a.TSOffset
-	ret, out := run(t, sur.objs.XlateEthEgress, fromSur)
-	after := uint32(monoNow()/time.Millisecond) + a.TSOffset + 1
+	before = uint32(monoNow()/time.Millisecond) + a.TSOffset
+	ret, out = run(t, sur.objs.XlateEthEgress, fromSur)
+	after = uint32(monoNow()/time.Millisecond) + a.TSOffset + 1
 	if ret != tcActRedirect {
 		t.Fatalf("egress: return %d, want redirect", ret)
 	}
@@ -97,13 +106,13 @@ func TestProgramEgress(t *testing.T) {
 		t.Error("RemoveEgress of a swept entry reported true")
 	}
 
-	// Fallback: released, the router translates the surrogate's packet.
+	// Released (the agent refused or is gone): no longer counted as remote.
 	if !rr.Release(ba.In) {
 		t.Fatal("Release failed")
 	}
 	ret, out = run(t, rr.objs.XlateEth, fromSur)
-	if ret != tcActRedirect || out.Src != a.Local || out.Dst != a.Remote || out.Seq != a.SndNxt {
-		t.Errorf("released: return %d, %+v; want translated at the router", ret, out)
+	if st := rr.Stats(); ret != tcActRedirect || out.Src != a.Local || st.Remote != 2 {
+		t.Errorf("released: return %d, %+v, counters %+v; want translated at the router, not counted remote", ret, out, st)
 	}
 	if rr.Release(Tuple{Src: ap("10.9.9.9:1"), Dst: ap("10.9.9.8:2")}) {
 		t.Error("Release of an unknown tuple reported true")

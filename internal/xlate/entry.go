@@ -41,8 +41,14 @@ type Entry struct {
 	Ifindex int
 	// Remote: this direction is translated at the sender's host, by its
 	// egress program (InstallEgress there); packets that still arrive here
-	// are dropped and counted (Stats.Remote) until Splicer.Release.
+	// (sent before that entry was in place, or after it is gone) are
+	// translated here too and counted (Stats.Remote) until
+	// Splicer.Release.
 	Remote bool
+	// TSBack (ms) is taken off the TSval delta latched here: the trip of
+	// a packet from its sender when the sender's egress latches the same
+	// delta at send time (Remote), so both give the receiver one clock.
+	TSBack uint16
 }
 
 // SockState is what a join needs to know about one established connection

@@ -50,7 +50,15 @@ func RouteIfindex(dst netip.Addr) (int, error) { return routeIfindex(dst) }
 // IdleTimeout without packets, or CloseLinger after a FIN or RST it saw.
 // An entry of the same tuple is replaced: the sender reuses a tuple only
 // after its join ended (the router holds a joined leg's tuple meanwhile).
+//
+// With Ifindex 0 and the program on one device, the entry leaves by it (no
+// route lookup: a surrogate's agent installs on the request's path).
 func (s *Splicer) InstallEgress(e Entry) error {
+	if e.Ifindex == 0 && len(s.ifaces) == 1 {
+		for idx := range s.ifaces {
+			e.Ifindex = idx
+		}
+	}
 	if e.Ifindex == 0 {
 		idx, err := routeIfindex(e.Out.Dst.Addr())
 		if err != nil {
@@ -65,7 +73,7 @@ func (s *Splicer) InstallEgress(e Entry) error {
 			return s.count(refuse(ReasonRoute, "%s leaves from ifindex %d, which has no xlate program", e.Out, e.Ifindex))
 		}
 	}
-	e.Remote = false
+	e.Remote, e.TSBack = false, 0
 	k, v := tupleKey(e.In), e.value()
 	v.LastNs = uint64(monoNow())
 	if _, ok := s.pairs[e.In]; ok {
@@ -93,9 +101,10 @@ func (s *Splicer) RemoveEgress(in Tuple) bool {
 	return true
 }
 
-// Release makes the entry keyed by in, installed with Entry.Remote,
-// translate here: the fallback when the peer's egress translation is not
-// (or no longer) in place. The flag is cleared with a read-modify-write of
+// Release clears Entry.Remote on the entry keyed by in: the peer's egress
+// translation is not (or no longer) in place and this host translates the
+// direction alone (it did already; only the Remote counters stop). The
+// flag is cleared with a read-modify-write of
 // the entry; a FIN or RST latched by the program in between is lost (the
 // pair then ends on its idle timeout).
 func (s *Splicer) Release(in Tuple) bool {

@@ -37,8 +37,8 @@ struct tuple {
 #define F_FIN 8         // a FIN went through
 #define F_RST 16        // a RST went through
 #define F_HOLD 32       // being installed: see holds
-#define F_REMOTE 64     // translated at the peer's egress (surrogate-side
-                        // placement): this host drops and counts its packets
+#define F_REMOTE 64     // translated at the sender's egress (surrogate-side
+                        // placement): what still arrives here is counted
 
 // One direction of a join: packets whose tuple is the map key are rewritten
 // into packets of out and sent from ifindex.
@@ -52,8 +52,9 @@ struct entry {
 	__u32 ifindex;   // where out's packets leave
 	__u8 in_wscale;  // shift the sender applies to its window field
 	__u8 out_wscale; // shift the receiver expects
-	__u8 pad0;
-	__u8 pad1;
+	__u16 ts_back;   // ms taken off the latched TSval delta (F_REMOTE: the
+	                 // packet's trip from the sender, whose egress latches
+	                 // the same delta at send time)
 	__u32 flags;
 	__u64 last_ns;   // bpf_ktime_get_ns of the last packet
 	__u64 packets;
@@ -87,7 +88,7 @@ enum ctr {
 	C_ERRORS,  // a helper failed: dropped
 	C_LATCHED, // TSval deltas latched
 	C_EGRESS,  // packets translated by an egress program
-	C_REMOTE,  // packets of an F_REMOTE entry, dropped here
+	C_REMOTE,  // packets of an F_REMOTE entry that arrived here
 	C_REMOTE_DATA, // those of them with a payload (a lost race's answer)
 	C_MAX,
 };
@@ -189,14 +190,13 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 		return NEXT;
 	// The surrogate's agent translates this direction at its egress; a
 	// packet arriving here left the surrogate before the agent's entry was
-	// in place. Dropped, it is retransmitted and then translated there
-	// (translating it here too would give the client two timestamp clocks).
-	// Userspace clears the flag to fall back to translating here.
+	// in place (or the agent is gone). It is translated here too, its
+	// TSval delta latched ts_back ms lower, i.e. as at its send time, as
+	// the agent's egress latches it: the client sees one clock.
 	if (e->flags & F_REMOTE) {
 		count(C_REMOTE, 1);
 		if (iplen > (__u32)tcp->doff * 4)
 			count(C_REMOTE_DATA, 1);
-		return TC_ACT_SHOT;
 	}
 	// A join being installed: the relay's sockets are frozen and compared
 	// with the state the entries were computed from. A packet passed to
@@ -275,7 +275,7 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 				// Latch on the first packet: its TSval becomes the out
 				// leg's clock now, which the receiver's PAWS accepts.
 				__u32 clk = (__u32)(now / 1000000) + e->ts_off;
-				__u32 add = clk - tsval + 1;
+				__u32 add = clk - tsval + 1 - e->ts_back;
 				e->tsval_add = add;
 				__sync_fetch_and_or(&e->flags, F_TSVAL_SET);
 				struct tuple rk = {};

@@ -24,8 +24,7 @@ type xlateEntry struct {
 	Ifindex   uint32
 	InWscale  uint8
 	OutWscale uint8
-	Pad0      uint8
-	Pad1      uint8
+	TsBack    uint16
 	Flags     uint32
 	LastNs    uint64
 	Packets   uint64

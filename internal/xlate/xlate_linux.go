@@ -392,6 +392,7 @@ func (e Entry) value() xlateEntry {
 		Ifindex:   uint32(e.Ifindex),
 		InWscale:  e.InWScale,
 		OutWscale: e.OutWScale,
+		TsBack:    e.TSBack,
 	}
 	if e.Timestamps {
 		v.Flags |= fTS
@@ -543,9 +544,9 @@ type Stats struct {
 	// Singles are entries installed alone (InstallEgress).
 	Singles int
 	// From the program, summed over CPUs. Egress counts the packets
-	// translated by the egress program, Remote those dropped by an entry
-	// translated at the peer's egress (Entry.Remote), RemoteData those of
-	// them with a payload.
+	// translated by the egress program, Remote those that arrived at an
+	// entry translated at the sender's egress (Entry.Remote: translated
+	// here too), RemoteData those of them with a payload.
 	Packets, Bytes, Redirected, Passed, Errors, Latched, Egress, Remote, RemoteData uint64
 }
 
