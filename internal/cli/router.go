@@ -131,6 +131,7 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 			defer placer.Wait()
 			defer cancel()
 			j.Placer = placer
+			j.Triangle = picker.Triangle
 			defer func() {
 				placed, released := j.Placement()
 				env.Log.Info("router: surrogate-side placement", "placed", placed, "released", released, "placer", fmt.Sprintf("%+v", placer.Stats()))
@@ -175,11 +176,45 @@ func runRouter(ctx context.Context, env *Env, args []string) error {
 }
 
 // pickConfig builds the picker's configuration from the command line.
+// triangleRanks ranks the surrogates of --placement surrogate: a handed-off
+// answer goes surrogate -> client when that is shorter than through the
+// router (RTT(s, c) < RTT(s, router) + RTT(router, c)), else through the
+// router; cfg's client locations get RTT(router, s) plus the shorter leg,
+// and cfg.Triangle says which placement each (client, surrogate) gets.
+func triangleRanks(m *topo.Matrix, cfg *router.PickConfig, clientSites map[netip.Prefix]string, sites map[string]string, site string) error {
+	from, err := router.LocationsFromMatrix(m, map[netip.Prefix]string{netip.MustParsePrefix("0.0.0.0/0"): site}, sites)
+	if err != nil {
+		return err
+	}
+	toRouter, err := router.LocationsFromMatrix(m, clientSites, map[string]string{"router": site})
+	if err != nil {
+		return err
+	}
+	rc := map[netip.Prefix]time.Duration{}
+	for _, l := range toRouter {
+		rc[l.Prefix] = l.RTT["router"]
+	}
+	cfg.Triangle = map[netip.Prefix]map[string]bool{}
+	for _, l := range cfg.Locations {
+		c, ok := rc[l.Prefix]
+		if !ok {
+			continue
+		}
+		cfg.Triangle[l.Prefix] = map[string]bool{}
+		for name, sc := range l.RTT {
+			rs := from[0].RTT[name]
+			through := rs + c
+			cfg.Triangle[l.Prefix][name] = sc < through
+			l.RTT[name] = rs + min(sc, through)
+		}
+	}
+	return nil
+}
+
 // siteNear places every client at the router's own site (--site): the
 // picker then ranks surrogates by their RTT from the router.
 func siteNear(site string) []string { return []string{"0.0.0.0/0@" + site, "::/0@" + site} }
 
-//
 // With triangleSite (the router's site, --placement surrogate), every
 // client location's RTT to a surrogate gets the surrogate's RTT from that
 // site added: the path of a handed-off answer is client -> router ->
@@ -249,14 +284,8 @@ func pickConfig(surrogates, near []string, matrix, triangleSite string) (router.
 		}
 		cfg.Locations = append(cfg.Locations, locs...)
 		if triangleSite != "" {
-			from, err := router.LocationsFromMatrix(m, map[netip.Prefix]string{netip.MustParsePrefix("0.0.0.0/0"): triangleSite}, sites)
-			if err != nil {
+			if err := triangleRanks(m, &cfg, clientSites, sites, triangleSite); err != nil {
 				return cfg, err
-			}
-			for _, l := range cfg.Locations {
-				for name := range l.RTT {
-					l.RTT[name] += from[0].RTT[name]
-				}
 			}
 		}
 	} else if triangleSite != "" {

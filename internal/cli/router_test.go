@@ -61,6 +61,17 @@ func TestSiteRanksFromRouter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if c.triangle != "" {
+			// Chicago -> Chicago is shorter than through London;
+			// Amsterdam -> Dublin is not shorter than Amsterdam ->
+			// London -> Dublin by much: either way, the table says one.
+			if c.want == "chi" && !p.Triangle(client, netip.MustParseAddr("10.0.0.2")) {
+				t.Errorf("near %q: Chicago's answer not placed at the surrogate", c.near)
+			}
+			if p.Triangle(client, netip.MustParseAddr("10.0.0.9")) != true {
+				t.Error("an unknown surrogate is not placed at the surrogate by default")
+			}
+		}
 		for _, url := range []string{"/a", "/b", "/c", "/d"} {
 			i := p.Pick(client, url)
 			if got := p.Surrogates()[i].Name; got != c.want {

@@ -58,6 +58,10 @@ type XlateJoiner struct {
 	// when the router translates it again. nil: the router's host
 	// translates both directions.
 	Placer Placer
+	// Triangle, when set, chooses per session whether a connected agent
+	// gets the answer's direction (Picker.Triangle: only when surrogate ->
+	// client is shorter than through the router).
+	Triangle func(client, surrogate netip.Addr) bool
 
 	routes routeCache
 
@@ -437,7 +441,7 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	ph.mark(0)
 	ab, ba, err := xlate.Pair(cs, ss)
 	sur := ba.In.Src.Addr()
-	remote = err == nil && j.Placer != nil && j.Placer.Ready(sur)
+	remote = err == nil && j.Placer != nil && (j.Triangle == nil || j.Triangle(cs.Remote.Addr(), sur)) && j.Placer.Ready(sur)
 	ba.Remote = remote
 	if remote {
 		// What reaches this host anyway (sent before the agent's install)

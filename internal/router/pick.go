@@ -38,6 +38,10 @@ type PickConfig struct {
 	// than LoadFactor times the candidates' mean load (+1) is skipped
 	// (consistent hashing with bounded loads); 0 means 1.25.
 	LoadFactor float64
+	// Triangle, by client prefix and surrogate name, says whether a
+	// handed-off answer should go surrogate -> client (surrogate-side
+	// placement) rather than through the router (Picker.Triangle).
+	Triangle map[netip.Prefix]map[string]bool
 }
 
 // Picker chooses a surrogate for a client and a URL: the candidates are the
@@ -186,4 +190,28 @@ func mix(x uint64) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
+}
+
+// Triangle reports whether the answer of surrogate (its address) to client
+// should be translated at the surrogate's host (by the longest Triangle
+// prefix containing client; true when none says).
+func (p *Picker) Triangle(client, surrogate netip.Addr) bool {
+	best := -1
+	var m map[string]bool
+	for pre, v := range p.cfg.Triangle {
+		if pre.Contains(client.Unmap()) && pre.Bits() > best {
+			best, m = pre.Bits(), v
+		}
+	}
+	if m == nil {
+		return true
+	}
+	for _, s := range p.cfg.Surrogates {
+		if ap, err := netip.ParseAddrPort(s.Addr); err == nil && ap.Addr() == surrogate.Unmap() {
+			if v, ok := m[s.Name]; ok {
+				return v
+			}
+		}
+	}
+	return true
 }

@@ -24,10 +24,10 @@ var Modes = []string{"direct", "dns", "302", "proxy", "handoff", "handoff-s", "n
 
 // Config configures a run.
 type Config struct {
-	Hops     []int   // client-side path lengths; default 1,2,4,8
+	Hops []int // client-side path lengths; default 1,2,4,8
 	// Ref is the mode the latency tables compare every other mode with
 	// (A12, Mann-Whitney p); default handoff.
-	Ref string
+	Ref      string
 	HopMS    float64 // one-way delay of every segment; default 0.5
 	OriginMS float64 // one-way delay surrogate <-> origin; default 10
 	Runs     int     // fetches per mode and hop count; default 30
