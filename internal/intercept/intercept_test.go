@@ -116,29 +116,8 @@ func oneFlow(t *testing.T, w *emu.World, l net.Listener, port int) flowView {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	cc, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(w.Addr("s"), uint16(port)).String())
-	if err != nil {
-		t.Fatalf("dial s:%d: %v", port, err)
-	}
+	cc, sc := dialServer(t, ctx, w, l, port)
 	defer cc.Close()
-	var sc net.Conn
-	select {
-	case sc = <-accepted:
-	case <-ctx.Done():
-		t.Fatal("server accepted nothing")
-	}
-	if sc == nil {
-		t.Fatal("accept failed")
-	}
 	defer sc.Close()
 	msg := make([]byte, 100)
 	if _, err := cc.Write(msg); err != nil {
@@ -157,6 +136,44 @@ func oneFlow(t *testing.T, w *emu.World, l net.Listener, port int) flowView {
 	}
 	ap := func(a net.Addr) netip.AddrPort { return a.(*net.TCPAddr).AddrPort() }
 	return flowView{ap(cc.LocalAddr()), ap(cc.RemoteAddr()), ap(sc.RemoteAddr()), ap(sc.LocalAddr()), snd == rcv}
+}
+
+// acceptOne accepts one connection on l in the background; the channel is
+// closed without one when Accept fails.
+func acceptOne(l net.Listener) <-chan net.Conn {
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	return accepted
+}
+
+// dialServer connects host c to s:port and returns the client's end and
+// the server's (accepted on l), failing t when either does not come
+// before ctx ends.
+func dialServer(t *testing.T, ctx context.Context, w *emu.World, l net.Listener, port int) (cc, sc net.Conn) {
+	t.Helper()
+	accepted := acceptOne(l)
+	cc, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(w.Addr("s"), uint16(port)).String())
+	if err != nil {
+		t.Fatalf("dial s:%d: %v", port, err)
+	}
+	select {
+	case sc = <-accepted:
+	case <-ctx.Done():
+		cc.Close()
+		t.Fatal("server accepted nothing")
+	}
+	if sc == nil {
+		cc.Close()
+		t.Fatal("accept failed")
+	}
+	return cc, sc
 }
 
 func listenServer(t *testing.T, w *emu.World, port int) net.Listener {
@@ -217,24 +234,8 @@ func TestSetScopesKeepsFlows(t *testing.T) {
 	r, ic := startRelayIC(t, w, Config{Name: "ts", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, NetNS: w.NetNS("r")})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := lin.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	cc, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(w.Addr("s"), inScope).String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc, sc := dialServer(t, ctx, w, lin, inScope)
 	defer cc.Close()
-	sc, ok := <-accepted
-	if !ok {
-		t.Fatal("accept failed")
-	}
 	defer sc.Close()
 	deadline, _ := ctx.Deadline()
 	cc.SetDeadline(deadline)
@@ -620,15 +621,7 @@ func TestOptionsPerSegment(t *testing.T) {
 	startRelay(t, w, Config{Name: "t", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, NetNS: w.NetNS("r")})
 	serverMSS := func(l net.Listener, port uint16) (client, server int) {
 		t.Helper()
-		accepted := make(chan net.Conn, 1)
-		go func() {
-			c, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}()
+		accepted := acceptOne(l)
 		var cc net.Conn
 		err := w.Do("c", func() error {
 			d := net.Dialer{Timeout: 10 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {

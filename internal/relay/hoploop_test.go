@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"testing"
 	"time"
 
@@ -140,44 +139,10 @@ func BenchmarkIdleChainFlowMemory(b *testing.B) {
 				c.Loops = loops
 				c.Limits.HopMaxConnsPerSource = 0
 			}}, "a", "b", "c")
-			for range b.N {
-				held := make(chan []net.Conn, 1)
-				go func() {
-					var cs []net.Conn
-					for len(cs) < n {
-						c, err := ln.Accept()
-						if err != nil {
-							break
-						}
-						cs = append(cs, c)
-					}
-					held <- cs
-				}()
-				var m0, m1 runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&m0)
-				var cs []net.Conn
-				for range n {
-					c, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
-					if err != nil {
-						b.Fatal(err)
-					}
-					cs = append(cs, c)
-				}
-				origin := <-held
-				testenv.WaitFor(b, 10*time.Second, "flows active", func() bool { return w.Members["c"].ActiveConns() == n })
-				runtime.GC()
-				runtime.ReadMemStats(&m1)
-				b.ReportMetric(float64(m1.StackInuse-m0.StackInuse)/n, "stack-B/flow")
-				b.ReportMetric(float64(int64(m1.HeapInuse)-int64(m0.HeapInuse))/n, "heap-B/flow")
-				b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
-				for _, c := range append(cs, origin...) {
-					c.Close()
-				}
-				testenv.WaitFor(b, 10*time.Second, "flows closed", func() bool {
-					return w.Members["a"].ActiveConns()+w.Members["b"].ActiveConns()+w.Members["c"].ActiveConns() == 0
-				})
-			}
+			c := w.Members["c"]
+			idleFlowMemory(b, ln, w.Members["a"].ServiceAddr(0).String(), n, c.ActiveConns, func() int {
+				return w.Members["a"].ActiveConns() + w.Members["b"].ActiveConns() + c.ActiveConns()
+			})
 		})
 	}
 }
