@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -31,18 +30,6 @@ func newClient(t *testing.T, cfg Config) *Client {
 	}
 	t.Cleanup(c.Close)
 	return c
-}
-
-// deadEndpoint returns an http URL on which nothing listens.
-func deadEndpoint(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
 }
 
 func TestNewConfig(t *testing.T) {
@@ -313,7 +300,7 @@ func TestWatch(t *testing.T) {
 func TestFailover(t *testing.T) {
 	ctx := ctxT(t)
 	live := etcdtest.Start(t)
-	c := newClient(t, Config{Endpoints: []string{deadEndpoint(t), live[0]}, DialTimeout: time.Second})
+	c := newClient(t, Config{Endpoints: []string{etcdtest.DeadEndpoint(t), live[0]}, DialTimeout: time.Second})
 	if _, err := c.Put(ctx, "/f", "1", 0); err != nil {
 		t.Fatalf("Put with a dead first endpoint: %v", err)
 	}
@@ -326,7 +313,7 @@ func TestFailover(t *testing.T) {
 	}
 	w.Close()
 
-	all := newClient(t, Config{Endpoints: []string{deadEndpoint(t), deadEndpoint(t)}, DialTimeout: time.Second})
+	all := newClient(t, Config{Endpoints: []string{etcdtest.DeadEndpoint(t), etcdtest.DeadEndpoint(t)}, DialTimeout: time.Second})
 	_, err = all.Get(ctx, "/f")
 	if err == nil || !strings.Contains(err.Error(), "every endpoint failed") {
 		t.Errorf("Get with only dead endpoints = %v; want every endpoint failed", err)

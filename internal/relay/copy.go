@@ -413,28 +413,36 @@ func (s *Server) relay(role role, down, up *net.TCPConn, learn sizeKeys, before 
 	rm := s.m.roles[role]
 	rm.active.Inc()
 	defer rm.active.Dec()
-	p := &pipe{
-		down: down, up: up, idle: s.flows.idle,
-		upBytes: rm.up,
-		dnBytes: rm.down,
-		bufs:    &s.flows.bufs,
-		off:     s.offload.Load(),
-		log:     s.log.Debug,
-	}
+	p := s.newPipe(rm, down, up)
+	p.off = s.offload.Load()
+	p.log = s.log.Debug
 	var delivered *flowBytes
 	if learn.base != "" && s.sizes != nil {
 		delivered = &flowBytes{Counter: rm.down}
 		delivered.n.Store(before)
 		p.dnBytes = delivered
 	}
-	outcome := p.run()
-	if s.flows.forcing.Load() && outcome != outcomeOK {
-		outcome = outcomeAborted
-	}
+	outcome := s.runPipe(p)
 	if delivered != nil && outcome == outcomeOK {
 		s.sizes.observe(learn, delivered.n.Load())
 	}
 	s.endFlow(role, outcome)
+}
+
+// newPipe is the copy of a flow between down and up, its bytes counted
+// under its role's rm.
+func (s *Server) newPipe(rm *roleMetrics, down, up *net.TCPConn) *pipe {
+	return &pipe{down: down, up: up, idle: s.flows.idle, upBytes: rm.up, dnBytes: rm.down, bufs: &s.flows.bufs}
+}
+
+// runPipe runs p to its outcome: aborted, whatever the copy saw, when a
+// forced stop ended it.
+func (s *Server) runPipe(p *pipe) outcome {
+	o := p.run()
+	if s.flows.forcing.Load() && o != outcomeOK {
+		o = outcomeAborted
+	}
+	return o
 }
 
 func (s *Server) endFlow(r role, o outcome) {

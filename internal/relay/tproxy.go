@@ -222,19 +222,10 @@ func (s *Server) relayTransparent(role role, down, up *net.TCPConn) {
 	rm := s.m.roles[role]
 	rm.active.Inc()
 	defer rm.active.Dec()
-	p := &pipe{
-		down: down, up: up, idle: s.flows.idle,
-		upBytes:    rm.up,
-		dnBytes:    rm.down,
-		bufs:       &s.flows.bufs,
-		abortOnEnd: true,
-	}
+	p := s.newPipe(rm, down, up)
+	p.abortOnEnd = true
 	if m := s.onPathFlow(addrPort(down.RemoteAddr()), addrPort(down.LocalAddr())); m != nil {
 		p.copied = func() { s.noteLegs(m, down, up) }
 	}
-	outcome := p.run()
-	if s.flows.forcing.Load() && outcome != outcomeOK {
-		outcome = outcomeAborted
-	}
-	s.endFlow(role, outcome)
+	s.endFlow(role, s.runPipe(p))
 }

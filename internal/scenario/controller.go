@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -319,7 +320,7 @@ func (s *Scenario) WaitConverged(ctx context.Context, stable time.Duration) (Con
 		case reason != "":
 			why = reason
 			last = nil
-		case last == nil || !mapsEqual(last, cv.Versions):
+		case last == nil || !maps.Equal(last, cv.Versions):
 			last, since, why = cv.Versions, time.Now(), "versions changing"
 		case time.Since(since) >= stable:
 			cv.Took = time.Since(start)
@@ -583,18 +584,6 @@ func (s *Scenario) logDigest(n int) string {
 		}
 	}
 	return b.String()
-}
-
-func mapsEqual(a, b map[string]uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

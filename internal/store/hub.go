@@ -37,12 +37,13 @@ func (h *Hub) Publish(c Change) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for ch := range h.subs {
-		send(ch, c)
+		SendMerged(ch, c)
 	}
 }
 
-// send puts c into ch (capacity 1), merging with a pending change.
-func send(ch chan Change, c Change) {
+// SendMerged puts c into ch (capacity 1) without blocking: a change still
+// pending in ch is merged into c.
+func SendMerged(ch chan Change, c Change) {
 	for {
 		select {
 		case ch <- c:

@@ -98,6 +98,7 @@ func RunPlanner(ctx context.Context, cfg Config, worlds []PlannerWorld) (*Planne
 	return res, nil
 }
 
+// activeNames names the active relays ("r1+r3"; "none").
 func activeNames(a []bool) string {
 	var out []string
 	for i, on := range a {

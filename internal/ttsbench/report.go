@@ -116,25 +116,12 @@ func (r *TableResult) Plot() *report.Plot {
 	return p
 }
 
-func activeString(a []bool) string {
-	var on []string
-	for i, x := range a {
-		if x {
-			on = append(on, fmt.Sprintf("r%d", i+1))
-		}
-	}
-	if len(on) == 0 {
-		return "none"
-	}
-	return strings.Join(on, "+")
-}
-
 // WriteMarkdown writes the grid: per cell the mean time per number of
 // segmentation points, the speedup of the best over end to end, the
 // model's prediction and whether the model picks the measured best.
 func (g *GridResult) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "\nGrid (%s, %d B, path c-r1-r2-r3-s of 4 equal hops; loss compounds to the end-to-end value; relays per points: 1 = %s, 2 = %s, 3 = %s). Times in s, mean (model):\n\n",
-		g.Cfg.CC, g.Cfg.Size, activeString(g.Active[1]), activeString(g.Active[2]), activeString(g.Active[3]))
+		g.Cfg.CC, g.Cfg.Size, activeNames(g.Active[1]), activeNames(g.Active[2]), activeNames(g.Active[3]))
 	t := report.Table{
 		Header: []string{"RTT ms", "loss %", "E2E", "1 point", "2 points", "3 points", "best/E2E", "best (meas.)", "best (model)", "n", "fails"},
 		Align:  []report.Align{report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right},

@@ -604,7 +604,7 @@ func (s *Store) Watch(ctx context.Context) <-chan store.Change {
 		defer stop()
 		defer cancel()
 		for c := range merged {
-			sendChange(out, c)
+			store.SendMerged(out, c)
 		}
 	}()
 	return out
@@ -633,21 +633,6 @@ func (s *Store) forward(ctx context.Context, cancel context.CancelFunc, w *etcdh
 		case merged <- kind:
 		case <-ctx.Done():
 			return
-		}
-	}
-}
-
-func sendChange(ch chan store.Change, c store.Change) {
-	for {
-		select {
-		case ch <- c:
-			return
-		default:
-		}
-		select {
-		case old := <-ch:
-			c |= old
-		default:
 		}
 	}
 }

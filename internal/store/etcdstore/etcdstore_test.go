@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -115,23 +114,12 @@ func TestLeadExclusive(t *testing.T) {
 	}
 }
 
-func deadEndpoint(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
-}
-
 // TestEndpoints: a dead endpoint before a live one is skipped; only dead
 // endpoints fail Open promptly with a clear error; mutual TLS works.
 func TestEndpoints(t *testing.T) {
 	ctx := context.Background()
 	live := etcdtest.Start(t)
-	s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{deadEndpoint(t), live[0]}, DialTimeout: time.Second})
+	s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{etcdtest.DeadEndpoint(t), live[0]}, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatalf("Open with a dead first endpoint: %v", err)
 	}
@@ -144,7 +132,7 @@ func TestEndpoints(t *testing.T) {
 	}
 
 	start := time.Now()
-	_, err = etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{deadEndpoint(t), deadEndpoint(t)}, DialTimeout: time.Second})
+	_, err = etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{etcdtest.DeadEndpoint(t), etcdtest.DeadEndpoint(t)}, DialTimeout: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "every endpoint failed") {
 		t.Errorf("Open with only dead endpoints = %v; want every endpoint failed", err)
 	}

@@ -53,6 +53,17 @@ func startRetry(tb testing.TB, tlsInfo *transport.TLSInfo) []string {
 	return nil
 }
 
+// DeadEndpoint returns an http endpoint on which nothing listens (a port
+// just freed): a member that is down.
+func DeadEndpoint(tb testing.TB) string {
+	tb.Helper()
+	p, err := freePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", p)
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
