@@ -167,34 +167,50 @@ func roundTrip(t *testing.T, cfg Config, n int, slow time.Duration, prefix []byt
 	}
 }
 
+// endOK ends a flow from the client: c half-closes, the upstream u reads
+// want up to the EOF, answers reply and closes, c reads reply up to the
+// EOF, and the flow ends OK.
+func endOK(t *testing.T, h *testHandler, c, u *net.TCPConn, want, reply string) doneCall {
+	t.Helper()
+	c.CloseWrite()
+	readEOF(t, u, want)
+	writeAll(t, u, reply)
+	u.Close()
+	readEOF(t, c, reply)
+	e := h.waitEnded(t, 1, 5*time.Second)[0]
+	checkEnd(t, e, OK)
+	return e
+}
+
 func trunc(b []byte) []byte { return b[:min(len(b), 16)] }
 
 func TestHalfClose(t *testing.T) {
-	t.Run("client first", func(t *testing.T) {
-		halfClose(t, func(t *testing.T, c, u *net.TCPConn) {
-			writeAll(t, c, "request")
-			if err := c.CloseWrite(); err != nil {
-				t.Fatal(err)
-			}
-			// The upstream reads the EOF and can still reply.
-			readEOF(t, u, "request")
-			writeAll(t, u, "reply to request")
-			u.Close()
-			readEOF(t, c, "reply to request")
+	for _, tc := range []struct {
+		name        string
+		clientFirst bool
+		msg, reply  string
+	}{
+		{"client first", true, "request", "reply to request"},
+		{"upstream first", false, "hello", "bye after your EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			halfClose(t, func(t *testing.T, c, u *net.TCPConn) {
+				first, second := c, u
+				if !tc.clientFirst {
+					first, second = u, c
+				}
+				writeAll(t, first, tc.msg)
+				if err := first.CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+				// The other side reads the EOF and can still reply.
+				readEOF(t, second, tc.msg)
+				writeAll(t, second, tc.reply)
+				second.Close()
+				readEOF(t, first, tc.reply)
+			})
 		})
-	})
-	t.Run("upstream first", func(t *testing.T) {
-		halfClose(t, func(t *testing.T, c, u *net.TCPConn) {
-			writeAll(t, u, "hello")
-			if err := u.CloseWrite(); err != nil {
-				t.Fatal(err)
-			}
-			readEOF(t, c, "hello")
-			writeAll(t, c, "bye after your EOF")
-			c.Close()
-			readEOF(t, u, "bye after your EOF")
-		})
-	})
+	}
 }
 
 // halfClose runs script on a client and its upstream connection, then
@@ -328,12 +344,7 @@ func TestIdle(t *testing.T) {
 		if el := time.Since(start); el < time.Second {
 			t.Fatalf("trickle lasted %v; want > 1 s", el)
 		}
-		c.CloseWrite()
-		readEOF(t, u, string(bytes.Repeat([]byte("x"), n)))
-		writeAll(t, u, "ok")
-		u.Close()
-		readEOF(t, c, "ok")
-		checkEnd(t, h.waitEnded(t, 1, 5*time.Second)[0], OK)
+		endOK(t, h, c, u, string(bytes.Repeat([]byte("x"), n)), "ok")
 	})
 }
 
@@ -409,13 +420,7 @@ func TestConnectFailed(t *testing.T) {
 			writeAll(t, c, "early bytes;")
 			u := srv.next(t)
 			writeAll(t, c, "later bytes")
-			c.CloseWrite()
-			readEOF(t, u, "SECOND-PREFIX:early bytes;later bytes")
-			writeAll(t, u, "ok")
-			u.Close()
-			readEOF(t, c, "ok")
-			e := h.waitEnded(t, 1, 5*time.Second)[0]
-			checkEnd(t, e, OK)
+			e := endOK(t, h, c, u, "SECOND-PREFIX:early bytes;later bytes", "ok")
 			errs := h.retryErrors()
 			if len(errs) != 1 || !errors.Is(errs[0], k.errno) {
 				t.Errorf("Retry errors %v; want one %v", errs, k.errno)
@@ -716,13 +721,7 @@ func TestPooledUpstream(t *testing.T) {
 		r := newRig(t, Config{}, h)
 		c := r.dial(t)
 		writeAll(t, c, "request")
-		c.CloseWrite()
-		readEOF(t, u, "HDR:request")
-		writeAll(t, u, "response")
-		u.Close()
-		readEOF(t, c, "response")
-		e := h.waitEnded(t, 1, 5*time.Second)[0]
-		checkEnd(t, e, OK)
+		e := endOK(t, h, c, u, "HDR:request", "response")
 		if e.st.Connect != 0 || e.st.Up != 7 || e.st.Down != 8 {
 			t.Errorf("stats %+v; want Connect 0 (pooled), Up 7, Down 8", e.st)
 		}
@@ -834,12 +833,7 @@ func TestHandoverDownload(t *testing.T) {
 	}
 	// The request direction still works after the handover.
 	writeAll(t, c, "thanks")
-	c.CloseWrite()
-	readEOF(t, u, "thanks")
-	u.Close()
-	readEOF(t, c, "")
-	e := h.waitEnded(t, 1, 5*time.Second)[0]
-	checkEnd(t, e, OK)
+	e := endOK(t, h, c, u, "thanks", "")
 	if !e.handed {
 		t.Fatal("1 MiB reply with Bulk on: not handed over")
 	}

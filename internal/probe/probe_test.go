@@ -664,11 +664,29 @@ func TestAuthenticatedProbes(t *testing.T) {
 	}
 
 	// A reply under another key, or tampered with, does not count.
+	forger := responder(t, func(p Packet, _ int64) [][]byte {
+		p.Type = TypeReply
+		forged, _ := p.Append(nil, &Key{ID: p.KeyID, Secret: k1b.Secret})
+		tampered, _ := p.Append(nil, &k1)
+		tampered[20] ^= 1
+		return [][]byte{forged, tampered}
+	})
+	u := &UDPEcho{Timeout: 300 * ms, Keys: func() []Key { return []Key{k1} }}
+	if rtt, err := u.Measure(t.Context(), forger); err == nil {
+		t.Errorf("Measure took a forged reply: %v", rtt)
+	}
+}
+
+// responder is a UDP probe responder on loopback for the test: it answers
+// every probe packet with what reply returns (rx: when the packet was
+// read); packets that do not parse go unanswered. It returns its address.
+func responder(t *testing.T, reply func(p Packet, rx int64) [][]byte) string {
+	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Close()
+	t.Cleanup(func() { pc.Close() })
 	go func() {
 		buf := make([]byte, 2048)
 		for {
@@ -676,22 +694,17 @@ func TestAuthenticatedProbes(t *testing.T) {
 			if err != nil {
 				return
 			}
+			rx := time.Now().UnixNano()
 			p, err := ParsePacket(buf[:n])
 			if err != nil {
 				continue
 			}
-			p.Type = TypeReply
-			forged, _ := p.Append(nil, &Key{ID: p.KeyID, Secret: k1b.Secret})
-			pc.WriteTo(forged, from)
-			tampered, _ := p.Append(nil, &k1)
-			tampered[20] ^= 1
-			pc.WriteTo(tampered, from)
+			for _, b := range reply(p, rx) {
+				pc.WriteTo(b, from)
+			}
 		}
 	}()
-	u := &UDPEcho{Timeout: 300 * ms, Keys: func() []Key { return []Key{k1} }}
-	if rtt, err := u.Measure(t.Context(), pc.LocalAddr().String()); err == nil {
-		t.Errorf("Measure took a forged reply: %v", rtt)
-	}
+	return pc.LocalAddr().String()
 }
 
 // TestTurnaroundSubtracted checks the TWAMP-like measurement: a responder
@@ -699,33 +712,16 @@ func TestAuthenticatedProbes(t *testing.T) {
 // loopback RTT, not at 80 ms; one that says nothing is measured at 80 ms.
 func TestTurnaroundSubtracted(t *testing.T) {
 	for _, honest := range []bool{true, false} {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pc.Close()
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				rx := time.Now().UnixNano()
-				p, err := ParsePacket(buf[:n])
-				if err != nil {
-					continue
-				}
-				time.Sleep(80 * ms)
-				p.Type = TypeReply
-				if honest {
-					p.RxNano, p.TxNano = rx, time.Now().UnixNano()
-				}
-				b, _ := p.Append(nil, nil)
-				pc.WriteTo(b, from)
+		addr := responder(t, func(p Packet, rx int64) [][]byte {
+			time.Sleep(80 * ms)
+			p.Type = TypeReply
+			if honest {
+				p.RxNano, p.TxNano = rx, time.Now().UnixNano()
 			}
-		}()
-		rtt, err := (&UDPEcho{Timeout: time.Second}).Measure(t.Context(), pc.LocalAddr().String())
+			b, _ := p.Append(nil, nil)
+			return [][]byte{b}
+		})
+		rtt, err := (&UDPEcho{Timeout: time.Second}).Measure(t.Context(), addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -752,30 +748,17 @@ func TestUDPEchoStarved(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pc.Close()
-			go func() {
-				buf := make([]byte, 2048)
-				for {
-					n, from, err := pc.ReadFrom(buf)
-					if err != nil {
-						return
-					}
-					p, err := ParsePacket(buf[:n])
-					if err != nil || tc.hold < 0 {
-						continue
-					}
-					time.Sleep(tc.hold)
-					p.Type = TypeReply
-					b, _ := p.Append(nil, nil)
-					pc.WriteTo(b, from)
+			addr := responder(t, func(p Packet, _ int64) [][]byte {
+				if tc.hold < 0 {
+					return nil
 				}
-			}()
+				time.Sleep(tc.hold)
+				p.Type = TypeReply
+				b, _ := p.Append(nil, nil)
+				return [][]byte{b}
+			})
 			u := &UDPEcho{Timeout: timeout, starve: func() { time.Sleep(3 * timeout) }}
-			rtt, err := u.Measure(t.Context(), pc.LocalAddr().String())
+			rtt, err := u.Measure(t.Context(), addr)
 			if !tc.ok {
 				if err == nil {
 					t.Fatalf("Measure = %v, nil; want no reply within %v", rtt, timeout)

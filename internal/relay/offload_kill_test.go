@@ -37,30 +37,14 @@ func startRelayChild(t *testing.T, ns string, args ...string) *testenv.Child {
 // tuples taken again), removes it once the flow ended, and its clean
 // shutdown leaves no pin and no program behind.
 func TestOffloadSurvivesKill(t *testing.T) {
-	if !xlate.Supported {
-		t.Skip("xlate not supported on this OS")
-	}
-	if env := os.Getenv(offloadKillChild); env != "" {
-		offloadKillChildBody(t, strings.Split(env, ","))
+	if offloadChildTest(t, offloadKillChild, offloadKillChildBody) {
 		return
 	}
-	testenv.RequirePrivileged(t)
 	l := xlatetest.NewLine(t, false)
 	pin := filepath.Join(xlatetest.BPFFS(t), "mosto", "a")
 	childArgs := []string{l.RAddr1, l.P2Addr, pin}
 
-	var oln net.Listener
-	xlatetest.MustIn(t, l.P2, func() (err error) { oln, err = net.Listen("tcp", net.JoinHostPort(l.P2Addr, "80")); return })
-	defer oln.Close()
-	go func() {
-		for {
-			c, err := oln.Accept()
-			if err != nil {
-				return
-			}
-			go digestChunks(c.(*net.TCPConn))
-		}
-	}()
+	defer offloadOrigin(t, l.P2, l.P2Addr, digestChunks).Close()
 	pinned := func() []xlate.PinnedEntry {
 		es, err := xlate.ReadPinned(pin)
 		if err != nil {
@@ -71,14 +55,7 @@ func TestOffloadSurvivesKill(t *testing.T) {
 
 	relay1 := startRelayChild(t, l.R, childArgs...)
 	relay1.WaitLine(t, "ready adopted=0")
-	var c *net.TCPConn
-	xlatetest.MustIn(t, l.P1, func() error {
-		nc, err := net.DialTimeout("tcp", net.JoinHostPort(l.RAddr1, "8080"), 5*time.Second)
-		if err == nil {
-			c = nc.(*net.TCPConn)
-		}
-		return err
-	})
+	c := dialService(t, l.P1, l.RAddr1)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(120 * time.Second))
 	var echoed atomic.Int64
@@ -199,11 +176,8 @@ func (c counter) Write(p []byte) (int, error) { c.n.Add(int64(len(p))); return l
 // closes (then stops cleanly), or until it is killed.
 func offloadKillChildBody(t *testing.T, args []string) {
 	relayAddr, originAddr, pin := args[0], args[1], args[2]
-	cfg := baseConfig("a")
-	cfg.Destinations.Allow = []string{"10.71.0.0/16"}
-	cfg.Services = []ServiceConfig{{Name: "svc", Listen: net.JoinHostPort(relayAddr, "8080"), Origin: net.JoinHostPort(originAddr, "80")}}
+	cfg := offloadConfig(relayAddr, originAddr, OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20, PinDir: pin, Linger: Duration(300 * time.Millisecond)})
 	cfg.Loops = -1
-	cfg.Offload = OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20, PinDir: pin, Linger: Duration(300 * time.Millisecond)}
 	r := start(t, cfg)
 	testenv.WaitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
 	st := r.offload.Load().sp.Stats()

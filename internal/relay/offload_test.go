@@ -32,14 +32,9 @@ const offloadChild = "MOSTO_RELAY_OFFLOAD_CHILD"
 // reset). The relay runs in a child process inside the relay namespace, so
 // that every socket it dials is there.
 func TestOffloadService(t *testing.T) {
-	if !xlate.Supported {
-		t.Skip("xlate not supported on this OS")
-	}
-	if env := os.Getenv(offloadChild); env != "" {
-		offloadChildBody(t, strings.Split(env, ","))
+	if offloadChildTest(t, offloadChild, offloadChildBody) {
 		return
 	}
-	testenv.RequirePrivileged(t)
 	for _, loops := range []string{"-1", "0"} {
 		for _, flow := range []string{"upload", "echo"} {
 			t.Run("loops="+loops+"/"+flow, func(t *testing.T) {
@@ -135,6 +130,75 @@ func runOffloadChild(t *testing.T, name string, args ...string) {
 	}
 }
 
+// offloadChildTest skips t where xlate is not supported. In the relay
+// child process (env set) it runs body with the child's arguments and
+// returns true; else it requires privileges and returns false.
+func offloadChildTest(t *testing.T, env string, body func(*testing.T, []string)) bool {
+	t.Helper()
+	if !xlate.Supported {
+		t.Skip("xlate not supported on this OS")
+	}
+	if v := os.Getenv(env); v != "" {
+		body(t, strings.Split(v, ","))
+		return true
+	}
+	testenv.RequirePrivileged(t)
+	return false
+}
+
+// offloadOrigin listens on addr:80 in namespace ns and runs handle on its
+// own goroutine for every connection until the caller closes the listener.
+func offloadOrigin(t *testing.T, ns, addr string, handle func(*net.TCPConn)) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	xlatetest.MustIn(t, ns, func() (err error) { ln, err = net.Listen("tcp", net.JoinHostPort(addr, "80")); return })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c.(*net.TCPConn))
+		}
+	}()
+	return ln
+}
+
+// digestAll answers the SHA-256 of all c sent, then half-closes: an
+// upload's origin.
+func digestAll(c *net.TCPConn) {
+	defer c.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, c); err == nil {
+		c.Write(h.Sum(nil))
+	}
+	c.CloseWrite()
+}
+
+// offloadConfig is relay a serving service svc on relayAddr:8080 to
+// originAddr:80, offloading as o says.
+func offloadConfig(relayAddr, originAddr string, o OffloadConfig) *Config {
+	cfg := baseConfig("a")
+	cfg.Destinations.Allow = []string{"10.71.0.0/16"}
+	cfg.Services = []ServiceConfig{{Name: "svc", Listen: net.JoinHostPort(relayAddr, "8080"), Origin: net.JoinHostPort(originAddr, "80")}}
+	cfg.Offload = o
+	return cfg
+}
+
+// dialService connects to the service on relayAddr:8080 from namespace ns.
+func dialService(t *testing.T, ns, relayAddr string) *net.TCPConn {
+	t.Helper()
+	var c *net.TCPConn
+	xlatetest.MustIn(t, ns, func() error {
+		nc, err := net.DialTimeout("tcp", net.JoinHostPort(relayAddr, "8080"), 5*time.Second)
+		if err == nil {
+			c = nc.(*net.TCPConn)
+		}
+		return err
+	})
+	return c
+}
+
 // TestOffloadRetry: refused handovers are retried with a backoff, a
 // bounded number of times. The relay may join one flow at a time
 // (max_flows 1). Flow A is offloaded and stays open; flow B1's handovers
@@ -143,14 +207,9 @@ func runOffloadChild(t *testing.T, name string, args ...string) {
 // the linger, and a retry offloads B2, whose later bytes go through the
 // kernel intact.
 func TestOffloadRetry(t *testing.T) {
-	if !xlate.Supported {
-		t.Skip("xlate not supported on this OS")
-	}
-	if env := os.Getenv(offloadChild); env != "" {
-		offloadRetryBody(t, strings.Split(env, ","))
+	if offloadChildTest(t, offloadChild, offloadRetryBody) {
 		return
 	}
-	testenv.RequirePrivileged(t)
 	runOffloadChild(t, "TestOffloadRetry")
 }
 
@@ -184,44 +243,16 @@ func (u *uploader) finish(t *testing.T, name string) {
 
 func offloadRetryBody(t *testing.T, args []string) {
 	p1, p2, relayAddr, originAddr := args[0], args[1], args[2], args[3]
-	var oln net.Listener
-	xlatetest.MustIn(t, p2, func() (err error) { oln, err = net.Listen("tcp", net.JoinHostPort(originAddr, "80")); return })
-	defer oln.Close()
-	go func() {
-		for {
-			c, err := oln.Accept()
-			if err != nil {
-				return
-			}
-			go func(c *net.TCPConn) {
-				defer c.Close()
-				h := sha256.New()
-				if _, err := io.Copy(h, c); err == nil {
-					c.Write(h.Sum(nil))
-				}
-				c.CloseWrite()
-			}(c.(*net.TCPConn))
-		}
-	}()
+	defer offloadOrigin(t, p2, originAddr, digestAll).Close()
 	const attempts = 6
-	cfg := baseConfig("a")
-	cfg.Destinations.Allow = []string{"10.71.0.0/16"}
-	cfg.Services = []ServiceConfig{{Name: "svc", Listen: net.JoinHostPort(relayAddr, "8080"), Origin: net.JoinHostPort(originAddr, "80")}}
-	cfg.Offload = OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20, MaxFlows: 1, Attempts: attempts,
-		RetryBackoff: Duration(200 * time.Millisecond), Linger: Duration(100 * time.Millisecond)}
+	cfg := offloadConfig(relayAddr, originAddr, OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20, MaxFlows: 1, Attempts: attempts,
+		RetryBackoff: Duration(200 * time.Millisecond), Linger: Duration(100 * time.Millisecond)})
 	cfg.Loops = -1
 	r := start(t, cfg)
 	testenv.WaitFor(t, 10*time.Second, "offload ready", func() bool { return r.offloadReady() })
 	o := r.offload.Load()
 	dial := func() *uploader {
-		var c *net.TCPConn
-		xlatetest.MustIn(t, p1, func() error {
-			nc, err := net.DialTimeout("tcp", net.JoinHostPort(relayAddr, "8080"), 5*time.Second)
-			if err == nil {
-				c = nc.(*net.TCPConn)
-			}
-			return err
-		})
+		c := dialService(t, p1, relayAddr)
 		c.SetDeadline(time.Now().Add(2 * time.Minute))
 		return &uploader{c: c, h: sha256.New()}
 	}
@@ -289,33 +320,12 @@ func offloadRetryBody(t *testing.T, args []string) {
 
 func offloadChildBody(t *testing.T, args []string) {
 	p1, p2, relayAddr, originAddr, loops, flow := args[0], args[1], args[2], args[3], args[4], args[5]
-	var oln net.Listener
-	xlatetest.MustIn(t, p2, func() (err error) { oln, err = net.Listen("tcp", net.JoinHostPort(originAddr, "80")); return })
-	defer oln.Close()
-	go func() {
-		for {
-			c, err := oln.Accept()
-			if err != nil {
-				return
-			}
-			if flow != "upload" {
-				go testenv.Echo(c.(*net.TCPConn))
-				continue
-			}
-			go func(c *net.TCPConn) { // upload: answer the digest of what came
-				defer c.Close()
-				h := sha256.New()
-				if _, err := io.Copy(h, c); err == nil {
-					c.Write(h.Sum(nil))
-				}
-				c.CloseWrite()
-			}(c.(*net.TCPConn))
-		}
-	}()
-	cfg := baseConfig("a")
-	cfg.Destinations.Allow = []string{"10.71.0.0/16"}
-	cfg.Services = []ServiceConfig{{Name: "svc", Listen: net.JoinHostPort(relayAddr, "8080"), Origin: net.JoinHostPort(originAddr, "80")}}
-	cfg.Offload = OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20}
+	handle := testenv.Echo
+	if flow == "upload" {
+		handle = digestAll // answer the digest of what came
+	}
+	defer offloadOrigin(t, p2, originAddr, handle).Close()
+	cfg := offloadConfig(relayAddr, originAddr, OffloadConfig{Mode: OffloadBytes, AfterBytes: 1 << 20})
 	if loops == "-1" {
 		cfg.Loops = -1
 	}
@@ -326,14 +336,7 @@ func offloadChildBody(t *testing.T, args []string) {
 		return
 	}
 
-	var c *net.TCPConn
-	xlatetest.MustIn(t, p1, func() error {
-		nc, err := net.DialTimeout("tcp", net.JoinHostPort(relayAddr, "8080"), 5*time.Second)
-		if err == nil {
-			c = nc.(*net.TCPConn)
-		}
-		return err
-	})
+	c := dialService(t, p1, relayAddr)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	const n = 24 << 20

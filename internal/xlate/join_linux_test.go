@@ -31,6 +31,14 @@ type relayed struct {
 	c1, c2, a, b *net.TCPConn
 }
 
+// openIn opens a Splicer in namespace ns (the caller closes it).
+func openIn(t *testing.T, ns string, cfg Config) *Splicer {
+	t.Helper()
+	var s *Splicer
+	xlatetest.MustIn(t, ns, func() (err error) { s, err = Open(t.Context(), cfg); return })
+	return s
+}
+
 // relayPair opens the two legs and moves a few bytes each way through the
 // relay, as a relay would before offloading.
 func relayPair(t *testing.T, l *xlatetest.Line) relayed {
@@ -167,8 +175,7 @@ func TestJoinLive(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			testenv.RequirePrivileged(t)
 			l := xlatetest.NewLine(t, v6)
-			var s *Splicer
-			xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+			s := openIn(t, l.R, Config{})
 			defer s.Close()
 			r := relayPair(t, l)
 			var rsts0 int64
@@ -238,8 +245,7 @@ func copyClose(dst, src *net.TCPConn, done chan<- error) {
 func TestHandoverBulk(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	l := xlatetest.NewLine(t, false)
-	var s *Splicer
-	xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+	s := openIn(t, l.R, Config{})
 	defer s.Close()
 	r := relayPair(t, l)
 
@@ -330,8 +336,7 @@ func TestHandoverRefusedResumes(t *testing.T) {
 			testenv.RequirePrivileged(t)
 			l := xlatetest.NewLine(t, false)
 			xlatetest.Sh(t, "ip", "netns", "exec", l.P2, "sysctl", "-q", "-w", c.sysctl)
-			var s *Splicer
-			xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+			s := openIn(t, l.R, Config{})
 			defer s.Close()
 			r := relayPair(t, l)
 			copies := make(chan error, 2)
@@ -394,8 +399,7 @@ func TestRemoveUnderLiveFlow(t *testing.T) {
 		}
 	}()
 	l := xlatetest.NewLine(t, false)
-	var s *Splicer
-	xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+	s := openIn(t, l.R, Config{})
 	defer s.Close()
 	r := relayPair(t, l)
 	sp := joinWhenQuiet(t, s, l.R, r.a, r.b)

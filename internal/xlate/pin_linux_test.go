@@ -77,8 +77,7 @@ func endFlow(t *testing.T, r relayed) {
 func TestJoinReservesPort(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	l := xlatetest.NewLine(t, false)
-	var s *Splicer
-	xlatetest.MustIn(t, l.R, func() (err error) { s, err = Open(t.Context(), Config{}); return })
+	s := openIn(t, l.R, Config{})
 	defer s.Close()
 	r := relayPair(t, l)
 	sp := joinWhenQuiet(t, s, l.R, r.a, r.b)
@@ -137,8 +136,7 @@ func TestPinnedSurvivesProcess(t *testing.T) {
 	l := xlatetest.NewLine(t, false)
 	dir := filepath.Join(xlatetest.BPFFS(t), "mosto", "relay")
 	cfg := Config{PinDir: dir, CloseLinger: 300 * time.Millisecond, SweepInterval: 50 * time.Millisecond}
-	var s1 *Splicer
-	xlatetest.MustIn(t, l.R, func() (err error) { s1, err = Open(t.Context(), cfg); return })
+	s1 := openIn(t, l.R, cfg)
 	r := relayPair(t, l)
 	sp := joinWhenQuiet(t, s1, l.R, r.a, r.b)
 	s1.abandon()
@@ -148,8 +146,7 @@ func TestPinnedSurvivesProcess(t *testing.T) {
 	}
 	moveBytes(t, r, 4<<20) // with no process behind the join
 
-	var s2 *Splicer
-	xlatetest.MustIn(t, l.R, func() (err error) { s2, err = Open(t.Context(), cfg); return })
+	s2 := openIn(t, l.R, cfg)
 	defer s2.Close()
 	if st := s2.Stats(); st.Adopted != 1 || st.Active != 1 || st.Held != 2 || st.ReserveFailed != 0 {
 		t.Fatalf("adopting splicer stats %+v: want 1 adopted join, both tuples held", st)
