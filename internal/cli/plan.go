@@ -90,6 +90,37 @@ func (in *inputFlags) model() (pathcomp.Model, error) {
 	return pathcomp.Model{ICW: in.icw, MSS: in.mss, EndICW: in.endICW, EndRTT: in.endRTT}, nil
 }
 
+// planned is the chosen matrix (desc describes it) with its fronts
+// precomputed under the flags' model.
+type planned struct {
+	model pathcomp.Model
+	m     *topo.Matrix
+	desc  string
+	f     *pathcomp.Fronts
+}
+
+// precompute loads the chosen matrix and precomputes its fronts with the
+// options the flags select.
+func (in *inputFlags) precompute(env *Env) (planned, error) {
+	model, err := in.model()
+	if err != nil {
+		return planned{}, err
+	}
+	m, desc, err := in.load(env)
+	if err != nil {
+		return planned{}, err
+	}
+	opt, err := in.options(model)
+	if err != nil {
+		return planned{}, err
+	}
+	f, err := pathcomp.Precompute(m.RTT, opt)
+	if err != nil {
+		return planned{}, fmt.Errorf("plan %s: %w", desc, err)
+	}
+	return planned{model, m, desc, f}, nil
+}
+
 // load returns the chosen matrix and a description of it, printing the
 // reader's warnings on stderr.
 func (in *inputFlags) load(env *Env) (*topo.Matrix, string, error) {
@@ -138,14 +169,11 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return usageErrorf("--size: %v", err)
 	}
-	model, err := in.model()
+	p, err := in.precompute(env)
 	if err != nil {
 		return err
 	}
-	m, desc, err := in.load(env)
-	if err != nil {
-		return err
-	}
+	model, m, desc, f := p.model, p.m, p.desc, p.f
 	i, err := findLocation(m.Names, *from)
 	if err != nil {
 		return err
@@ -153,14 +181,6 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 	j, err := findLocation(m.Names, *to)
 	if err != nil {
 		return err
-	}
-	opt, err := in.options(model)
-	if err != nil {
-		return err
-	}
-	f, err := pathcomp.Precompute(m.RTT, opt)
-	if err != nil {
-		return fmt.Errorf("plan %s: %w", desc, err)
 	}
 	rounds := model.Rounds(size)
 	icw := model.ICW
@@ -351,23 +371,11 @@ func runPlanTable(ctx context.Context, env *Env, args []string) error {
 	if len(sizes) == 0 {
 		return usageErrorf("--sizes: no size given")
 	}
-	model, err := in.model()
+	p, err := in.precompute(env)
 	if err != nil {
 		return err
 	}
-	m, desc, err := in.load(env)
-	if err != nil {
-		return err
-	}
-	opt, err := in.options(model)
-	if err != nil {
-		return err
-	}
-	f, err := pathcomp.Precompute(m.RTT, opt)
-	if err != nil {
-		return fmt.Errorf("plan %s: %w", desc, err)
-	}
-	tf := pathcomp.BuildTable(m.Names, f, sizes)
+	tf := pathcomp.BuildTable(p.m.Names, p.f, sizes)
 
 	w := env.Stdout
 	var file *os.File
@@ -382,7 +390,7 @@ func runPlanTable(ctx context.Context, env *Env, args []string) error {
 	if *asJSON {
 		err = writeTableJSON(w, tf)
 	} else {
-		err = writeTableText(w, tf, desc)
+		err = writeTableText(w, tf, p.desc)
 	}
 	if err != nil {
 		return fmt.Errorf("plan table: write: %w", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // countingListener counts the connections a surrogate accepted.
@@ -401,21 +402,8 @@ func TestHandoffJoiner(t *testing.T) {
 func TestPoolStale(t *testing.T) {
 	s0, _ := startOrigin(t)
 	// A surrogate that closes idle connections at once.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	p := newPool(ln.Addr().String(), 1, time.Minute, func(ctx context.Context, a string) (*net.TCPConn, error) {
+	sur := testenv.NewServer(t, func(*net.TCPConn) {})
+	p := newPool(sur.Addr(), 1, time.Minute, func(ctx context.Context, a string) (*net.TCPConn, error) {
 		d := net.Dialer{}
 		c, err := d.DialContext(ctx, "tcp", a)
 		if err != nil {
@@ -423,7 +411,7 @@ func TestPoolStale(t *testing.T) {
 		}
 		return c.(*net.TCPConn), nil
 	}, nil)
-	c, err := p.dial(context.Background(), ln.Addr().String())
+	c, err := p.dial(context.Background(), sur.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
