@@ -62,8 +62,17 @@ type XlateJoiner struct {
 	// gets the answer's direction (Picker.Triangle: only when surrogate ->
 	// client is shorter than through the router).
 	Triangle func(client, surrogate netip.Addr) bool
+	// PlaceTimeout: a placed join whose client has sent nothing (no ACK of
+	// the answer) this long after the request left is taken back: the
+	// agent's entry is removed and the router translates the answer (a
+	// network that drops the surrogate's packets with the router's source
+	// address, or an agent that failed silently); the surrogate is then
+	// not placed on for PlaceBackoff. 0 means 1 s and 30 s.
+	PlaceTimeout, PlaceBackoff time.Duration
 
-	routes routeCache
+	routes    routeCache
+	suspendMu sync.Mutex
+	suspended map[netip.Addr]time.Time // surrogate -> until
 
 	wg            sync.WaitGroup
 	silent        atomic.Int64
@@ -72,6 +81,7 @@ type XlateJoiner struct {
 	preparedJoins atomic.Int64
 	placed        atomic.Int64
 	released      atomic.Int64
+	timeouts      atomic.Int64
 	phase         [4]atomic.Int64 // ns summed over joins: read, install, verify, send
 }
 
@@ -107,6 +117,39 @@ type Placer interface {
 func (j *XlateJoiner) Placement() (placed, released int64) {
 	return j.placed.Load(), j.released.Load()
 }
+
+// isSuspended reports whether placements on surrogate are suspended
+// after a timeout (PlaceTimeout).
+func (j *XlateJoiner) isSuspended(surrogate netip.Addr) bool {
+	j.suspendMu.Lock()
+	defer j.suspendMu.Unlock()
+	until, ok := j.suspended[surrogate]
+	return ok && time.Now().Before(until)
+}
+
+// takeBack ends a placement whose client sent nothing within
+// PlaceTimeout: the agent removes its entry (the surrogate's
+// retransmissions then reach the router), the router's copy translates
+// alone, and the surrogate gets no placement for PlaceBackoff.
+func (j *XlateJoiner) takeBack(sin xlate.Tuple) {
+	sur := sin.Src.Addr()
+	j.Placer.Unplace(sur, sin)
+	j.release(sin)
+	j.timeouts.Add(1)
+	backoff := j.PlaceBackoff
+	if backoff == 0 {
+		backoff = 30 * time.Second
+	}
+	j.suspendMu.Lock()
+	defer j.suspendMu.Unlock()
+	if j.suspended == nil {
+		j.suspended = map[netip.Addr]time.Time{}
+	}
+	j.suspended[sur] = time.Now().Add(backoff)
+}
+
+// PlaceTimeouts counts placements taken back (PlaceTimeout).
+func (j *XlateJoiner) PlaceTimeouts() int64 { return j.timeouts.Load() }
 
 // release makes the router's host translate the response direction of a
 // join that was placed on the surrogate's host.
@@ -330,11 +373,16 @@ func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in, answer xla
 	defer t.Stop()
 	var poll <-chan time.Time
 	answered := false
-	if oneSegment {
+	if oneSegment || byClient {
 		tk := time.NewTicker(answerPoll)
 		defer tk.Stop()
 		poll = tk.C
 	}
+	placeTimeout := j.PlaceTimeout
+	if placeTimeout == 0 {
+		placeTimeout = time.Second
+	}
+	placedAt := time.Now()
 wait:
 	for {
 		select {
@@ -343,7 +391,17 @@ wait:
 		case <-ctx.Done():
 			break wait
 		case <-poll:
-			if st, ok := j.Splicer.Entry(answer); !ok || st.Bytes > 0 || st.FIN || st.RST || (byClient && st.Packets > 0) {
+			st, ok := j.Splicer.Entry(answer)
+			if byClient && ok && st.Packets == 0 && time.Since(placedAt) > placeTimeout {
+				j.takeBack(in)
+				byClient = false
+				answer = in // the answer now crosses this host
+				continue
+			}
+			if !oneSegment {
+				continue
+			}
+			if !ok || st.Bytes > 0 || st.FIN || st.RST || (byClient && st.Packets > 0) {
 				answered = ok
 				break wait
 			}
@@ -441,7 +499,7 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	ph.mark(0)
 	ab, ba, err := xlate.Pair(cs, ss)
 	sur := ba.In.Src.Addr()
-	remote = err == nil && j.Placer != nil && (j.Triangle == nil || j.Triangle(cs.Remote.Addr(), sur)) && j.Placer.Ready(sur)
+	remote = err == nil && j.Placer != nil && (j.Triangle == nil || j.Triangle(cs.Remote.Addr(), sur)) && !j.isSuspended(sur) && j.Placer.Ready(sur)
 	ba.Remote = remote
 	if remote {
 		// What reaches this host anyway (sent before the agent's install)

