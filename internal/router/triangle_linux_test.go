@@ -115,15 +115,16 @@ func TestHandoffSurrogateSide(t *testing.T) {
 	// Every answer byte was translated at one of the two; the router's
 	// share is the clients' keep-alive requests and the first flights of
 	// lost races.
-	if ss.Bytes+rs.Bytes < uint64(body) || rs.Bytes > uint64(reqBytes.Load())+uint64(body)/4 || rs.Errors != 0 || ss.Errors != 0 {
-		t.Errorf("router translated %d payload bytes, the surrogate %d (requests sent: %d, bodies %d), errors %d/%d; want the bodies translated, under a quarter at the router",
+	if ss.Bytes+rs.Bytes < uint64(body) || rs.Bytes > uint64(reqBytes.Load())+uint64(body)/2 || rs.Errors != 0 || ss.Errors != 0 {
+		t.Errorf("router translated %d payload bytes, the surrogate %d (requests sent: %d, bodies %d), errors %d/%d; want the bodies translated, under half at the router",
 			rs.Bytes, ss.Bytes, reqBytes.Load(), body, rs.Errors, ss.Errors)
 	}
 	// What reached the router's host: requests, ACKs, and the first
-	// flights of lost races; with the router-side placement it is more
-	// than the bodies.
-	if rrRx > body/4 {
-		t.Errorf("router's host received %d bytes for %d body bytes; want under a quarter (the answers must not cross it)", rrRx, body)
+	// flights of lost races (3.6-4.5% of the bodies in the runs of
+	// docs/router.md); with the router-side placement it is more than
+	// the bodies. Half leaves room for a loaded machine's lost races.
+	if rrRx > body/2 {
+		t.Errorf("router's host received %d bytes for %d body bytes; want under half (the answers must not cross it)", rrRx, body)
 	}
 }
 
