@@ -24,8 +24,9 @@ import (
 
 // flowRec is the state the test handler gives each flow it opens.
 type flowRec struct {
-	id    int
-	fd    int // the accepted client socket
+	id     int
+	fd     int            // the accepted client socket
+	client netip.AddrPort // the client's address as Open saw it
 	dones atomic.Int32
 }
 
@@ -79,7 +80,7 @@ func newTestHandler(t testing.TB, target netip.AddrPort) *testHandler {
 }
 
 func (h *testHandler) Open(tag any, fd int, client netip.AddrPort) (Upstream, any, error) {
-	rec := &flowRec{id: int(h.nextID.Add(1)), fd: fd}
+	rec := &flowRec{id: int(h.nextID.Add(1)), fd: fd, client: client}
 	if !client.Addr().IsLoopback() {
 		h.t.Errorf("Open: client %v; want a loopback address", client)
 	}

@@ -1102,10 +1102,16 @@ func (l *loop) sweep() {
 			l.dial(f, true)
 		}
 	}
+	// A deadline is checked against the sockets themselves before it ends
+	// a flow: after a stall of the loop (a loaded machine), the events
+	// that show a flow's progress may still be queued behind a full batch
+	// of other flows' events, and a flow must not be ended for the loop's
+	// own delay.
 	ct := int64(l.cfg.ConnectTimeout)
 	for f := l.connq.head; f != nil && l.now-f.connStart >= ct; f = l.connq.head {
-		if f.fastOpen && f.written && handshakeDone(f.fd[up]) {
-			// A missed wakeup must not resend bytes the upstream has.
+		if (!f.fastOpen || f.written) && handshakeDone(f.fd[up]) {
+			// Connected, the event not taken yet (a Fast Open one:
+			// a missed wakeup must not resend bytes the upstream has).
 			l.connected(f)
 			l.pump(f)
 			continue
@@ -1114,7 +1120,12 @@ func (l *loop) sweep() {
 	}
 	if idle := int64(l.cfg.Idle); idle > 0 {
 		for f := l.idleq.head; f != nil && l.now-f.last >= idle; f = l.idleq.head {
-			l.finish(f, Idle, nil)
+			if l.pollPending(f) && !f.ended && f.q == &l.idleq && l.now-f.last < idle {
+				continue // it moved: no longer the stalest
+			}
+			if !f.ended {
+				l.finish(f, Idle, nil)
+			}
 		}
 	}
 	if l.paused {
@@ -1133,6 +1144,35 @@ func (l *loop) sweep() {
 			}
 		}
 	}
+}
+
+// pollPending asks the kernel whether f's sockets are ready now (events the
+// loop may not have taken yet) and, if so, moves what it can. It reports
+// whether it looked at any readiness; f may have ended or moved in its
+// queue.
+func (l *loop) pollPending(f *flow) bool {
+	fds := [2]unix.PollFd{
+		{Fd: int32(f.fd[down]), Events: unix.POLLIN | unix.POLLOUT | unix.POLLRDHUP},
+		{Fd: int32(f.fd[up]), Events: unix.POLLIN | unix.POLLOUT | unix.POLLRDHUP},
+	}
+	n, err := unix.Poll(fds[:], 0)
+	if err != nil || n <= 0 {
+		return false
+	}
+	for side, p := range fds {
+		e := p.Revents
+		if e&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
+			f.ready[side] |= canRead
+		}
+		if e&unix.POLLRDHUP != 0 {
+			f.ready[side] |= peerShut
+		}
+		if e&(unix.POLLOUT|unix.POLLERR|unix.POLLHUP) != 0 {
+			f.ready[side] |= canWrite
+		}
+	}
+	l.pump(f)
+	return true
 }
 
 // resetAll ends every flow of the loop with o.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -20,8 +21,26 @@ import (
 // way or closes without reading. Whatever happens, every flow ends exactly
 // once, a flow whose two ends behaved gets every byte back exact, nothing
 // is left open, and the loops hold no flow afterwards.
+//
+// A flow can only be ended idle when neither socket has anything to do
+// (TestStallNoFalseIdle), so a behaved flow that ends idle had a peer, a
+// goroutine of this test, silent for the whole idle timeout: on a loaded
+// machine under -race that happens. An attempt whose only failures are
+// such flows (or dials the loaded test could not finish in time) is logged
+// and repeated; any other failure fails at once.
 func TestRandomFlows(t *testing.T) {
+	for attempt := 1; ; attempt++ {
+		if randomFlowsOnce(t, attempt == 3) || attempt == 3 {
+			return
+		}
+	}
+}
+
+// randomFlowsOnce runs the flows once. It reports false if the run must be
+// repeated: it failed only for the load (and last is false).
+func randomFlowsOnce(t *testing.T, last bool) bool {
 	const n = 400
+	const idle = 8 * time.Second // see below
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))
@@ -50,7 +69,7 @@ func TestRandomFlows(t *testing.T) {
 	}
 	// The upstream reads the flow's index (4 bytes) and acts on its script.
 	srv := newUpServer(t, func(c *net.TCPConn) {
-		c.SetDeadline(time.Now().Add(20 * time.Second))
+		c.SetDeadline(time.Now().Add(idle + 30*time.Second))
 		var idb [4]byte
 		if _, err := io.ReadFull(c, idb[:]); err != nil {
 			return
@@ -70,13 +89,15 @@ func TestRandomFlows(t *testing.T) {
 	})
 	h := newTestHandler(t, srv.addr)
 	before := openFDs(t)
-	// Idle 5 s: on a 2-core machine under -race with a load average of
-	// 12, 500 ms and even 2 s ended flows that were only slow (up to 25
-	// idle outcomes beyond the 10% silent clients, echoed 0 bytes).
-	r := newRig(t, Config{Loops: 2, Idle: 5 * time.Second, Bulk: true}, h)
+	// Idle 8 s: on a 2-core machine under -race with a load average of
+	// 12, 500 ms and even 2 s ended flows that were only slow, and 5 s at
+	// a load of 24 (the test's goroutines silent that long).
+	r := newRig(t, Config{Loops: 2, Idle: idle, Bulk: true}, h)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var bad []string
+	badPort := map[int]uint16{} // flow index -> client port, for the flows in bad
+	dialTimeouts := 0
 	for i, s := range scripts {
 		wg.Add(1)
 		go func() {
@@ -85,12 +106,15 @@ func TestRandomFlows(t *testing.T) {
 			if err != nil {
 				mu.Lock()
 				bad = append(bad, fmt.Sprintf("flow %d: dial: %v", i, err))
+				if os.IsTimeout(err) {
+					dialTimeouts++
+				}
 				mu.Unlock()
 				return
 			}
 			tc := c.(*net.TCPConn)
 			defer tc.Close()
-			tc.SetDeadline(time.Now().Add(20 * time.Second))
+			tc.SetDeadline(time.Now().Add(idle + 30*time.Second))
 			msg := make([]byte, 4+s.size)
 			msg[0], msg[1] = byte(i>>8), byte(i)
 			for j := 4; j < len(msg); j++ {
@@ -121,15 +145,45 @@ func TestRandomFlows(t *testing.T) {
 			if s.upstream == "echo" && sha256.Sum256(echo) != sha256.Sum256(msg) {
 				mu.Lock()
 				bad = append(bad, fmt.Sprintf("flow %d (%+v): echoed %d bytes, want %d identical (first diff at %d)", i, s, len(echo), len(msg), firstDiff(echo, msg)))
+				badPort[i] = uint16(tc.LocalAddr().(*net.TCPAddr).Port)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	for _, b := range bad {
-		t.Error(b)
+	ends := h.waitEnded(t, n, idle+30*time.Second)
+	retry := false
+	if len(bad) > 0 {
+		// How the loop ended each bad flow, and how all flows ended.
+		byPort := map[uint16]doneCall{}
+		outcomes := map[Outcome]int{}
+		for _, e := range ends {
+			byPort[e.rec.client.Port()] = e
+			outcomes[e.o]++
+		}
+		idled := 0
+		var why []string
+		for i, port := range badPort {
+			e, ok := byPort[port]
+			if !ok {
+				why = append(why, fmt.Sprintf("flow %d (client port %d): no Done seen", i, port))
+				continue
+			}
+			if e.o == Idle {
+				idled++
+			}
+			why = append(why, fmt.Sprintf("flow %d (client port %d): the loop ended it %v after up %d / down %d bytes, connect %v, err %v", i, port, e.o, e.st.Up, e.st.Down, e.st.Connect, e.err))
+		}
+		report := t.Errorf
+		if retry = !last && idled+dialTimeouts == len(bad); retry {
+			report = t.Logf
+			t.Logf("%d behaved flows ended idle (a peer silent for %v) and %d dials timed out: load, retrying", idled, idle, dialTimeouts)
+		}
+		for _, b := range append(bad, why...) {
+			report("%s", b)
+		}
+		t.Logf("outcomes of all %d flows: %v", n, outcomes)
 	}
-	ends := h.waitEnded(t, n, 20*time.Second)
 	for _, e := range ends {
 		if k := e.rec.dones.Load(); k != 1 {
 			t.Errorf("flow %d: Done/Handover called %d times", e.rec.id, k)
@@ -146,6 +200,7 @@ func TestRandomFlows(t *testing.T) {
 	if added := openFDs(t).added(before); len(added) > 0 {
 		t.Errorf("descriptors left open: %v", added)
 	}
+	return !retry
 }
 
 func firstDiff(a, b []byte) int {
