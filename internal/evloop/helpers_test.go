@@ -27,7 +27,7 @@ type flowRec struct {
 	id     int
 	fd     int            // the accepted client socket
 	client netip.AddrPort // the client's address as Open saw it
-	dones atomic.Int32
+	dones  atomic.Int32
 }
 
 // doneCall is one Handler.Done call, or the end of a handed-over flow's
