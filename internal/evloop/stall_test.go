@@ -44,6 +44,7 @@ func stallOnce(t *testing.T, last bool) bool {
 	r := newRig(t, Config{Loops: 1, Idle: idle}, h)
 	defer r.ls.Close()
 	conns := make([]*net.TCPConn, n)
+	setup := time.Now() // each flow's idle time starts when it connects
 	for i := range conns {
 		conns[i] = r.dial(t)
 		conns[i].SetDeadline(time.Now().Add(60 * time.Second))
@@ -81,18 +82,17 @@ func stallOnce(t *testing.T, last bool) bool {
 	}
 	// A first round trip on every flow: each is connected and in the idle
 	// queue before the stall.
-	setup := time.Now()
 	if errs := every(func(i int, c *net.TCPConn) error {
 		if _, err := c.Write([]byte{1}); err != nil {
 			return err
 		}
 		return echo(1)(i, c)
 	}); len(errs) > 0 {
-		if !last && time.Since(setup) > idle/4 {
+		if !last && time.Since(setup) >= idle {
 			t.Logf("setting up %d flows took %v (idle timeout %v): %d failed (first: %v); load, retrying", n, time.Since(setup), idle, len(errs), errs[0])
 			return false
 		}
-		t.Fatalf("%d flows failed before the stall (first: %v)", len(errs), errs[0])
+		t.Fatalf("%d flows failed before the stall, set up within %v (idle %v; first: %v)", len(errs), time.Since(setup), idle, errs[0])
 	}
 	// Stall the loop with a command that blocks it until released.
 	release := make(chan struct{})
