@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,19 +46,7 @@ func TestAgentsWithRealController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := boltstore.Open(filepath.Join(ctlDir, "controller.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ctl, err := ctlpkg.New(ctlpkg.Config{Store: st, Debounce: 50 * time.Millisecond, Period: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, ccancel := context.WithCancel(context.Background())
-	cdone := make(chan error, 1)
-	go func() { cdone <- ctl.Run(cctx) }()
-	t.Cleanup(func() { ccancel(); <-cdone })
+	ctl, st, stopCtl := runController(t, ctlDir)
 
 	tokens := pki.DirTokenStore{Dir: pki.TokenDir(ctlDir)}
 	tcfg, err := ca.ServerTLSConfig()
@@ -206,9 +195,7 @@ func TestAgentsWithRealController(t *testing.T) {
 
 	// Controller gone; a restarted fra routes on its persisted table.
 	srv.Close()
-	ccancel()
-	<-cdone
-	cdone <- nil // for the cleanup
+	stopCtl()
 	a2, err := New(Config{Controller: srv.URL, DataDir: dirs["fra"], FEP: feps[0], ProbeListen: "off"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -221,6 +208,27 @@ func TestAgentsWithRealController(t *testing.T) {
 	}
 }
 
+// runController runs a real controller on a bolt store in dir until stop
+// or the end of t.
+func runController(t *testing.T, dir string) (ctl *ctlpkg.Controller, st *boltstore.Store, stop func()) {
+	t.Helper()
+	st, err := boltstore.Open(filepath.Join(dir, "controller.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctl, err = ctlpkg.New(ctlpkg.Config{Store: st, Debounce: 50 * time.Millisecond, Period: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	cdone := make(chan error, 1)
+	go func() { cdone <- ctl.Run(cctx) }()
+	stop = sync.OnceFunc(func() { ccancel(); <-cdone })
+	t.Cleanup(stop)
+	return ctl, st, stop
+}
+
 // TestAgentsMeasureDestinations runs two agents against the real controller
 // on loopback; a destination whose probe address is a TCP listener (an
 // origin) is registered through the API once they run: the agents are told
@@ -228,19 +236,7 @@ func TestAgentsWithRealController(t *testing.T) {
 // time TCP handshakes to it, report, and the controller's EgP for it is
 // chosen by the measured RTTs and reaches the tables.
 func TestAgentsMeasureDestinations(t *testing.T) {
-	st, err := boltstore.Open(filepath.Join(t.TempDir(), "controller.db"), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ctl, err := ctlpkg.New(ctlpkg.Config{Store: st, Debounce: 50 * time.Millisecond, Period: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, ccancel := context.WithCancel(context.Background())
-	cdone := make(chan error, 1)
-	go func() { cdone <- ctl.Run(cctx) }()
-	t.Cleanup(func() { ccancel(); <-cdone })
+	ctl, _, _ := runController(t, t.TempDir())
 	srv := httptest.NewServer(api.NewHandler(api.ServerConfig{Backend: ctl}))
 	t.Cleanup(srv.Close)
 

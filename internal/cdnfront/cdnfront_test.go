@@ -79,16 +79,6 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestFrontWarmCold runs a real nginx on loopback in front of an origin: quick
 // fetches share one upstream connection (warm); once nginx has closed it after
 // the idle timeout, the next fetch opens a new one (cold). Every body is
@@ -113,7 +103,7 @@ func TestFrontWarmCold(t *testing.T) {
 
 	const idle = time.Second
 	dir := t.TempDir()
-	cfg := Config{Listen: freePort(t), Origin: raw.Addr().String(), IdleTimeout: idle, Nginx: nginx, Dir: dir}
+	cfg := Config{Listen: testenv.FreeAddr(t), Origin: raw.Addr().String(), IdleTimeout: idle, Nginx: nginx, Dir: dir}
 	if os.Geteuid() == 0 {
 		cfg.User = "root root"
 	}

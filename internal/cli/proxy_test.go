@@ -80,7 +80,7 @@ func TestProxyRunsUntilCancelled(t *testing.T) {
 // config with workers: 2: both bind the same service port (SO_REUSEPORT)
 // and worker 1 serves metrics on the configured port + 1.
 func TestProxyWorkerMode(t *testing.T) {
-	svc, mport := freeAddr(t), freePortPair(t)
+	svc, mport := testenv.FreeAddr(t), freePortPair(t)
 	cfg := filepath.Join(t.TempDir(), "p.yaml")
 	y := fmt.Sprintf("id: a\nworkers: 2\nservices: [{listen: '%s', origin: '127.0.0.1:9'}]\nmetrics: {listen: '127.0.0.1:%d'}\ntimeouts: {drain: 1s}\n", svc, mport)
 	os.WriteFile(cfg, []byte(y), 0o600)
@@ -131,17 +131,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // freePortPair returns a port p such that p and p+1 were free a moment

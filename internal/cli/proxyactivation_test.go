@@ -182,7 +182,7 @@ func TestProxySocketActivated(t *testing.T) {
 	origin := greeter(t)
 	// A socket named service-web on another address than the
 	// configuration's: refused, naming both.
-	bad := startActivated(t, "service-web", "127.0.0.1:0", proxyConfig(t, freeAddr(t), origin))
+	bad := startActivated(t, "service-web", "127.0.0.1:0", proxyConfig(t, testenv.FreeAddr(t), origin))
 	if c, err := net.Dial("tcp", bad.addr); err == nil {
 		defer c.Close()
 	}
@@ -320,7 +320,7 @@ func TestActivationFirstConnection(t *testing.T) {
 
 	// The always-running proxy: the same binary and configuration, bound
 	// by itself.
-	warmAddr := freeAddr(t)
+	warmAddr := testenv.FreeAddr(t)
 	argv, env := activationArgv(t, proxyConfig(t, warmAddr, origin))
 	t.Logf("proxies: %s", argv[0])
 	cmd := exec.Command(argv[0], argv[1:]...)

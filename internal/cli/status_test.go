@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // TestStatusAgainstController runs a controller with its dashboard
 // listener, registers two FEPs that report RTTs and counters, and reads
 // them back with `mosto status` (text, pair chains, auth).
 func TestStatusAgainstController(t *testing.T) {
-	apiAddr, uiAddr := freeAddr(t), freeAddr(t)
+	apiAddr, uiAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	auth := filepath.Join(t.TempDir(), "ui-auth")
 	if err := os.WriteFile(auth, []byte("ops:correct-horse\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -105,7 +106,7 @@ func TestStatusAgainstController(t *testing.T) {
 
 func TestUIListenNeedsAuth(t *testing.T) {
 	var out, errb bytes.Buffer
-	code := Run(context.Background(), []string{"controller", "--data", t.TempDir(), "--insecure", "--listen", freeAddr(t),
+	code := Run(context.Background(), []string{"controller", "--data", t.TempDir(), "--insecure", "--listen", testenv.FreeAddr(t),
 		"--ui-listen", "0.0.0.0:0"}, strings.NewReader(""), &out, &errb)
 	if code != 2 || !strings.Contains(errb.String(), "--ui-auth-file") {
 		t.Errorf("--ui-listen 0.0.0.0:0 without auth: exit %d, %q; want 2 asking for --ui-auth-file", code, errb.String())

@@ -33,7 +33,7 @@ func TestHAProxyInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { origin.Close() })
-	front := freeAddr(t)
+	front := testenv.FreeAddr(t)
 	conf := fmt.Sprintf(`global
     log stderr format raw local0 err
 defaults
@@ -141,16 +141,6 @@ func readPlainV2(r io.Reader) (src, dst netip.AddrPort, err error) {
 		return src, dst, fmt.Errorf("family 0x%02x", fixed[13])
 	}
 	return src, dst, nil
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func readAll(f *os.File) string {

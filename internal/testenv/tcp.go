@@ -114,3 +114,15 @@ func HTTPOrigin(t testing.TB, body string) string {
 	_, port, _ := net.SplitHostPort(o.Listener.Addr().String())
 	return port
 }
+
+// FreeAddr returns a loopback address (127.0.0.1:port) that was free a
+// moment ago: for a server a test starts later, or a peer that is down.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
