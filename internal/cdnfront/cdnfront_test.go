@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/origin/origintest"
 	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/mosto-net/mosto/internal/transfer"
 )
@@ -96,10 +97,7 @@ func TestFrontWarmCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln := &countingListener{Listener: raw}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- origin.New(origin.Config{}, nil).Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
+	origintest.Serve(t, origin.Config{}, ln)
 
 	const idle = time.Second
 	dir := t.TempDir()

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,21 +13,14 @@ import (
 
 	"github.com/mosto-net/mosto/internal/mget"
 	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/origin/origintest"
 )
 
 func TestGetCommand(t *testing.T) {
 	var urls []string
 	for i := 0; i < 2; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := origin.New(origin.Config{Seed: 3}, nil)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(ctx, ln) }()
-		t.Cleanup(func() { cancel(); <-done })
-		urls = append(urls, fmt.Sprintf("http://%s/obj?size=1000000", ln.Addr()))
+		_, addr := origintest.Start(t, origin.Config{Seed: 3})
+		urls = append(urls, fmt.Sprintf("http://%s/obj?size=1000000", addr))
 	}
 	out := filepath.Join(t.TempDir(), "obj")
 	sum := origin.Sum(3, 1000000)

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/mget"
 	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/origin/origintest"
 	"github.com/mosto-net/mosto/internal/relay"
 	"github.com/mosto-net/mosto/internal/relay/relaytest"
 )
@@ -64,16 +64,8 @@ func TestGetControllerPaths(t *testing.T) {
 	const size = 2_000_000
 	var urls []string
 	for range 2 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := origin.New(origin.Config{Seed: 3}, nil)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(ctx, ln) }()
-		t.Cleanup(func() { cancel(); <-done })
-		urls = append(urls, fmt.Sprintf("http://%s/obj?size=%d", ln.Addr(), size))
+		_, addr := origintest.Start(t, origin.Config{Seed: 3})
+		urls = append(urls, fmt.Sprintf("http://%s/obj?size=%d", addr, size))
 	}
 	out := filepath.Join(t.TempDir(), "obj")
 	sum := origin.Sum(3, size)

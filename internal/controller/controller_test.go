@@ -66,6 +66,21 @@ func setup(t testing.TB, st store.Store, feps []api.FEP, rtts []store.RTT) {
 }
 
 // decodeTable reads the stored table of lop strictly into an api.Table.
+// computed is a controller on st, which setup filled with feps and rtts,
+// after one forced Compute.
+func computed(t testing.TB, st store.Store, feps []api.FEP, rtts []store.RTT) *Controller {
+	t.Helper()
+	setup(t, st, feps, rtts)
+	c, err := New(Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Compute(testCtx(t), true); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func decodeTable(t testing.TB, c *Controller, lop string) *api.Table {
 	t.Helper()
 	et, err := c.WaitTable(testCtx(t), lop, 0, "")
@@ -99,15 +114,8 @@ func pathOf(tab *api.Table, from, to string, size int64) []string {
 
 func TestComputeTables(t *testing.T) {
 	st := openBolt(t)
-	setup(t, st, line, []store.RTT{sample("a", "b", 10), sample("b", "a", 10), sample("b", "c", 10), sample("a", "c", 50)})
-	c, err := New(Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := computed(t, st, line, []store.RTT{sample("a", "b", 10), sample("b", "a", 10), sample("b", "c", 10), sample("a", "c", 50)})
 	ctx := testCtx(t)
-	if err := c.Compute(ctx, true); err != nil {
-		t.Fatal(err)
-	}
 	v1 := c.Version()
 	if v1 == 0 {
 		t.Fatal("no version after Compute")

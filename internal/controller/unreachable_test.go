@@ -55,14 +55,7 @@ func TestUnmeasuredPairIsNoHop(t *testing.T) {
 	st := openBolt(t)
 	// a, b, c are 70 km apart (estimates of a few ms); a-b measured 1 ms,
 	// a-c 50 ms, b-c never measured.
-	setup(t, st, line[:3], []store.RTT{sample("a", "b", 1), sample("a", "c", 50)})
-	c, err := New(Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Compute(testCtx(t), true); err != nil {
-		t.Fatal(err)
-	}
+	c := computed(t, st, line[:3], []store.RTT{sample("a", "b", 1), sample("a", "c", 50)})
 	tab := decodeTable(t, c, "a")
 	for _, size := range []int64{14_000, 15_000_000} {
 		if got := pathOf(tab, "a", "c", size); !slices.Equal(got, []string{"a", "c"}) {
@@ -190,14 +183,7 @@ func TestUnreachableDirectNotEstimated(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := openBolt(t)
-			setup(t, st, line[:3], tc.rtts)
-			c, err := New(Config{Store: st})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Compute(testCtx(t), true); err != nil {
-				t.Fatal(err)
-			}
+			c := computed(t, st, line[:3], tc.rtts)
 			tab := decodeTable(t, c, "a")
 			for _, size := range []int64{14_000, 15_000_000} {
 				if got := pathOf(tab, "a", "c", size); !slices.Equal(got, tc.want) {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/origin/origintest"
 	"github.com/mosto-net/mosto/internal/socks5"
 )
 
@@ -40,21 +41,8 @@ func serve(t *testing.T, h http.Handler) string {
 // startOrigin runs an origin.Server with the given rate cap.
 func startOrigin(t *testing.T, rate int64) (*origin.Server, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := origin.New(origin.Config{Seed: 77, Rate: rate}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("origin: %v", err)
-		}
-	})
-	return s, "http://" + ln.Addr().String()
+	s, addr := origintest.Start(t, origin.Config{Seed: 77, Rate: rate})
+	return s, "http://" + addr
 }
 
 func checkFile(t *testing.T, path string, size int64) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/origin"
+	"github.com/mosto-net/mosto/internal/origin/origintest"
 )
 
 func TestParseSize(t *testing.T) {
@@ -83,15 +84,8 @@ func FuzzParseSize(f *testing.F) {
 
 func startOrigin(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- origin.New(origin.Config{}, nil).Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return ln.Addr().String()
+	_, addr := origintest.Start(t, origin.Config{})
+	return addr
 }
 
 func TestClientColdAndWarm(t *testing.T) {
