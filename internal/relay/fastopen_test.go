@@ -23,8 +23,7 @@ func TestFastOpen(t *testing.T) {
 	if !inFastOpenNetns(t) {
 		return
 	}
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Socket.FastOpen = true }}, "a", "b", "c")
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) { c.Socket.FastOpen = true }}, "a", "b", "c")
 	relay.HashTrip(t, w.Members["a"].ServiceAddr(0).String(), 10000) // gets the cookies
 	before := testenv.TCPExt(t, "TCPFastOpenPassive")
 	for i := range 3 {
@@ -54,8 +53,7 @@ func TestFastOpenUnreachableFirstHop(t *testing.T) {
 		return
 	}
 	nft := testenv.RequireCommand(t, "nft")
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) {
 		c.Socket.FastOpen = true
 		c.Timeouts.Connect = relay.Duration(500 * time.Millisecond)
 	}}, "a", "b", "c")

@@ -26,8 +26,7 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 	}{{"default", 0}, {"two", 2}, {"off", -1}} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.CheckLeaks(t)
-			o := testenv.NewServer(t, testenv.Echo)
-			w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Loops = tc.loops }}, "a", "b", "c")
+			w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) { c.Loops = tc.loops }}, "a", "b", "c")
 			var loops *evloop.Loops
 			testenv.WaitFor(t, 5*time.Second, "loops", func() bool {
 				loops = w.Members["a"].Loops()
@@ -68,8 +67,7 @@ func TestLoopsServeServiceFlows(t *testing.T) {
 // does, and that the client's bytes sent meanwhile are not lost.
 func TestLoopsFirstHopDown(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
+	w := relaytest.OverlayWith(t, relaytest.Options{}, "a", "b", "c")
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -93,8 +91,7 @@ func TestLoopsFirstHopDown(t *testing.T) {
 // over its limit is refused with a reset and counted.
 func TestLoopsRefuseOverLimit(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Limits.MaxConnsPerSource = 1 }}, "a", "b", "c")
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) { c.Limits.MaxConnsPerSource = 1 }}, "a", "b", "c")
 	first, err := net.Dial("tcp", w.Members["a"].ServiceAddr(0).String())
 	if err != nil {
 		t.Fatal(err)

@@ -29,8 +29,7 @@ func TestLoopsServeHopFlows(t *testing.T) {
 	}{{"loops", 0, 0}, {"loops+pool", 0, 2}, {"goroutines", -1, 0}, {"goroutines+pool", -1, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.CheckLeaks(t)
-			o := testenv.NewServer(t, testenv.Echo)
-			w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
+			w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) {
 				c.Loops, c.Pool.Hop = tc.loops, tc.pool
 				c.Timeouts.Drain = relay.Duration(200 * time.Millisecond) // pooled connections wait on the drain
 			}}, "a", "b", "c")

@@ -73,8 +73,7 @@ func TestHopPoolChain(t *testing.T) {
 // next hops its flows use.
 func TestHopPoolLearnedInLargeOverlay(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) {
 		c.Timeouts.Header = relay.Duration(300 * time.Millisecond)
 		c.Hop.MemberIdle = relay.Duration(20 * time.Second)
 		c.Pool.Hop = 2
@@ -119,8 +118,7 @@ func TestHopPoolLearnedInLargeOverlay(t *testing.T) {
 // hello asks for it; no header timeout is counted and flows use the pools.
 func TestPoolWithoutMemberIdle(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) {
 		c.Timeouts.Header = relay.Duration(300 * time.Millisecond)
 		c.Pool.Hop = 1
 	}}, "a", "b", "c")

@@ -24,8 +24,7 @@ import (
 
 func TestChainEcho(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
+	w := relaytest.OverlayWith(t, relaytest.Options{}, "a", "b", "c")
 	msg := make([]byte, 1<<20)
 	rand.Read(msg)
 	got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), msg)
@@ -45,8 +44,7 @@ func TestChainEcho(t *testing.T) {
 
 func TestDirectWhenNoChain(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr()}, "a", "b", "c")
+	w := relaytest.OverlayWith(t, relaytest.Options{}, "a", "b", "c")
 	w.Members["a"].SetChains(nil)
 	if got := testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("hello")); string(got) != "hello" {
 		t.Fatalf("direct echo = %q", got)
@@ -282,8 +280,7 @@ func TestConcurrentFlows(t *testing.T) {
 
 func TestMetricsAndHealth(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) { c.Metrics.Listen = "127.0.0.1:0" }}, "a", "b", "c")
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) { c.Metrics.Listen = "127.0.0.1:0" }}, "a", "b", "c")
 	testenv.RoundTrip(t, w.Members["a"].ServiceAddr(0).String(), []byte("x"))
 	get := func(path string) (int, string) {
 		t.Helper()
@@ -318,8 +315,7 @@ func TestMetricsAndHealth(t *testing.T) {
 // TestPProfOptIn checks that Go's profiles are served only with
 // metrics.pprof.
 func TestPProfOptIn(t *testing.T) {
-	o := testenv.NewServer(t, testenv.Echo)
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) {
 		c.Metrics.Listen = "127.0.0.1:0"
 		c.Metrics.PProf = c.ID == "a"
 	}}, "a", "b", "c")
@@ -705,10 +701,9 @@ func TestProxyProtocolToOrigin(t *testing.T) {
 
 func TestPolicyRefusesPrivateTarget(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
 	// The EgP allows only 127.0.0.2: the origin on 127.0.0.1 is private
 	// and not named, so the flow must be refused and counted there.
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) {
 		if c.ID == "c" {
 			c.Destinations.Allow = []string{"127.0.0.2", "*"}
 		}

@@ -18,10 +18,9 @@ import (
 // knows only the new key.
 func TestKeyRotation(t *testing.T) {
 	testenv.CheckLeaks(t)
-	o := testenv.NewServer(t, testenv.Echo)
 	oldKey := relaytest.Config("a").Keys.Current // the World's key, id 1
 	newKey := &relay.KeyConfig{ID: 2, SecretHex: hex.EncodeToString([]byte("fedcba9876543210fedcba9876543210"))}
-	w := relaytest.OverlayWith(t, relaytest.Options{OriginAddr: o.Addr(), Tweak: func(c *relay.Config) {
+	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) {
 		switch c.ID {
 		case "b":
 			c.Keys = relay.KeysConfig{Current: newKey, Previous: oldKey}
