@@ -39,15 +39,7 @@ func TestPinnedRoute(t *testing.T) {
 			req += relay.RouteHeader + ": " + route + "\r\n"
 		}
 		c.Write([]byte(req + "\r\n"))
-		var status []byte
-		b := make([]byte, 1)
-		for !bytes.HasSuffix(status, []byte("\r\n\r\n")) {
-			if _, err := c.Read(b); err != nil {
-				break
-			}
-			status = append(status, b[0])
-		}
-		return c, string(status)
+		return c, readHead(c)
 	}
 	const bob = "Ym9iOnB3" // bob:pw
 	for _, tc := range []struct {

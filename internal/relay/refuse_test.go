@@ -314,15 +314,7 @@ func TestHTTPConnect(t *testing.T) {
 			req += "Proxy-Authorization: Basic " + auth + "\r\n"
 		}
 		c.Write([]byte(req + "\r\n" + early))
-		var status []byte
-		b := make([]byte, 1)
-		for !bytes.HasSuffix(status, []byte("\r\n\r\n")) {
-			if _, err := c.Read(b); err != nil {
-				break
-			}
-			status = append(status, b[0])
-		}
-		return c, string(status)
+		return c, readHead(c)
 	}
 	c, status := connect(o.Addr(), "Ym9iOnB3", "early bytes|") // bob:pw
 	if status != "HTTP/1.1 200 Connection established\r\n\r\n" {
@@ -349,4 +341,19 @@ func TestHTTPConnect(t *testing.T) {
 		}
 		testenv.WaitFor(t, 5*time.Second, tc.reason, func() bool { return relay.Refusals(w.Members["a"], tc.reason) == before+1 })
 	}
+}
+
+// readHead reads c up to the end of an HTTP response head (CRLF CRLF),
+// one byte at a time so that nothing after it is consumed, and returns
+// what it read (less at an error).
+func readHead(c net.Conn) string {
+	var head []byte
+	b := make([]byte, 1)
+	for !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+		if _, err := c.Read(b); err != nil {
+			break
+		}
+		head = append(head, b[0])
+	}
+	return string(head)
 }
