@@ -63,11 +63,23 @@ func TestCoupledSharedBottleneck(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "obj")
 	frac := map[SharedMode]float64{}
 	for _, mode := range []SharedMode{OnePath, TwoCoupled, TwoPaths} {
-		gctx, gcancel := context.WithTimeout(ctx, 90*time.Second)
-		r, err := SharedBottleneck(gctx, dial, u("shared", size), u("solo", size), u("shared", 1<<30), size, mode, out)
-		gcancel()
-		if err != nil {
-			t.Fatalf("%v: %v", mode, err)
+		// The disjoint sub-flow's path is not shared with anything: below
+		// 0.75 of its rate it shows a starved emulator (a loaded CI run
+		// saw 0.71-0.73 MB/s in one mode after 0.95 in the others), and
+		// the mode is run once more; twice is a failure below.
+		var r Shared
+		for attempt := 1; attempt <= 2; attempt++ {
+			gctx, gcancel := context.WithTimeout(ctx, 90*time.Second)
+			var err error
+			r, err = SharedBottleneck(gctx, dial, u("shared", size), u("solo", size), u("shared", 1<<30), size, mode, out)
+			gcancel()
+			if err != nil {
+				t.Fatalf("%v: %v", mode, err)
+			}
+			if r.Solo >= 0.75 {
+				break
+			}
+			t.Logf("%v attempt %d: the disjoint sub-flow ran at %.2f MB/s of its 1 MB/s path (starved emulator?)", mode, attempt, r.Solo)
 		}
 		frac[mode] = r.Ours / (r.Ours + r.Competitor)
 		t.Logf("%v: %.2f s, ours %.2f MB/s, competitor %.2f MB/s (our fraction %.2f), solo %.2f MB/s", mode, r.Seconds, r.Ours, r.Competitor, frac[mode], r.Solo)
