@@ -151,6 +151,9 @@ func startWorldDelays(t *testing.T, slowSurrogate, triangle bool, dcr, drs, dcs 
 			t.Fatal(err)
 		}
 		hw.joiner.Placer = hw.placer
+		// Not the fallback's test (TestHandoffSurrogateSideVeth): no
+		// take-back on a stalled, loaded machine.
+		hw.joiner.PlaceTimeout = time.Minute
 	}
 	p, err := NewPicker(PickConfig{Surrogates: []Surrogate{{"sur", hw.sur}}})
 	if err != nil {
