@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/mosto-net/mosto/internal/router"
 	"github.com/mosto-net/mosto/internal/xagent"
 	"github.com/mosto-net/mosto/internal/xlate"
 )
@@ -59,6 +60,9 @@ func runXagent(ctx context.Context, env *Env, args []string) error {
 	env.Log.Info("xagent stopped", "stats", fmt.Sprintf("%+v", a.Stats()), "xlate", fmt.Sprintf("%+v", sp.Stats()))
 	return err
 }
+
+// The router's joiner takes the placer as its Placer.
+var _ router.Placer = (*xagent.Placer)(nil)
 
 // readKey reads a shared key file (surrounding white space ignored).
 func readKey(path string) ([]byte, error) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/xlate"
@@ -13,10 +14,16 @@ import (
 
 // XlateJoiner needs Linux.
 type XlateJoiner struct {
-	Splicer *xlate.Splicer
-	Linger  time.Duration
-	Ifindex int
+	Splicer                    *xlate.Splicer
+	Linger                     time.Duration
+	Ifindex                    int
+	Placer                     Placer
+	Triangle                   func(client, surrogate netip.Addr) bool
+	PlaceTimeout, PlaceBackoff time.Duration
 }
+
+// Placement counts nothing: no kernel translation on this OS.
+func (j *XlateJoiner) Placement() (placed, released int64) { return 0, 0 }
 
 // ErrJoinRefused marks a join that did not happen; both connections work.
 var ErrJoinRefused = errors.New("router: join refused")
