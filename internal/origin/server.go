@@ -1,6 +1,7 @@
 package origin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,19 @@ type Config struct {
 	// Modified is the Last-Modified time of every object; zero means
 	// DefaultModified. Mirrors of one object must agree on it.
 	Modified time.Time
+	// HeaderTimeout bounds the wait for a request's header, including the
+	// wait of a new connection for its first request; 0 means
+	// DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
 }
+
+// DefaultHeaderTimeout is Config.HeaderTimeout's default: nginx's
+// client_header_timeout. A request router keeps pre-established
+// connections to its surrogates for up to router.Config.PoolMaxIdle (20 s)
+// before their first request; a shorter timeout here closed them while
+// the router took one, and a handed-off session then got the surrogate's
+// reset (its FIN had crossed the request).
+const DefaultHeaderTimeout = 60 * time.Second
 
 // DefaultModified is the Last-Modified time of objects when Config.Modified
 // is zero.
@@ -257,7 +270,7 @@ func (s *Server) writeBody(ctx context.Context, w io.Writer, body io.Reader) (in
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cmp.Or(s.cfg.HeaderTimeout, DefaultHeaderTimeout),
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}

@@ -217,6 +217,12 @@ func TestHandoffSessions(t *testing.T) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			c := hw.client(t)
+			done := false
+			defer func() {
+				if !done { // readObject failed: what the translation saw
+					hw.logEntry(t, c)
+				}
+			}()
 			io.WriteString(c, get(size))
 			br := bufio.NewReader(c)
 			readObject(t, br, size)
@@ -224,6 +230,7 @@ func TestHandoffSessions(t *testing.T) {
 				io.WriteString(c, get(size/2+1))
 				readObject(t, br, size/2+1)
 			}
+			done = true
 		})
 	}
 	wg.Wait()
@@ -249,6 +256,14 @@ func TestHandoffSessions(t *testing.T) {
 	if xs := hw.splicer.Stats(); xs.Passed != 0 || xs.Errors != 0 {
 		t.Errorf("xlate stats %+v; want no packet passed or failed", xs)
 	}
+}
+
+// logEntry logs the client -> router entry of c's session (a failed
+// session's FIN, RST and counters; it is removed CloseLinger after a RST).
+func (hw *handoffWorld) logEntry(t *testing.T, c *net.TCPConn) {
+	in := xlate.Tuple{Src: c.LocalAddr().(*net.TCPAddr).AddrPort(), Dst: c.RemoteAddr().(*net.TCPAddr).AddrPort()}
+	st, ok := hw.splicer.Entry(in)
+	t.Logf("session %v: entry %+v (present %v)", in, st, ok)
 }
 
 // Two pipelined requests before the handoff: both are answered by the
