@@ -69,7 +69,9 @@ type Config struct {
 	// surrogate (proxy and handoff modes); 0 means 8, negative means none.
 	PoolSize int
 	// PoolMaxIdle retires a pooled connection; 0 means 20 s (under nginx's
-	// 60 s client_header_timeout).
+	// 60 s client_header_timeout and origin.DefaultHeaderTimeout). Keep it
+	// well under the surrogates' wait for a first request: a leg the
+	// surrogate closes as a handoff takes it resets that session.
 	PoolMaxIdle time.Duration
 	// DialTimeout bounds a connection to a surrogate; 0 means 5 s.
 	DialTimeout time.Duration
