@@ -40,9 +40,10 @@ func TestWindowAfterSilence(t *testing.T) {
 	if s.rate > 1e3 {
 		t.Fatalf("EWMA after 7 s of silence = %.0f B/s, want ~0", s.rate)
 	}
-	// The session that follows (what session does when it goes live) starts
-	// from the rate before the silence.
-	s.warm, s.warmUntil = s.active, time.Now().Add(warmFor)
+	// The session that follows (what session does when it goes live, with
+	// an hour for warmFor so that a descheduled test cannot outlive it)
+	// starts from the rate before the silence.
+	s.warm, s.warmUntil = s.active, time.Now().Add(time.Hour)
 	if w := d.windowLocked(s); w < want*95/100 {
 		t.Fatalf("window of the session after the silence = %d, want about %d (the rate before it)", w, want)
 	}
