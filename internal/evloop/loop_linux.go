@@ -1099,6 +1099,14 @@ func (l *loop) handOver(f *flow) {
 func (l *loop) sweep() {
 	for _, q := range l.waitqs {
 		for f := q.head; f != nil && l.now >= f.waitUntil; f = q.head {
+			// Client bytes whose event is still queued are read first.
+			if l.pollPending(f); f.ended || !f.waiting || f.q != &q.queue {
+				continue
+			}
+			if h := &f.d[down]; h.end-h.off > f.seen || h.eof {
+				l.dial(f, false)
+				continue // a new wait, an upstream, or the same deadline once more with nothing new
+			}
 			l.dial(f, true)
 		}
 	}
