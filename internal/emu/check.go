@@ -190,8 +190,10 @@ func (w *World) iperf(ctx context.Context, client, server string, secs int, reve
 		if reverse {
 			args = append(args, "-R")
 		}
+		// "unable to connect to server" comes in the JSON's error field,
+		// with exit status 0 or 1 (both seen): the server is not up yet.
 		out, err = iperf3(client, args...).Output()
-		if err == nil || !strings.Contains(string(out), "connect") {
+		if !strings.Contains(string(out), "unable to connect") {
 			break
 		}
 	}
