@@ -43,8 +43,11 @@ func TestLoopsServeHopFlows(t *testing.T) {
 			}
 			lb, lc := loopsOf(w.Members["b"]), loopsOf(w.Members["c"])
 			if tc.pool > 0 {
-				testenv.WaitFor(t, 5*time.Second, "pools filled", func() bool {
-					return w.Members["a"].HopPoolIdle(w.Members["b"].HopAddr().String()) == tc.pool
+				// Both pools of the chain: a's to b and b's to c (a loaded
+				// CI run sent the flow before b's was, and b dialed c).
+				testenv.WaitFor(t, 20*time.Second, "pools filled", func() bool {
+					return w.Members["a"].HopPoolIdle(w.Members["b"].HopAddr().String()) == tc.pool &&
+						w.Members["b"].HopPoolIdle(w.Members["c"].HopAddr().String()) == tc.pool
 				})
 			}
 			c := relay.DialPing(t, w.Members["a"].ServiceAddr(0).String())
