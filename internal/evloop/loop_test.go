@@ -574,20 +574,51 @@ func TestManyFlows(t *testing.T) {
 	})
 	h := newTestHandler(t, srv.addr)
 	r := newRig(t, Config{Loops: 2}, h)
+	// A flow fails when it stalls while the others move: every live flow's
+	// deadline is 10 s after the last flow completed. (A fixed deadline
+	// also failed flows of a test that a load of 30 starved of CPU: its
+	// 1000 flows, 2000 goroutines under -race, took longer than 10 s.)
+	var live sync.Map // net.Conn -> struct{}
+	var completed atomic.Int64
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tk := time.NewTicker(500 * time.Millisecond)
+		defer tk.Stop()
+		last := int64(0)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-tk.C:
+			}
+			if n := completed.Load(); n != last {
+				last = n
+				d := time.Now().Add(10 * time.Second)
+				live.Range(func(c, _ any) bool {
+					c.(net.Conn).SetDeadline(d)
+					return true
+				})
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, flows)
 	for i := range flows {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer completed.Add(1)
 			out := randBytes(rand.IntN(40_000))
-			c, err := net.DialTimeout("tcp", r.addr, 10*time.Second)
+			c, err := net.DialTimeout("tcp", r.addr, 30*time.Second)
 			if err != nil {
 				errs <- fmt.Errorf("flow %d: dial: %w", i, err)
 				return
 			}
 			defer c.Close()
-			c.SetDeadline(time.Now().Add(30 * time.Second))
+			live.Store(c, struct{}{})
+			defer live.Delete(c)
 			got, err := exchange(c.(*net.TCPConn), out, 0)
 			if err != nil {
 				errs <- fmt.Errorf("flow %d: %w", i, err)
@@ -599,6 +630,8 @@ func TestManyFlows(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(stopWatch)
+	<-watched
 	close(errs)
 	for err := range errs {
 		t.Error(err)
