@@ -57,9 +57,11 @@ type Config struct {
 	KeyRotation time.Duration
 	// KeySwitchAfter bounds the first phase of a rotation: the new key is
 	// published as accept-only and becomes the signing key once every LoP
-	// polled a table that has it, or KeySwitchAfter after it was
-	// published, whichever comes first; default 2 min (at most
-	// KeyRotation/2).
+	// polled a table that has it, or KeySwitchAfter after a table with it
+	// was first served (not merely stored: a slow or failed computation
+	// does not shorten it), whichever comes first; default 2 min (at most
+	// KeyRotation/2). A proxy that takes longer to fetch a table may
+	// refuse, or see refused, headers signed with the new key.
 	KeySwitchAfter time.Duration
 	// LightBound refuses (and counts) RTT samples below the speed of light
 	// in fibre (2/3 c) between the two FEPs' registered coordinates. The

@@ -63,9 +63,13 @@ type Controller struct {
 	// Two-phase key rotation: while a next key is published, nextVersion
 	// is the first table version that carries it (0: not written yet) and
 	// acks the highest version each LoP polled since (a poll with since=V
-	// says the LoP has V).
+	// says the LoP has V). nextServed is when that version was first
+	// served (zero: not yet): the KeySwitchAfter fallback counts from it,
+	// not from the key's publication in the store, so a slow or failed
+	// computation never leaves the LoPs less time to fetch the key.
 	ackMu       sync.Mutex
 	nextVersion uint64
+	nextServed  time.Time
 	acks        map[string]uint64
 	acked       chan struct{} // every LoP has the next key: switch now
 
@@ -337,6 +341,11 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 	c.hashes = make(map[string][32]byte)
 	c.lastMatrix = nil
 	c.lastEgress = nil
+	// A published next key counts as served only once this leadership
+	// serves it (its first computation writes every table).
+	c.ackMu.Lock()
+	c.nextVersion, c.nextServed = 0, time.Time{}
+	c.ackMu.Unlock()
 	retry := time.Duration(0)
 	last := time.Now() // start of the latest computation
 	if err := c.ensureKeys(lctx); err != nil {
@@ -393,16 +402,30 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 }
 
 // keyDue returns when the leader must next change the keys: publish a
-// next key (Rotated + KeyRotation) or switch to it (NextAt +
-// KeySwitchAfter).
+// next key (Rotated + KeyRotation) or switch to it (switchDue).
 func (c *Controller) keyDue() (time.Time, bool) {
 	switch {
 	case c.cfg.KeyRotation <= 0 || len(c.keys.Current) == 0:
 		return time.Time{}, false
 	case len(c.keys.Next) > 0:
-		return c.keys.NextAt.Add(c.cfg.KeySwitchAfter), true
+		// Not served yet: the computation that follows serves it (a
+		// failed one is retried); the switch waits for it.
+		return c.switchDue()
 	}
 	return c.keys.Rotated.Add(c.cfg.KeyRotation), true
+}
+
+// switchDue returns when the published next key becomes the signing key
+// even if not every LoP acknowledged it: KeySwitchAfter after the first
+// table carrying it was served. ok is false while no such table was
+// served by this leader.
+func (c *Controller) switchDue() (due time.Time, ok bool) {
+	c.ackMu.Lock()
+	defer c.ackMu.Unlock()
+	if c.nextVersion == 0 || c.nextServed.IsZero() {
+		return time.Time{}, false
+	}
+	return c.nextServed.Add(c.cfg.KeySwitchAfter), true
 }
 
 // newEpoch returns a fresh store epoch.
@@ -418,7 +441,8 @@ func newEpoch() (string, error) {
 // on first use, and rotates them in two phases: when Current is older than
 // KeyRotation a new key is published as Next (accepted, not used to sign);
 // it becomes Current (the old one Previous) once every LoP polled a table
-// that has it, or KeySwitchAfter after it was published.
+// that has it, or KeySwitchAfter after this leader first served a table
+// with it (never before: a key no LoP could have fetched never signs).
 func (c *Controller) ensureKeys(ctx context.Context) error {
 	k, err := c.st.Keys(ctx)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -461,11 +485,11 @@ func (c *Controller) ensureKeys(ctx context.Context) error {
 		}
 		k.Next, k.NextAt = nk.Secret, now
 		c.ackMu.Lock()
-		c.nextVersion = 0
+		c.nextVersion, c.nextServed = 0, time.Time{}
 		c.ackMu.Unlock()
 		c.log.Info("hop key published (accept only)", "id", nk.ID)
 		put = true
-	} else if len(k.Next) > 0 && (!now.Before(k.NextAt.Add(c.cfg.KeySwitchAfter)) || c.allAcked()) {
+	} else if due, ok := c.switchDue(); len(k.Next) > 0 && ((ok && !now.Before(due)) || c.allAcked()) {
 		k = store.Keys{Current: k.Next, Previous: k.Current, Rotated: now, Epoch: k.Epoch}
 		c.log.Info("hop key rotated: signing with the published key", "id", pki.KeyID(k.Current))
 		put = true
@@ -611,7 +635,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	if len(c.keys.Next) > 0 {
 		c.ackMu.Lock()
 		if c.nextVersion == 0 {
-			c.nextVersion = version
+			c.nextVersion, c.nextServed = version, c.cfg.Now()
 		}
 		c.ackMu.Unlock()
 	}

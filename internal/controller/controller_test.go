@@ -19,6 +19,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/pki"
 	"github.com/mosto-net/mosto/internal/store"
 	"github.com/mosto-net/mosto/internal/store/boltstore"
 	"github.com/mosto-net/mosto/internal/testenv"
@@ -586,6 +587,70 @@ func TestKeyRotation(t *testing.T) {
 	}
 	if k2.Current.ID == k2.Previous.ID {
 		t.Errorf("rotated key ids are equal (%d)", k2.Current.ID)
+	}
+}
+
+// TestKeySwitchCountsFromServedTables: the KeySwitchAfter fallback counts
+// from the moment a table carrying the next key is served, not from its
+// publication in the store. A computation that is slow or fails after the
+// key was published (a loaded or slow controller) must not make the key
+// sign at once: no LoP could have fetched it, and every peer would refuse
+// the headers ("unknown key id").
+func TestKeySwitchCountsFromServedTables(t *testing.T) {
+	st := openBolt(t)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c, err := New(Config{Store: st, KeyRotation: time.Hour, KeySwitchAfter: time.Minute, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup(t, st, line[:2], nil)
+	ctx := testCtx(t)
+	if err := c.ensureKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Compute(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	k1 := decodeTable(t, c, "a").Keys
+	cur := c.keys.Current
+	// The rotation is due: the next key is published in the store...
+	now = now.Add(2 * time.Hour)
+	if err := c.ensureKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := c.keys.Next
+	if len(next) == 0 {
+		t.Fatal("no next key published")
+	}
+	// ...but the computation that would serve it takes longer than
+	// KeySwitchAfter (or fails and is retried).
+	now = now.Add(2 * c.cfg.KeySwitchAfter)
+	if err := c.ensureKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c.keys.Next, next) || !bytes.Equal(c.keys.Current, cur) {
+		t.Fatalf("the next key (id %d) became the signing key before any table carried it", pki.KeyID(next))
+	}
+	if err := c.Compute(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if kp := decodeTable(t, c, "a").Keys; kp.Next == nil || !reflect.DeepEqual(kp.Current, k1.Current) {
+		t.Fatalf("served keys = %+v; want current %+v and the next key", kp, k1.Current)
+	}
+	// Served now: the fallback counts KeySwitchAfter from here.
+	now = now.Add(c.cfg.KeySwitchAfter - time.Second)
+	if err := c.ensureKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c.keys.Next, next) {
+		t.Fatal("switched before KeySwitchAfter after the next key was served (nobody acknowledged it)")
+	}
+	now = now.Add(time.Second)
+	if err := c.ensureKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c.keys.Current, next) || len(c.keys.Next) != 0 {
+		t.Fatal("not switched KeySwitchAfter after the next key was served")
 	}
 }
 
