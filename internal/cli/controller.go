@@ -53,7 +53,7 @@ func runController(ctx context.Context, env *Env, args []string) error {
 	onPathFile := fs.String("onpath", "", "YAML file: paths through on-path relays (tproxy entries) whose interception the controller decides (docs/tts.md)")
 	lopMap := fs.String("lop-map", "", "YAML file: lops (the FEPs acting as LoPs), inp (InP -> LoP overrides), egress (destination prefixes)")
 	rotate := fs.Duration("key-rotation", 24*time.Hour, "rotate the hop HMAC key this often (0 disables)")
-	keySwitch := fs.Duration("key-switch-after", 2*time.Minute, "a rotation publishes the new key (accept only) and signs with it once every LoP has it, or this long after")
+	keySwitch := fs.Duration("key-switch-after", 2*time.Minute, "a rotation publishes the new key (accept only) and signs with it once every LoP has it, or this long after a table with it is first served")
 	memberCheck := fs.Bool("member-check", true, "refuse member addresses (hop_addr, probe_addr) that are names, special-purpose addresses, or not the address the FEP registers from (see --allow-member-net)")
 	allowMembers := fs.String("allow-member-net", "", "comma-separated CIDR prefixes where member addresses may be anything (private networks, labs, NAT)")
 	drainTimeout := fs.Duration("drain-timeout", 10*time.Second, "a FEP deletion first publishes tables whose chains avoid it and waits (at most this long) until every proxy holds them; negative: delete at once")
