@@ -621,16 +621,18 @@ func TestControlPlaneChaos(t *testing.T) {
 					if x == y || !live[x] || !live[y] {
 						continue
 					}
-					kx, ky := agents[x].Keys(), agents[y].Keys()
-					if kx == nil || ky == nil {
+					sx, sy := agents[x].Snapshot(), agents[y].Snapshot()
+					if sx == nil || sy == nil || sx.Keyring == nil || sy.Keyring == nil {
 						continue
 					}
+					kx, ky := sx.Keyring, sy.Keyring
 					samples++
 					signing[kx.CurrentID()] = true
 					if err := compatible(kx, ky); err != nil {
 						failures++
 						if failures <= 3 {
-							t.Errorf("%s's header refused by %s: %v", x, y, err)
+							t.Errorf("%s's header (table v%d, signing key %d) refused by %s (table v%d, signing key %d): %v",
+								x, sx.Version, kx.CurrentID(), y, sy.Version, ky.CurrentID(), err)
 						}
 					}
 				}
