@@ -603,6 +603,11 @@ func TestControlPlaneChaos(t *testing.T) {
 	}
 	failures, samples := 0, 0
 	signing := map[uint8]bool{}
+	// Diagnostics: when each agent first held each key id (current or
+	// next) and when some agent first signed with it.
+	knownAt := map[uint8]map[string]time.Time{}
+	signAt := map[uint8]time.Time{}
+	var firstTick time.Time
 	done := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -616,6 +621,30 @@ func TestControlPlaneChaos(t *testing.T) {
 			case <-tick.C:
 			}
 			mu.Lock()
+			now := time.Now()
+			if firstTick.IsZero() {
+				firstTick = now
+			}
+			for _, x := range ids {
+				sx := agents[x].Snapshot()
+				if !live[x] || sx == nil || sx.Keyring == nil {
+					continue
+				}
+				for _, k := range []*api.FEPKey{sx.Table.Keys.Current, sx.Table.Keys.Next} {
+					if k == nil {
+						continue
+					}
+					if knownAt[k.ID] == nil {
+						knownAt[k.ID] = map[string]time.Time{}
+					}
+					if _, ok := knownAt[k.ID][x]; !ok {
+						knownAt[k.ID][x] = now
+					}
+				}
+				if _, ok := signAt[sx.Keyring.CurrentID()]; !ok {
+					signAt[sx.Keyring.CurrentID()] = now
+				}
+			}
 			for _, x := range ids {
 				for _, y := range ids {
 					if x == y || !live[x] || !live[y] {
@@ -700,5 +729,25 @@ func TestControlPlaneChaos(t *testing.T) {
 	if failures > 0 {
 		t.Errorf("%d of %d pairwise samples refused a header", failures, samples)
 	}
+	// How close the switches came to refusing: from the last live agent
+	// holding a key to the first one signing with it (negative: refused).
+	switches, margin := 0, time.Duration(0)
+	for id, at := range signAt {
+		if !at.After(firstTick) {
+			continue // the signing key when sampling began
+		}
+		var last time.Time
+		for _, x := range ids {
+			if k, ok := knownAt[id][x]; live[x] && ok && k.After(last) {
+				last = k
+			}
+		}
+		if m := at.Sub(last); switches == 0 || m < margin {
+			margin = m
+		}
+		switches++
+	}
+	t.Logf("%d key switches; smallest margin from the last agent holding the key to the first signing with it: %v (fallback %v)",
+		switches, margin.Round(time.Millisecond), switchAfter)
 	t.Logf("%d pairwise samples over %d signing keys, 0 refused", samples, len(signing))
 }
