@@ -572,8 +572,7 @@ func TestControlPlaneChaos(t *testing.T) {
 	// bound on how long a live proxy may take to fetch a table: one that
 	// lags longer may refuse or be refused (docs/security.md). So it must
 	// exceed any stall of this process (six agents and the controller
-	// under -race on a loaded 2-core machine: with 2 s, CI at load ~30
-	// saw "unknown key id" during a switch). It is used here: fra and syd below join without
+	// under -race on a loaded 2-core machine). It is used here: fra and syd below join without
 	// an agent, never acknowledge, so every rotation after their join
 	// switches on the fallback.
 	const switchAfter = 8 * time.Second

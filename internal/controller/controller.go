@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -390,15 +391,27 @@ func (c *Controller) lead(lctx context.Context, dirty <-chan struct{}) {
 		}
 		debounce = nil
 		last = time.Now()
-		err := c.ensureKeys(lctx)
-		if err == nil {
-			err = c.Compute(lctx, force)
-		}
+		err := c.step(lctx, force)
 		if err != nil && lctx.Err() == nil {
 			c.log.Error("compute tables", "err", err)
 			debounce = time.After(max(c.cfg.Debounce, time.Second))
 		}
 	}
+}
+
+// step runs one iteration of the leader: the keys (publish or switch when
+// due), then a computation, forced when the keys changed: every table
+// carries them, and a published next key must be served even if nothing
+// else changed (a computation skipped as insignificant left it unserved).
+func (c *Controller) step(ctx context.Context, force bool) error {
+	cur, next := c.keys.Current, c.keys.Next
+	if err := c.ensureKeys(ctx); err != nil {
+		return err
+	}
+	if !bytes.Equal(cur, c.keys.Current) || !bytes.Equal(next, c.keys.Next) {
+		force = true
+	}
+	return c.Compute(ctx, force)
 }
 
 // keyDue returns when the leader must next change the keys: publish a

@@ -654,6 +654,34 @@ func TestKeySwitchCountsFromServedTables(t *testing.T) {
 	}
 }
 
+// TestKeyPublishedOnQuietComputation: a leader iteration that publishes
+// the next key serves it even when nothing else changed (a computation
+// woken by a report, not forced, skips an insignificant change). Before,
+// the key stayed unserved and the fallback switched to it: every proxy
+// then signed with a key no peer held ("unknown key id").
+func TestKeyPublishedOnQuietComputation(t *testing.T) {
+	st := openBolt(t)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c, err := New(Config{Store: st, KeyRotation: time.Hour, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup(t, st, line[:2], nil)
+	ctx := testCtx(t)
+	if err := c.step(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	k1 := decodeTable(t, c, "a").Keys
+	now = now.Add(2 * time.Hour) // the rotation is due; the RTTs did not change
+	if err := c.step(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if k := decodeTable(t, c, "a").Keys; k.Next == nil || !reflect.DeepEqual(k.Current, k1.Current) {
+		t.Fatalf("after a quiet computation with the rotation due: next key served %v, current key id %d; want the next key and current id %d",
+			k.Next != nil, k.Current.ID, k1.Current.ID)
+	}
+}
+
 func TestInitialKeysSeedStore(t *testing.T) {
 	st := openBolt(t)
 	seed := store.Keys{Current: bytes.Repeat([]byte{7}, 32), Rotated: time.Now()}
