@@ -30,7 +30,9 @@ import (
 // installed, systemd-socket-activate (started in the namespace ahead of
 // the connection, like systemd's socket unit) starts another 50, so the
 // figure is free of `ip netns exec` and /bin/sh. A figure: it fails only
-// when a flow fails.
+// when a flow fails. Under -race at load 30 one round (two cold starts of
+// the race-built binary) takes ~6 s, so the rounds stop at
+// activationBudget once activationMinRounds are in (the count is logged).
 func TestActivationFirstConnectionEmu(t *testing.T) {
 	testenv.RequirePrivileged(t)
 	if testing.Short() {
@@ -39,7 +41,10 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 	spec := &emu.Spec{Name: "act", Dataset: "wonderproxy", Hosts: []emu.HostSpec{
 		{Name: "client", Location: "Dublin"}, {Name: "fep", Location: "London"}, {Name: "origin", Location: "NewYork"}}}
 	w := emutest.Start(t, spec)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// ctx bounds the dials and listens only: no process is made with it, so
+	// its expiry fails a dial with a message instead of killing a proxy
+	// mid-round (exec.CommandContext's SIGKILL).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// The origin greets every connection.
 	oln, err := w.Listen(ctx, "origin", "tcp", net.JoinHostPort(w.Addr("origin").String(), "8000"))
@@ -128,7 +133,10 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 	defer sdf.Close()
 	ssa := systemdActivate()
 	sdArgv, sdEnv := activationArgv(t, cfg(sdAddr))
-	inFEP := func(name string, args ...string) *exec.Cmd { return w.Command(ctx, "fep", name, args...) }
+	// Not ctx: startSD's cleanup and the world's stop kill what is left.
+	inFEP := func(name string, args ...string) *exec.Cmd {
+		return w.Command(context.Background(), "fep", name, args...)
+	}
 
 	warm := command(warmAddr)
 	if err := warm.Start(); err != nil {
@@ -142,10 +150,9 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 		_, err := first(warmAddr)
 		return err == nil
 	})
-	const n = 50
 	var fig activationFigure
 	var cpu []float64 // ms of CPU from connect to the first byte, systemd-socket-activate's process
-	for range n {
+	for r := newActivationRounds(t); r.next(); {
 		if ssa != "" {
 			sd := startSD(t, ssa, []activation.Passed{{Name: "service-web", File: sdf}}, sdEnv, sdArgv, inFEP)
 			pid := sd.cmd.Process.Pid

@@ -341,10 +341,9 @@ func TestActivationFirstConnection(t *testing.T) {
 		_, err := firstLine(warmAddr)
 		return err == nil
 	})
-	const n = 50
 	var fig activationFigure
 	var cpu []float64 // ms of CPU from connect to the first byte, systemd-socket-activate's process
-	for range n {
+	for r := newActivationRounds(t); r.next(); {
 		if ssa != "" {
 			sd := startSD(t, ssa, []activation.Passed{sdSock}, sdEnv, sdArgv, exec.Command)
 			pid := sd.cmd.Process.Pid // sh execs the activator, which execs the proxy
@@ -380,6 +379,43 @@ func TestActivationFirstConnection(t *testing.T) {
 		t.Logf("  CPU (user+system, every thread) of the systemd-socket-activate process from connect to the first byte: median %.2f ms, p95 %.2f ms over %d starts",
 			stats.Median(cpu), stats.Percentile(cpu, 95), len(cpu))
 	}
+}
+
+// The activation figures take activationRounds rounds (each a cold start
+// per mode and an always-running connection), but stop starting rounds once
+// activationBudget has passed and activationMinRounds are done: a round is
+// two cold starts of the (race-built) binary, ~6 s at load 30 with the
+// whole suite running, and 50 of them must not eat the package's timeout.
+const (
+	activationRounds    = 50
+	activationMinRounds = 10
+	activationBudget    = 2 * time.Minute
+)
+
+// activationRoundCounter counts the rounds of an activation figure.
+type activationRoundCounter struct {
+	t     *testing.T
+	start time.Time
+	done  int
+}
+
+func newActivationRounds(t *testing.T) *activationRoundCounter {
+	return &activationRoundCounter{t: t, start: time.Now()}
+}
+
+// next reports whether another round runs, and logs why not when the
+// budget ends the figure early.
+func (r *activationRoundCounter) next() bool {
+	if r.done == activationRounds {
+		return false
+	}
+	if el := time.Since(r.start); r.done >= activationMinRounds && el > activationBudget {
+		r.t.Logf("%d of %d rounds: stopped after %v (budget %v; a loaded machine, the figure is over %d starts per mode)",
+			r.done, activationRounds, el.Round(time.Second), activationBudget, r.done)
+		return false
+	}
+	r.done++
+	return true
 }
 
 // procCPU is the CPU time pid's threads have run so far (the first field of
