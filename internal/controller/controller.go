@@ -644,7 +644,10 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 	// Serve first, then persist: watchers get the tables without waiting
 	// for the store, and the follower loop finds them already cached. A
 	// failed write only means the next leader's version is higher.
-	c.cache.put(ts)
+	// The version carrying the next key is known before it is served: a
+	// LoP acknowledging it at once (a poll with since = version) must find
+	// it, or its wake-up of the leader is lost and only the fallback
+	// switches.
 	if len(c.keys.Next) > 0 {
 		c.ackMu.Lock()
 		if c.nextVersion == 0 {
@@ -652,6 +655,7 @@ func (c *Controller) Compute(ctx context.Context, force bool) error {
 		}
 		c.ackMu.Unlock()
 	}
+	c.cache.put(ts)
 	written, err := c.st.PutTables(ctx, ts)
 	if err != nil {
 		return fmt.Errorf("store tables: %w", err)
