@@ -668,11 +668,23 @@ func TestControlPlaneChaos(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	eventually(t, "three rotations", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(signing) >= 4
-	})
+	// Each rotation takes KeyRotation plus the acknowledgements, at worst
+	// switchAfter (a stalled agent): wait for the worst case.
+	waitSigning := func(what string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Duration(n)*(switchAfter+time.Second) + 30*time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			ok := len(signing) >= n
+			mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitSigning("three rotations", 4)
 
 	// A FEP is deleted: its agent is locked out.
 	mu.Lock()
@@ -703,18 +715,7 @@ func TestControlPlaneChaos(t *testing.T) {
 	mu.Lock()
 	n = len(signing)
 	mu.Unlock()
-	// Each takes KeyRotation + switchAfter (fallback, see above).
-	for deadline := time.Now().Add(4*switchAfter + 30*time.Second); ; time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		ok := len(signing) >= n+2
-		mu.Unlock()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for two more rotations")
-		}
-	}
+	waitSigning("two more rotations", n+2) // on the fallback, see above
 	close(done)
 	<-sampled
 	if got, _ := w.fep(t, "a6"); got.ID != "" {
