@@ -751,15 +751,7 @@ func (l *loop) flowEvent(ev *unix.EpollEvent) {
 	}
 	side := int(ev.Pad & 1)
 	e := ev.Events
-	if e&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		f.ready[side] |= canRead
-	}
-	if e&unix.EPOLLRDHUP != 0 {
-		f.ready[side] |= peerShut
-	}
-	if e&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
-		f.ready[side] |= canWrite
-	}
+	f.markReady(side, e)
 	if side == up && f.connecting {
 		if e&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 			err := socketError(f.fd[up])
@@ -1168,19 +1160,24 @@ func (l *loop) pollPending(f *flow) bool {
 		return false
 	}
 	for side, p := range fds {
-		e := p.Revents
-		if e&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
-			f.ready[side] |= canRead
-		}
-		if e&unix.POLLRDHUP != 0 {
-			f.ready[side] |= peerShut
-		}
-		if e&(unix.POLLOUT|unix.POLLERR|unix.POLLHUP) != 0 {
-			f.ready[side] |= canWrite
-		}
+		// poll(2)'s POLL* bits have the values of epoll's EPOLL* ones.
+		f.markReady(side, uint32(uint16(p.Revents)))
 	}
 	l.pump(f)
 	return true
+}
+
+// markReady records the readiness epoll (or poll) reported for a side.
+func (f *flow) markReady(side int, e uint32) {
+	if e&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		f.ready[side] |= canRead
+	}
+	if e&unix.EPOLLRDHUP != 0 {
+		f.ready[side] |= peerShut
+	}
+	if e&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		f.ready[side] |= canWrite
+	}
 }
 
 // resetAll ends every flow of the loop with o.
