@@ -62,11 +62,13 @@ type XlateJoiner struct {
 	// gets the answer's direction (Picker.Triangle: only when surrogate ->
 	// client is shorter than through the router).
 	Triangle func(client, surrogate netip.Addr) bool
-	// PlaceTimeout: a placed join whose client has sent nothing (no ACK of
-	// the answer) this long after the request left is taken back: the
-	// agent's entry is removed and the router translates the answer (a
-	// network that drops the surrogate's packets with the router's source
-	// address, or an agent that failed silently); the surrogate is then
+	// PlaceTimeout: a placed join whose client has not acknowledged, this
+	// long after the request left, a byte of the answer that did not cross
+	// the router (the proof that the surrogate's packets reach it) is taken
+	// back: the agent's entry is removed and the router translates the
+	// answer (a network that drops the surrogate's packets with the
+	// router's source address, or an agent that failed silently). When no
+	// byte of the answer crossed the router either, the surrogate is then
 	// not placed on for PlaceBackoff. 0 means 1 s and 30 s.
 	PlaceTimeout, PlaceBackoff time.Duration
 
@@ -115,15 +117,18 @@ func (j *XlateJoiner) isSuspended(surrogate netip.Addr) bool {
 	return ok && time.Now().Before(until)
 }
 
-// takeBack ends a placement whose client sent nothing within
-// PlaceTimeout: the agent removes its entry (the surrogate's
-// retransmissions then reach the router), the router's copy translates
-// alone, and the surrogate gets no placement for PlaceBackoff.
-func (j *XlateJoiner) takeBack(sin xlate.Tuple) {
+// takeBack ends a placement not proven within PlaceTimeout: the agent
+// removes its entry (the surrogate's retransmissions then reach the
+// router), the router's copy translates alone, and, with suspend, the
+// surrogate gets no placement for PlaceBackoff.
+func (j *XlateJoiner) takeBack(sin xlate.Tuple, suspend bool) {
 	sur := sin.Src.Addr()
 	j.Placer.Unplace(sur, sin)
 	j.release(sin)
 	j.timeouts.Add(1)
+	if !suspend {
+		return
+	}
 	backoff := j.PlaceBackoff
 	if backoff == 0 {
 		backoff = 30 * time.Second
@@ -275,11 +280,11 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 	// with unread or unacknowledged bytes (every syscall here delays the
 	// request; docs/router.md, "Where the handoff's time goes").
 	var joinErr error
-	var sin, cin xlate.Tuple
-	var remote bool
+	var sin xlate.Tuple
+	var pl *placement
 	prep, _ := prepared.(*preparedLeg)
 	if err := control2(client, surrogate, func(cfd, sfd int) {
-		sin, cin, remote, joinErr = j.freezeAndInstall(cfd, sfd, prep, n-sent, &ph)
+		sin, pl, joinErr = j.freezeAndInstall(cfd, sfd, prep, n-sent, &ph)
 	}); err != nil {
 		return sent, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
@@ -310,16 +315,47 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 	}
 	oneSegment := n <= mss(surrogate)
 	j.wg.Go(func() {
-		if !remote {
-			j.retire(ctx, surrogate, sin, sin, false, linger, oneSegment)
-			return
+		j.retire(ctx, surrogate, sin, pl, linger, oneSegment)
+		if pl != nil {
+			j.Placer.Unplace(sin.Src.Addr(), sin)
 		}
-		// The answer does not cross this host: the client's first packet
-		// after the join (its ACK of the answer) shows it instead.
-		j.retire(ctx, surrogate, sin, cin, true, linger, oneSegment)
-		j.Placer.Unplace(sin.Src.Addr(), sin)
 	})
 	return n, nil
+}
+
+// placement is a join whose surrogate -> client direction was placed on
+// the surrogate's host: what retire needs to watch it.
+type placement struct {
+	cin xlate.Tuple // the client -> surrogate entry's In
+	// ackAdd moves the client's ACKs (cin's AckHi) into the surrogate's
+	// sequence space, where start is the answer's first byte.
+	ackAdd, start uint32
+	// released: the agent refused the entry or was lost, and this host
+	// translates the direction again (nothing left to watch).
+	released atomic.Bool
+}
+
+// after reports whether sequence number a is after b (wrap-safe).
+func after(a, b uint32) bool { return int32(a-b) > 0 }
+
+// placedState is what a placed join's two entries on this host show, in
+// the surrogate's sequence space: acked, the client's highest ACK (the
+// client -> surrogate entry), and crossed, the end of the answer that
+// reached this host (sent before the agent's install, or after a take
+// back) and was translated here.
+type placedState struct {
+	acked, crossed uint32
+	dataHere       bool // answer bytes, a FIN or a RST crossed this host
+	ok             bool // both entries are installed
+}
+
+func (j *XlateJoiner) placedState(sin xlate.Tuple, pl *placement) placedState {
+	c, okc := j.Splicer.Entry(pl.cin)
+	s, oks := j.Splicer.Entry(sin)
+	if !okc || !oks || !c.Marks || !s.Marks {
+		return placedState{}
+	}
+	return placedState{acked: c.AckHi + pl.ackAdd, crossed: s.SeqHi, dataHere: s.Bytes > 0 || s.FIN || s.RST, ok: true}
 }
 
 // mss is a connection's maximum segment size (536 when unknown).
@@ -352,16 +388,19 @@ const answerPoll = 5 * time.Millisecond
 // silently (handed-off sessions survive a killed router with pinned
 // translation; docs/router.md).
 //
-// answer is the entry whose counters show the answer: in (the surrogate ->
-// client direction) or, with byClient (surrogate-side placement), the
-// client -> surrogate direction, where the client's first packet shows it.
-func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in, answer xlate.Tuple, byClient bool, linger time.Duration, oneSegment bool) {
+// in is the surrogate -> client direction's entry. With pl (surrogate-side
+// placement) the answer does not cross this host: the client's ACKs show
+// it, and retire also watches the placement until it is proven (the client
+// acknowledged a byte of the answer that did not cross this host) or taken
+// back (PlaceTimeout). An ACK of the client alone proves nothing: the
+// answer's first segments may have crossed this host (sent before the
+// agent's install) while the network drops the rest.
+func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in xlate.Tuple, pl *placement, linger time.Duration, oneSegment bool) {
 	defer c.Close()
 	t := time.NewTimer(linger)
 	defer t.Stop()
 	var poll <-chan time.Time
-	answered := false
-	if oneSegment || byClient {
+	if oneSegment || pl != nil {
 		tk := time.NewTicker(answerPoll)
 		defer tk.Stop()
 		poll = tk.C
@@ -371,28 +410,50 @@ func (j *XlateJoiner) retire(ctx context.Context, c *net.TCPConn, in, answer xla
 		placeTimeout = time.Second
 	}
 	placedAt := time.Now()
-wait:
-	for {
+	watching := pl != nil
+	answered, lingered, gone := false, false, false
+	for (!lingered && !answered && !gone) || (watching && !gone) {
 		select {
 		case <-t.C:
-			break wait
+			lingered = true
+			continue
 		case <-ctx.Done():
-			break wait
 		case <-poll:
-			st, ok := j.Splicer.Entry(answer)
-			if byClient && ok && st.Packets == 0 && time.Since(placedAt) > placeTimeout {
-				j.takeBack(in)
-				byClient = false
-				answer = in // the answer now crosses this host
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if watching && pl.released.Load() {
+			watching = false
+		}
+		if watching {
+			ps := j.placedState(in, pl)
+			switch {
+			case !ps.ok:
+				gone = true
 				continue
+			case after(ps.acked, ps.crossed):
+				watching = false // proven: the surrogate's packets reach the client
+			case time.Since(placedAt) > placeTimeout:
+				// Suspend the surrogate only when nothing at all reached
+				// the client: answer bytes that crossed this host and were
+				// acknowledged show a lost race, not a filtering network.
+				j.takeBack(in, ps.crossed == pl.start)
+				watching = false
 			}
-			if !oneSegment {
-				continue
+			if oneSegment && (after(ps.acked, pl.start) || ps.dataHere) {
+				answered = true
 			}
-			if !ok || st.Bytes > 0 || st.FIN || st.RST || (byClient && st.Packets > 0) {
-				answered = ok
-				break wait
-			}
+			continue
+		}
+		if !oneSegment || answered {
+			continue
+		}
+		st, ok := j.Splicer.Entry(in)
+		if !ok {
+			gone = true
+		} else if st.Bytes > 0 || st.FIN || st.RST {
+			answered = true
 		}
 	}
 	silenced := false
@@ -453,16 +514,16 @@ func (j *XlateJoiner) Wait() { j.wg.Wait() }
 // With prep (the surrogate leg's state read when it was pooled) only the
 // client leg is frozen.
 //
-// It also returns the client leg's In tuple and whether the surrogate ->
-// client direction was placed on the surrogate's host (Placer).
-func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later int, ph *phases) (sin, cin xlate.Tuple, remote bool, err error) {
+// It also returns, when the surrogate -> client direction was placed on
+// the surrogate's host (Placer), what retire watches of the placement.
+func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later int, ph *phases) (sin xlate.Tuple, pl *placement, err error) {
 	if err := setRepair(cfd, 1); err != nil {
-		return sin, cin, false, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
+		return sin, nil, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
 	}
 	if prep == nil {
 		if err := setRepair(sfd, 1); err != nil {
 			setRepair(cfd, unix.TCP_REPAIR_OFF_NO_WP)
-			return sin, cin, false, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
+			return sin, nil, fmt.Errorf("%w: TCP_REPAIR: %v", ErrJoinRefused, err)
 		}
 	}
 	undo := func() {
@@ -481,13 +542,13 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	}
 	if err := errors.Join(err1, err2); err != nil {
 		undo()
-		return sin, cin, false, fmt.Errorf("%w: %v", ErrJoinRefused, err)
+		return sin, nil, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	ss.SndNxt += uint32(later) // sent after the install
 	ph.mark(0)
 	ab, ba, err := xlate.Pair(cs, ss)
 	sur := ba.In.Src.Addr()
-	remote = err == nil && j.Placer != nil && (j.Triangle == nil || j.Triangle(cs.Remote.Addr(), sur)) && !j.isSuspended(sur) && j.Placer.Ready(sur)
+	remote := err == nil && j.Placer != nil && (j.Triangle == nil || j.Triangle(cs.Remote.Addr(), sur)) && !j.isSuspended(sur) && j.Placer.Ready(sur)
 	ba.Remote = remote
 	if remote {
 		// What reaches this host anyway (sent before the agent's install)
@@ -508,7 +569,7 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	}
 	if err != nil {
 		undo()
-		return sin, cin, false, fmt.Errorf("%w: %v", ErrJoinRefused, err)
+		return sin, nil, fmt.Errorf("%w: %v", ErrJoinRefused, err)
 	}
 	ph.mark(1)
 	// Did a packet reach either socket between the read and the install?
@@ -526,29 +587,29 @@ func (j *XlateJoiner) freezeAndInstall(cfd, sfd int, prep *preparedLeg, later in
 	if err1 != nil || err2 != nil || uint32(crcv) != cs.RcvNxt || uint32(srcv) != ss.RcvNxt {
 		j.Splicer.Remove(ab.In)
 		undo()
-		return sin, cin, false, fmt.Errorf("%w: a leg moved during the install", ErrJoinRefused)
+		return sin, nil, fmt.Errorf("%w: a leg moved during the install", ErrJoinRefused)
 	}
 	// The client leg stays in repair mode (closed silently by the caller);
 	// the surrogate leg leaves it to send the last byte.
 	if prep == nil {
 		if err := setRepair(sfd, unix.TCP_REPAIR_OFF_NO_WP); err != nil {
-			return sin, cin, false, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
+			return sin, nil, fmt.Errorf("router: leave TCP_REPAIR: %w", err)
 		}
 	}
 	if remote {
 		// Before the request leaves: the agent's install races the
 		// surrogate's answer; what leaves the surrogate before it is
 		// translated here (the Remote entry), the rest there.
-		if j.Placer.Place(sur, ba, func() { j.release(ba.In) }) {
-			j.placed.Add(1)
+		j.placed.Add(1)
+		p := &placement{cin: ab.In, ackAdd: ab.AckAdd, start: ba.SeqHi}
+		if j.Placer.Place(sur, ba, func() { p.released.Store(true); j.release(ba.In) }) {
+			pl = p
 		} else {
-			j.placed.Add(1)
 			j.release(ba.In)
-			remote = false
 		}
 	}
 	ph.mark(2)
-	return ba.In, ab.In, remote, nil
+	return ba.In, pl, nil
 }
 
 // routeTTL is how long a looked-up route is reused.

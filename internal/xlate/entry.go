@@ -49,6 +49,13 @@ type Entry struct {
 	// a packet from its sender when the sender's egress latches the same
 	// delta at send time (Remote), so both give the receiver one clock.
 	TSBack uint16
+	// Marks: SeqHi and AckHi start the entry's high-water marks, in In's
+	// sequence space: the end of the highest segment (SYN and FIN count
+	// one) and the highest ACK translated (EntryStats). Pair sets them
+	// from the sockets (the next sequence number each way); without Marks
+	// the first packet sets them.
+	Marks        bool
+	SeqHi, AckHi uint32
 }
 
 // SockState is what a join needs to know about one established connection
@@ -181,6 +188,9 @@ func Pair(a, b SockState) (ab, ba Entry, err error) {
 		TSOffset:   b.TSOffset,
 		InWScale:   a.SndWScale,
 		OutWScale:  b.RcvWScale,
+		Marks:      true,
+		SeqHi:      a.RcvNxt,
+		AckHi:      a.SndNxt,
 	}
 	ba = Entry{
 		In:         Tuple{Src: b.Remote, Dst: b.Local},
@@ -191,6 +201,9 @@ func Pair(a, b SockState) (ab, ba Entry, err error) {
 		TSOffset:   a.TSOffset,
 		InWScale:   b.SndWScale,
 		OutWScale:  a.RcvWScale,
+		Marks:      true,
+		SeqHi:      b.RcvNxt,
+		AckHi:      b.SndNxt,
 	}
 	return ab, ba, nil
 }

@@ -365,3 +365,58 @@ func BenchmarkProgram(b *testing.B) {
 		})
 	}
 }
+
+// TestProgramMarks: an entry's high-water marks (EntryStats.SeqHi/AckHi,
+// in the sender's sequence space) start at Pair's values, move only
+// forward across the wrap of the sequence space, count a FIN, and ignore
+// an older (retransmitted) segment or ACK.
+func TestProgramMarks(t *testing.T) {
+	s := loadTest(t, 16)
+	prog := s.objs.XlateEth
+	a, b := testPair(false)
+	ab, ba, err := Pair(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab.Ifindex, ba.Ifindex = 1, 1
+	if err := s.Install(ab, ba); err != nil {
+		t.Fatal(err)
+	}
+	marks := func() (uint32, uint32) {
+		t.Helper()
+		st, ok := s.Entry(ab.In)
+		if !ok || !st.Marks {
+			t.Fatalf("entry %v: ok %v, marks %v", ab.In, ok, st.Marks)
+		}
+		return st.SeqHi, st.AckHi
+	}
+	if seq, ack := marks(); seq != a.RcvNxt || ack != a.SndNxt {
+		t.Fatalf("marks after install %#x/%#x; want Pair's %#x/%#x", seq, ack, a.RcvNxt, a.SndNxt)
+	}
+	payload := bytes.Repeat([]byte("y"), 100)
+	steps := []struct {
+		name             string
+		seq, ack         uint32 // offsets from a.RcvNxt, a.SndNxt
+		flags            byte
+		n                int
+		wantSeq, wantAck uint32 // offsets
+	}{
+		{"data", 0, 0x20, tcpACK, 100, 100, 0x20},                 // a.SndNxt+0x20 wraps
+		{"retransmission", 0, 0x10, tcpACK, 100, 100, 0x20},       // older ack: kept
+		{"pure ack", 100, 0x40, tcpACK, 0, 100, 0x40},             // no payload: seq kept
+		{"fin", 100, 0x40, tcpACK | tcpFIN, 0, 101, 0x40},         // FIN counts one
+		{"old segment", 0xfffff000, 0x40, tcpACK, 100, 101, 0x40}, // before the start
+		{"ahead", 0x7fff0000, 0x7fff0000, tcpACK, 0, 0x7fff0000, 0x7fff0000},
+	}
+	for _, st := range steps {
+		in := testPkt{Src: a.Remote, Dst: a.Local, Seq: a.RcvNxt + st.seq, Ack: a.SndNxt + st.ack, Flags: st.flags,
+			Win: 1000, TS: true, TSval: 5000, TSecr: 777, Payload: payload[:st.n]}
+		if ret, _ := run(t, prog, in); ret != tcActRedirect {
+			t.Fatalf("%s: return %d, want redirect", st.name, ret)
+		}
+		seq, ack := marks()
+		if seq != a.RcvNxt+st.wantSeq || ack != a.SndNxt+st.wantAck {
+			t.Errorf("%s: marks %#x/%#x; want %#x/%#x", st.name, seq, ack, a.RcvNxt+st.wantSeq, a.SndNxt+st.wantAck)
+		}
+	}
+}

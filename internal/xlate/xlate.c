@@ -39,6 +39,8 @@ struct tuple {
 #define F_HOLD 32       // being installed: see holds
 #define F_REMOTE 64     // translated at the sender's egress (surrogate-side
                         // placement): what still arrives here is counted
+#define F_MARKS 128     // seq_hi and ack_hi hold values (else the first
+                        // packet sets them)
 
 // One direction of a join: packets whose tuple is the map key are rewritten
 // into packets of out and sent from ifindex.
@@ -56,6 +58,13 @@ struct entry {
 	                 // packet's trip from the sender, whose egress latches
 	                 // the same delta at send time)
 	__u32 flags;
+	// High-water marks in the sender's (in) sequence space: the end of the
+	// highest segment (payload, SYN and FIN counted) and the highest ACK
+	// that went through. The request router compares them across a join's
+	// two entries to see whether a client acknowledged bytes that did not
+	// cross this host (docs/router.md, surrogate-side placement).
+	__u32 seq_hi;
+	__u32 ack_hi;
 	__u64 last_ns;   // bpf_ktime_get_ns of the last packet
 	__u64 packets;
 	__u64 bytes;     // TCP payload bytes
@@ -121,6 +130,19 @@ static __always_inline void count(__u32 c, __u64 n)
 	__u64 *v = bpf_map_lookup_elem(&counters, &c);
 	if (v)
 		*v += n;
+}
+
+// raise sets *m to v when v is after *m in sequence space (wrap-safe); a
+// compare-and-swap, as two CPUs may translate one entry's packets at once.
+static __always_inline void raise(__u32 *m, __u32 v)
+{
+	for (int i = 0; i < 4; i++) {
+		__u32 old = *m;
+		if ((__s32)(v - old) <= 0)
+			return;
+		if (__sync_val_compare_and_swap(m, old, v) == old)
+			return;
+	}
 }
 
 static __always_inline __u32 get32(const __u8 *p)
@@ -345,6 +367,17 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 		goto fail;
 
 	__u64 payload = iplen - doff;
+	__u32 seq_end = get32(s->old + 4) + (__u32)payload + (fl & 0x01) + ((fl >> 1) & 1);
+	__u32 ack = get32(s->old + 8);
+	if (!(e->flags & F_MARKS)) {
+		e->seq_hi = seq_end;
+		e->ack_hi = ack;
+		__sync_fetch_and_or(&e->flags, F_MARKS);
+	} else {
+		raise(&e->seq_hi, seq_end);
+		if (fl & 0x10)
+			raise(&e->ack_hi, ack);
+	}
 	e->last_ns = now;
 	__sync_fetch_and_add(&e->packets, 1);
 	__sync_fetch_and_add(&e->bytes, payload);

@@ -26,6 +26,8 @@ type xlateEntry struct {
 	OutWscale uint8
 	TsBack    uint16
 	Flags     uint32
+	SeqHi     uint32
+	AckHi     uint32
 	LastNs    uint64
 	Packets   uint64
 	Bytes     uint64

@@ -346,6 +346,7 @@ const (
 	fRST      = 16
 	fHold     = 32
 	fRemote   = 64
+	fMarks    = 128
 )
 
 func tupleKey(t Tuple) xlateTuple {
@@ -393,6 +394,10 @@ func (e Entry) value() xlateEntry {
 		InWscale:  e.InWScale,
 		OutWscale: e.OutWScale,
 		TsBack:    e.TSBack,
+	}
+	if e.Marks {
+		v.Flags |= fMarks
+		v.SeqHi, v.AckHi = e.SeqHi, e.AckHi
 	}
 	if e.Timestamps {
 		v.Flags |= fTS
@@ -514,6 +519,11 @@ type EntryStats struct {
 	LastPacket     time.Duration // CLOCK_MONOTONIC
 	TSLatched      bool
 	FIN, RST       bool
+	// SeqHi and AckHi are the entry's high-water marks in In's sequence
+	// space (Entry.Marks): the end of the highest segment and the highest
+	// ACK translated so far; valid when Marks.
+	Marks        bool
+	SeqHi, AckHi uint32
 }
 
 // Stats returns both directions' counters; ok is false once the join was
@@ -529,7 +539,8 @@ func (sp *Splice) Stats() (ab, ba EntryStats, ok bool) {
 
 func entryStats(e xlateEntry) EntryStats {
 	return EntryStats{Packets: e.Packets, Bytes: e.Bytes, LastPacket: time.Duration(e.LastNs),
-		TSLatched: e.Flags&fTSvalSet != 0, FIN: e.Flags&fFIN != 0, RST: e.Flags&fRST != 0}
+		TSLatched: e.Flags&fTSvalSet != 0, FIN: e.Flags&fFIN != 0, RST: e.Flags&fRST != 0,
+		Marks: e.Flags&fMarks != 0, SeqHi: e.SeqHi, AckHi: e.AckHi}
 }
 
 // Stats are a Splicer's counters.
