@@ -573,13 +573,16 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "## Bulk: %d B, %s, %d runs per mode\n\n", b.cfg.BulkSize, b.label(h), b.cfg.BulkRuns)
-	fmt.Fprintf(out, "| mode | time s (median) | p10-p90 | vs direct | Mbit/s | RR process CPU s per GB (median, schedstat ns) |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "| mode | time s (median) | p10-p90 | vs direct | paired vs direct: median (p10-p90) | Mbit/s | RR process CPU s per GB (median, schedstat ns) |\n|---|---|---|---|---|---|---|\n")
 	direct := stats.Median(tm["direct"])
 	for _, m := range b.cfg.Modes {
 		t := stats.Median(tm[m])
-		vs := ""
+		vs, paired := "", ""
 		if direct > 0 {
 			vs = fmt.Sprintf("%.3f", t/direct)
+		}
+		if r := pairedRatios(tm[m], tm["direct"]); len(r) > 0 && m != "direct" {
+			paired = fmt.Sprintf("%.3f (%.3f-%.3f)", stats.Median(r), stats.Percentile(r, 10), stats.Percentile(r, 90))
 		}
 		rrcpu := "-"
 		if m != "direct" {
@@ -588,7 +591,11 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 				rrcpu += fmt.Sprintf(" (%.1f%% of proxy)", 100*stats.Median(cpu[m])/pc)
 			}
 		}
-		fmt.Fprintf(out, "| %s | %.3f | %.3f-%.3f | %s | %.0f | %s |\n", m, t, stats.Percentile(tm[m], 10), stats.Percentile(tm[m], 90), vs, float64(b.cfg.BulkSize)*8/t/1e6, rrcpu)
+		fmt.Fprintf(out, "| %s | %.3f | %.3f-%.3f | %s | %s | %.0f | %s |\n", m, t, stats.Percentile(tm[m], 10), stats.Percentile(tm[m], 90), vs, paired, float64(b.cfg.BulkSize)*8/t/1e6, rrcpu)
+	}
+	fmt.Fprintln(out)
+	for _, m := range b.cfg.Modes {
+		fmt.Fprintf(out, "%s runs (s): %s\n", m, formatRuns(tm[m]))
 	}
 	fmt.Fprintln(out)
 	if progNs > 0 {
@@ -599,6 +606,28 @@ func (b *bench) bulk(ctx context.Context, out io.Writer) error {
 			progNs/1e9/(progBytes/1e9), progBytes*8/progNs, int64(progRuns), progBytes/max(progRuns, 1))
 	}
 	return nil
+}
+
+// pairedRatios divides each round's time by the reference's time of the
+// same round (the modes of a round run back to back, so a change of the
+// machine's load between rounds cancels).
+func pairedRatios(xs, ref []float64) []float64 {
+	var r []float64
+	for i := range min(len(xs), len(ref)) {
+		if ref[i] > 0 {
+			r = append(r, xs[i]/ref[i])
+		}
+	}
+	return r
+}
+
+// formatRuns lists times in run order.
+func formatRuns(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.3f", x)
+	}
+	return strings.Join(parts, " ")
 }
 
 func btoi(b bool) int {
