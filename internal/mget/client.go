@@ -145,6 +145,12 @@ type sub struct {
 	srtt      time.Duration
 	live      bool      // a session is past its probe and may request
 	known     float64   // rate (bytes/s) when it last led its group
+	spec      *Span     // the first range, asked before the scheduler was made (sessFirst)
+	specOwn   bool      // setup gave spec's block to this sub-flow (Sched.Claim)
+	// verified: a response of this source matched the reference identity;
+	// from then on its requests carry If-Range (before, a mirror of
+	// another version would answer 200 instead of showing its validators).
+	verified bool
 	ledSince  time.Time // when it became its group's leader
 	exited    bool
 	dropped   error // why the source was dropped
@@ -297,6 +303,13 @@ func (d *dl) setup(ctx context.Context) error {
 	d.file = f
 	d.sched = NewSched(ref.Size, d.cfg.Block, got)
 	d.resumed = d.sched.Received()
+	// First ranges already asked (before the length was known) are their
+	// sub-flows' blocks, as if Next had handed them out.
+	for k, s := range d.subs {
+		if s.spec != nil {
+			s.specOwn = d.sched.Claim(k, s.spec.Block)
+		}
+	}
 	d.mu.Unlock()
 	close(d.ready)
 	return nil
@@ -427,6 +440,7 @@ func (d *dl) notifyLocked() {
 func (d *dl) runSub(ctx context.Context, i int) {
 	s := d.subs[i]
 	probed := false
+	kind := sessFirst
 	idle := 0 // sessions in a row that received nothing
 	var backoff time.Duration
 	defer func() {
@@ -449,9 +463,13 @@ func (d *dl) runSub(ctx context.Context, i int) {
 		before := s.st.Bytes + s.st.DupBytes
 		asked := s.st.Requests
 		d.mu.Unlock()
-		err := d.session(ctx, i, &probed)
+		err := d.session(ctx, i, kind, &probed)
 		if ctx.Err() != nil {
 			return
+		}
+		kind = sessNext
+		if err != nil {
+			kind = sessRetry
 		}
 		d.mu.Lock()
 		done := d.sched != nil && d.sched.Done() // nil until the reference is known
@@ -512,98 +530,256 @@ type inflight struct {
 	sp   Span
 	sent time.Time
 	lone bool // sent on an empty pipeline: its header time is an RTT sample
+	// own: the scheduler counts the request as sp.Block's (always, except
+	// a first range whose block the scheduler could not give it, see
+	// Sched.Claim: its bytes are read and dropped).
+	own bool
 }
 
-// session runs one connection of sub-flow i: the identity probe, then
-// pipelined range requests under the window until an error or the end.
-// Every range it holds is released before it returns.
-func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
-	s := d.subs[i]
+// sessKind says how a session of a sub-flow starts.
+type sessKind int
+
+const (
+	// sessFirst is a sub-flow's first session. Before the reference
+	// identity is known (Sched not made yet) it asks at once for a real
+	// range, block i for sub-flow i, and its first response tells the
+	// identity: no one-byte probe, no extra round trip before the first
+	// range (the block is the sub-flow's as soon as the scheduler is made,
+	// see setup). Once the reference is known it takes ranges from the
+	// scheduler, and its first response is checked as every response is.
+	// A coupled sub-flow (Source.Group) or a resumed download (Continue)
+	// probes first, as sessRetry does.
+	sessFirst sessKind = iota
+	// sessNext follows a session that ended cleanly (a source that closes
+	// its connection after each response): ranges at once.
+	sessNext
+	// sessRetry follows a stall or an error: a one-byte probe first, which
+	// may wait long, so a silent source holds no range while it is silent
+	// and answers the moment it comes back.
+	sessRetry
+)
+
+// sconn is one session's connection; stop unhooks its closing on ctx.
+type sconn struct {
+	c    net.Conn
+	br   *bufio.Reader
+	stop func() bool
+}
+
+func (d *dl) open(ctx context.Context, s *sub) (*sconn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 2*d.cfg.Stall+5*time.Second)
-	conn, err := d.dial(dctx, s)
+	c, err := d.dial(dctx, s)
 	cancel()
 	if err != nil {
-		if !*probed {
-			*probed = true
-			d.probes[i] <- probeResult{err: err}
+		return nil, err
+	}
+	return &sconn{c: c, br: bufio.NewReaderSize(c, 64<<10), stop: context.AfterFunc(ctx, func() { c.Close() })}, nil
+}
+
+func (c *sconn) close() {
+	c.stop()
+	c.c.Close()
+}
+
+// session runs one connection of sub-flow i: its start (see sessKind),
+// then pipelined range requests under the window until an error or the
+// end. No byte of a response is written before the response is checked
+// against the reference identity; every range it holds is released before
+// it returns.
+func (d *dl) session(ctx context.Context, i int, kind sessKind, probed *bool) (err error) {
+	s := d.subs[i]
+	c, err := d.open(ctx, s)
+	if err != nil {
+		return d.probeFailed(i, probed, err)
+	}
+	var q []inflight
+	var head *http.Response // q[0]'s response when its header was read and checked before the loop
+	var headUpto int64      // and the end of the bytes it carries
+	defer func() {
+		if c != nil {
+			c.close()
 		}
+		d.mu.Lock()
+		notify := false
+		if s.live {
+			s.live = false
+			notify = d.electLocked()
+		}
+		if s.specOwn {
+			d.sched.Release(i, s.spec.Block)
+			notify = true
+		}
+		s.spec, s.specOwn = nil, false
+		for _, r := range q {
+			if r.own {
+				d.sched.Release(i, r.sp.Block)
+				notify = true
+			}
+		}
+		if notify {
+			d.notifyLocked()
+		}
+		d.mu.Unlock()
+	}()
+	// reopen replaces the connection after a response that closed it.
+	reopen := func() error {
+		c.close()
+		c, err = d.open(ctx, s)
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	defer conn.Close()
-	br := bufio.NewReaderSize(conn, 64<<10)
+	// A fresh path's first answer may wait for a retransmission at the
+	// initial RTO: it gets at least 2 s even when Stall, a mid-transfer
+	// silence, is shorter.
+	first := max(d.cfg.Stall, 2*time.Second)
 
-	// Probe: one byte tells the identity and the RTT. A re-probe (after a
-	// stall or error) holds no range, so it may wait long: a source that
-	// went silent answers it the moment it comes back, instead of at the
-	// next retry. The first probe waits less (the reference identity waits
-	// for it), but at least 2 s:
-	t0 := time.Now()
-	// The first probe pays a fresh path's first request (lost segments
-	// retransmitted at the initial RTO): it gets at least 2 s even when
-	// Stall, a mid-transfer silence, is shorter.
-	wait := max(d.cfg.Stall, 2*time.Second)
-	if *probed {
-		wait = max(5*d.cfg.Stall, 10*time.Second)
-	}
-	conn.SetDeadline(t0.Add(wait))
-	if _, err := conn.Write(d.request(s, 0, 1, Identity{})); err != nil {
-		return d.probeFailed(i, probed, err)
-	}
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		return d.probeFailed(i, probed, err)
-	}
-	_, id, err := checkPart(resp.StatusCode, resp.Header, 0, 1, Identity{Size: -1})
-	if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && resp.Header.Get("Content-Range") == "bytes */0" {
-		id, err = identityOf(resp.Header, 0), nil // an empty object has no byte 0
-	}
-	if err == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-	}
-	resp.Body.Close()
-	if err != nil {
-		return d.probeFailed(i, probed, err)
-	}
-	rtt := time.Since(t0)
-	if !*probed {
-		*probed = true
-		d.probes[i] <- probeResult{id: id}
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-d.ready:
-	}
 	d.mu.Lock()
-	ref := d.id
-	if s.srtt == 0 || rtt < s.srtt {
-		s.srtt = rtt
+	ready := d.sched != nil
+	spec := kind == sessFirst && !ready && !d.cfg.Continue && s.src.Group == ""
+	if spec {
+		off := int64(i) * d.cfg.Block
+		s.spec = &Span{Block: i, Off: off, End: off + d.cfg.Block}
+		s.st.Requests++
 	}
 	d.mu.Unlock()
-	if err := sameObject(ref, id); err != nil {
-		return err
-	}
-	if resp.Close {
-		// The source closes after each response: open the range
-		// connection without another probe.
-		stop()
-		conn.Close()
-		dctx, cancel := context.WithTimeout(ctx, 2*d.cfg.Stall+5*time.Second)
-		conn, err = d.dial(dctx, s)
-		cancel()
-		if err != nil {
-			return err
-		}
-		stop = context.AfterFunc(ctx, func() { conn.Close() })
-		defer stop()
-		defer conn.Close()
-		br = bufio.NewReaderSize(conn, 64<<10)
+	probe := kind == sessRetry || (kind == sessFirst && !ready && !spec)
+	if kind != sessRetry && ready {
+		*probed = true // the reference is known: nobody waits for this sub-flow's identity
 	}
 
-	var q []inflight
+	if spec {
+		// The first range, asked before the object's length is known.
+		sp := *s.spec
+		t0 := time.Now()
+		c.c.SetDeadline(t0.Add(first))
+		if _, err := c.c.Write(d.request(s, sp.Off, sp.End, Identity{})); err != nil {
+			return d.probeFailed(i, probed, err)
+		}
+		resp, err := http.ReadResponse(c.br, nil)
+		if err != nil {
+			return d.probeFailed(i, probed, err)
+		}
+		if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
+			// The object ends before this block (or is empty): give the
+			// block up and ask for the identity with the one-byte probe.
+			_, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return d.probeFailed(i, probed, err)
+			}
+			d.mu.Lock()
+			if s.specOwn {
+				d.sched.Release(i, s.spec.Block)
+				d.notifyLocked()
+			}
+			s.spec, s.specOwn = nil, false
+			d.mu.Unlock()
+			if resp.Close {
+				if err := reopen(); err != nil {
+					return d.probeFailed(i, probed, err)
+				}
+			}
+			probe = true
+		} else {
+			upto, id, err := checkPart(resp.StatusCode, resp.Header, sp.Off, sp.End, Identity{Size: -1})
+			if err != nil {
+				// Not drained (a 200 may carry the whole object): the
+				// connection closes.
+				return d.probeFailed(i, probed, err)
+			}
+			rtt := time.Since(t0)
+			if !*probed {
+				*probed = true
+				d.probes[i] <- probeResult{id: id}
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-d.ready:
+			}
+			d.mu.Lock()
+			ref := d.id
+			if s.srtt == 0 || rtt < s.srtt {
+				s.srtt = rtt
+			}
+			// setup made block i this request's (specOwn) unless the
+			// block does not exist or is done.
+			q = []inflight{{sp: sp, sent: t0, own: s.specOwn}}
+			s.spec, s.specOwn = nil, false
+			d.mu.Unlock()
+			if err := sameObject(ref, id); err != nil {
+				return err
+			}
+			d.mu.Lock()
+			s.verified = true
+			d.mu.Unlock()
+			head, headUpto = resp, upto
+		}
+	}
+
+	if probe {
+		// One byte tells the identity and the RTT. A re-probe (after a
+		// stall or error) holds no range, so it may wait long: a source
+		// that went silent answers it the moment it comes back, instead
+		// of at the next retry. A first probe waits less (the reference
+		// identity may wait for it).
+		wait := first
+		if kind == sessRetry {
+			wait = max(5*d.cfg.Stall, 10*time.Second)
+		}
+		t0 := time.Now()
+		c.c.SetDeadline(t0.Add(wait))
+		if _, err := c.c.Write(d.request(s, 0, 1, Identity{})); err != nil {
+			return d.probeFailed(i, probed, err)
+		}
+		resp, err := http.ReadResponse(c.br, nil)
+		if err != nil {
+			return d.probeFailed(i, probed, err)
+		}
+		_, id, err := checkPart(resp.StatusCode, resp.Header, 0, 1, Identity{Size: -1})
+		if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && resp.Header.Get("Content-Range") == "bytes */0" {
+			id, err = identityOf(resp.Header, 0), nil // an empty object has no byte 0
+		}
+		if err != nil {
+			return d.probeFailed(i, probed, err) // not drained: a 200 may carry the whole object
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return d.probeFailed(i, probed, err)
+		}
+		rtt := time.Since(t0)
+		if !*probed {
+			*probed = true
+			d.probes[i] <- probeResult{id: id}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.ready:
+		}
+		d.mu.Lock()
+		ref := d.id
+		if s.srtt == 0 || rtt < s.srtt {
+			s.srtt = rtt
+		}
+		d.mu.Unlock()
+		if err := sameObject(ref, id); err != nil {
+			return err
+		}
+		d.mu.Lock()
+		s.verified = true
+		d.mu.Unlock()
+		if resp.Close {
+			// The source closes after each response: open the range
+			// connection without another probe.
+			if err := reopen(); err != nil {
+				return err
+			}
+		}
+	}
+
 	d.mu.Lock()
+	ref := d.id
 	s.live = true
 	// A sub-flow back from a stall or error (a source that was silent)
 	// starts from the rate it had when it last received, not from its
@@ -613,20 +789,9 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 		d.notifyLocked()
 	}
 	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		s.live = false
-		if d.electLocked() {
-			d.notifyLocked()
-		}
-		for _, r := range q {
-			d.sched.Release(i, r.sp.Block)
-		}
-		if len(q) > 0 {
-			d.notifyLocked()
-		}
-		d.mu.Unlock()
-	}()
+	// The first answer on a connection that carried nothing yet gets the
+	// fresh path's wait.
+	fresh := !spec && !probe
 	buf := make([]byte, 64<<10)
 	for {
 		// Fill the window.
@@ -643,10 +808,14 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 			if !ok {
 				break
 			}
-			q = append(q, inflight{sp: sp, sent: time.Now(), lone: empty && len(q) == 0})
+			q = append(q, inflight{sp: sp, sent: time.Now(), lone: empty && len(q) == 0, own: true})
 			queued += sp.Len()
 			s.st.Requests++
-			reqs = append(reqs, d.request(s, sp.Off, sp.End, d.id)...)
+			ifRange := d.id
+			if !s.verified {
+				ifRange = Identity{} // the first answer shows the source's validators
+			}
+			reqs = append(reqs, d.request(s, sp.Off, sp.End, ifRange)...)
 		}
 		done := d.sched.Done()
 		changed := d.changed
@@ -663,50 +832,64 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 			}
 		}
 		if len(reqs) > 0 {
-			conn.SetWriteDeadline(time.Now().Add(d.cfg.Stall))
-			if _, err := conn.Write(reqs); err != nil {
+			c.c.SetWriteDeadline(time.Now().Add(d.cfg.Stall))
+			if _, err := c.c.Write(reqs); err != nil {
 				return err
 			}
 		}
 		// Read the oldest response.
 		r := q[0]
-		conn.SetReadDeadline(time.Now().Add(d.cfg.Stall))
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			return err
-		}
-		upto, _, err := checkPart(resp.StatusCode, resp.Header, r.sp.Off, r.sp.End, ref)
-		if err != nil {
-			resp.Body.Close()
-			return err
-		}
-		if r.lone {
-			rtt := time.Since(r.sent)
+		resp, upto := head, headUpto
+		head = nil
+		if resp == nil {
+			wait := d.cfg.Stall
+			if fresh {
+				wait, fresh = first, false
+			}
+			c.c.SetReadDeadline(time.Now().Add(wait))
+			resp, err = http.ReadResponse(c.br, nil)
+			if err != nil {
+				return err
+			}
+			upto, _, err = checkPart(resp.StatusCode, resp.Header, r.sp.Off, r.sp.End, ref)
+			if err != nil {
+				return err // not drained: the connection closes
+			}
 			d.mu.Lock()
-			s.srtt = (7*s.srtt + rtt) / 8
+			s.verified = true
 			d.mu.Unlock()
+			if r.lone {
+				rtt := time.Since(r.sent)
+				d.mu.Lock()
+				if s.srtt == 0 {
+					s.srtt = rtt
+				} else {
+					s.srtt = (7*s.srtt + rtt) / 8
+				}
+				d.mu.Unlock()
+			}
 		}
 		pos := r.sp.Off
 		for pos < upto {
-			conn.SetReadDeadline(time.Now().Add(d.cfg.Stall))
+			c.c.SetReadDeadline(time.Now().Add(d.cfg.Stall))
 			n, rerr := resp.Body.Read(buf[:min(int64(len(buf)), upto-pos)])
-			if n > 0 {
+			if n > 0 && r.own {
 				if _, werr := d.file.WriteAt(buf[:n], pos); werr != nil {
 					d.mu.Lock()
 					d.werr = fmt.Errorf("mget: write %s: %w", d.cfg.Out, werr)
 					d.mu.Unlock()
 					return werr
 				}
-				pos += int64(n)
 				d.mu.Lock()
 				if r.sp.Dup {
 					s.st.DupBytes += int64(n)
 				} else {
 					s.st.Bytes += int64(n)
 				}
-				d.sched.Progress(r.sp, pos)
+				d.sched.Progress(r.sp, pos+int64(n))
 				d.mu.Unlock()
 			}
+			pos += int64(n)
 			if rerr == io.EOF && pos < upto {
 				rerr = io.ErrUnexpectedEOF
 			}
@@ -720,7 +903,9 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 		}
 		resp.Body.Close()
 		d.mu.Lock()
-		d.sched.Release(i, r.sp.Block)
+		if r.own {
+			d.sched.Release(i, r.sp.Block)
+		}
 		q = q[1:]
 		d.notifyLocked()
 		d.mu.Unlock()
@@ -730,7 +915,8 @@ func (d *dl) session(ctx context.Context, i int, probed *bool) (err error) {
 	}
 }
 
-// probeFailed reports a failed first probe and returns err.
+// probeFailed reports a failed first probe (or first range) and returns
+// err.
 func (d *dl) probeFailed(i int, probed *bool, err error) error {
 	if !*probed {
 		*probed = true

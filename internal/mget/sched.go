@@ -187,3 +187,17 @@ func (s *Sched) Release(sub, i int) {
 
 // BlockDone reports whether block i has been received whole.
 func (s *Sched) BlockDone(i int) bool { return i >= 0 && i < len(s.blocks) && s.done(i) }
+
+// Claim makes sub an owner of block i, as Next would have, for a request
+// sent before the scheduler existed: a sub-flow's first range, asked for
+// before the object's length was known. It reports false, claiming
+// nothing, when the block does not exist, is done or is sub's already.
+func (s *Sched) Claim(sub, i int) bool {
+	if i < 0 || i >= len(s.blocks) || s.done(i) || holds(s.blocks[i].owners, sub) {
+		return false
+	}
+	b := &s.blocks[i]
+	b.owners = append(b.owners, sub)
+	b.issued = true
+	return true
+}

@@ -211,3 +211,35 @@ func TestSchedResumeAndNothingLeft(t *testing.T) {
 		t.Fatalf("not done after all bytes")
 	}
 }
+
+// TestSchedClaim: a claimed block (a first range asked before the
+// scheduler existed) is owned as if Next had handed it out: Next skips it,
+// it is not idle, and once released unfinished it is the next one handed
+// out. Blocks that do not exist or are done cannot be claimed.
+func TestSchedClaim(t *testing.T) {
+	s := NewSched(1000, 100, []int64{0, 0, 0, 100}) // 10 blocks, block 3 done
+	for _, tc := range []struct {
+		sub, block int
+		want       bool
+	}{{1, 1, true}, {2, 2, true}, {1, 1, false}, {0, 3, false}, {0, 10, false}, {0, -1, false}} {
+		if got := s.Claim(tc.sub, tc.block); got != tc.want {
+			t.Errorf("Claim(%d, %d) = %v; want %v", tc.sub, tc.block, got, tc.want)
+		}
+	}
+	var order []int
+	for range 3 {
+		sp, ok := s.Next(0, nil)
+		if !ok || sp.Dup {
+			t.Fatalf("Next = %+v, %v", sp, ok)
+		}
+		order = append(order, sp.Block)
+	}
+	if order[0] != 0 || order[1] != 4 || order[2] != 5 {
+		t.Fatalf("blocks handed out %v beside claimed 1, 2 and done 3; want [0 4 5]", order)
+	}
+	s.Progress(Span{Block: 1, Off: 100, End: 200}, 150)
+	s.Release(1, 1)
+	if sp, ok := s.Next(0, nil); !ok || sp.Block != 1 || sp.Off != 150 {
+		t.Fatalf("after releasing claimed block 1 half-received: Next = %+v, %v; want block 1 from 150", sp, ok)
+	}
+}
