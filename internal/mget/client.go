@@ -143,17 +143,17 @@ type sub struct {
 	warmUntil time.Time
 	lastBytes int64
 	srtt      time.Duration
-	live      bool      // a session is past its probe and may request
-	known     float64   // rate (bytes/s) when it last led its group
-	spec      *Span     // the first range, asked before the scheduler was made (sessFirst)
-	specOwn   bool      // setup gave spec's block to this sub-flow (Sched.Claim)
+	live      bool    // a session is past its probe and may request
+	known     float64 // rate (bytes/s) when it last led its group
+	spec      *Span   // the first range, asked before the scheduler was made (sessFirst)
+	specOwn   bool    // setup gave spec's block to this sub-flow (Sched.Claim)
 	// verified: a response of this source matched the reference identity;
 	// from then on its requests carry If-Range (before, a mirror of
 	// another version would answer 200 instead of showing its validators).
 	verified bool
-	ledSince  time.Time // when it became its group's leader
-	exited    bool
-	dropped   error // why the source was dropped
+	ledSince time.Time // when it became its group's leader
+	exited   bool
+	dropped  error // why the source was dropped
 }
 
 // Get downloads one object from its sources into cfg.Out and returns the
