@@ -136,7 +136,7 @@ func runOffloadChild(t *testing.T, name string, args ...string) {
 func offloadChildTest(t *testing.T, env string, body func(*testing.T, []string)) bool {
 	t.Helper()
 	if !xlate.Supported {
-		t.Skip("xlate not supported on this OS")
+		testenv.Unmet(t, "xlate not supported on this OS")
 	}
 	if v := os.Getenv(env); v != "" {
 		body(t, strings.Split(v, ","))

@@ -34,7 +34,7 @@ func testEntryReplyAfterVerdict(t *testing.T, loops int) {
 	// closed port on an allowed address.
 	refusedLn, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
-		t.Skipf("no 127.0.0.2: %v", err)
+		testenv.Unmet(t, "no 127.0.0.2: %v", err)
 	}
 	defer refusedLn.Close()
 	closedLn, _ := net.Listen("tcp", "127.0.0.1:0")

@@ -538,20 +538,34 @@ func TestSupervisor(t *testing.T) {
 		within  time.Duration // Run returns within this time
 	}{
 		{"failing workers", []string{"false"}, time.Second, false, errQuickExit, 10 * time.Second},
-		{"stopped by SIGTERM", []string{"sleep", "60"}, 30 * time.Second, true, nil, 5 * time.Second},
-		{"killed after the stop timeout", []string{"sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"}, 300 * time.Millisecond, true, nil, 5 * time.Second},
+		// The cancelled cases' workers create their ready file once they
+		// are set up (the trap installed), and the test cancels only when
+		// both did: a SIGTERM before the trap would end the worker at once.
+		{"stopped by SIGTERM", []string{"sh", "-c", `: > "$READY"; exec sleep 60`}, 30 * time.Second, true, nil, 5 * time.Second},
+		{"killed after the stop timeout", []string{"sh", "-c", `trap '' TERM; : > "$READY"; while :; do sleep 0.1; done`}, 300 * time.Millisecond, true, nil, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ready := func(i int) string { return filepath.Join(dir, fmt.Sprintf("ready-%d", i)) }
 			sv := &Supervisor{N: 2, Stop: tc.stop, Restart: 10 * time.Millisecond, Command: func(i int) *exec.Cmd {
 				starts.Add(1)
-				return exec.Command(tc.argv[0], tc.argv[1:]...)
+				cmd := exec.Command(tc.argv[0], tc.argv[1:]...)
+				cmd.Env = append(os.Environ(), "READY="+ready(i))
+				return cmd
 			}}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
 			go func() { done <- sv.Run(ctx) }()
 			if tc.cancel {
-				time.Sleep(300 * time.Millisecond)
+				testenv.WaitFor(t, 30*time.Second, "both workers set up", func() bool {
+					for i := range sv.N {
+						if _, err := os.Stat(ready(i)); err != nil {
+							return false
+						}
+					}
+					return true
+				})
 				cancel()
 			}
 			begin := time.Now()
