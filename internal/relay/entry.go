@@ -1,5 +1,9 @@
 package relay
 
+// Stage: entry (InP). A client of a service listener, SOCKS5 or HTTP CONNECT
+// entry becomes an Intent; open routes it to the first hop of its chain or
+// to its origin (serveEntry, open, awaitVerdict).
+
 import (
 	"bufio"
 	"bytes"

@@ -1,5 +1,8 @@
 package relay
 
+// Stage: event loops (service flows), through the unexported loopHandler;
+// see the comment below.
+
 import (
 	"context"
 	"crypto/rand"

@@ -1,5 +1,7 @@
 package relay
 
+// Stage: event loops (hop flows); see the comment below.
+
 import (
 	"bytes"
 	"context"

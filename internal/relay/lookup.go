@@ -1,5 +1,8 @@
 package relay
 
+// Stage: remote chain lookups (InP with `lop:`, and the LoP that
+// completes the route); see the comment below.
+
 import (
 	"crypto/rand"
 	"fmt"

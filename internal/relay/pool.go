@@ -1,5 +1,9 @@
 package relay
 
+// Stage: dial and pools (the pools). Pre-established connections to hop
+// members and origins, kept filled and retired before the peer's idle
+// timeout; the pool hello that asks a member for a longer grant.
+
 import (
 	"bytes"
 	"context"
