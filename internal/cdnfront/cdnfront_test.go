@@ -91,6 +91,7 @@ func (c *countedConn) Close() error {
 // the connection fails every round). The cold fetch waits for the origin to
 // see nginx close the idle connection instead of sleeping.
 func TestFrontWarmCold(t *testing.T) {
+	testenv.CheckLeaks(t)
 	nginx := testenv.RequireCommand(t, "nginx")
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

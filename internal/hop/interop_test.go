@@ -22,6 +22,7 @@ import (
 // addresses it parsed to the origin with send-proxy-v2, followed by the
 // payload alone.
 func TestHAProxyInterop(t *testing.T) {
+	testenv.CheckLeaks(t)
 	if testing.Short() {
 		t.Skip("starts haproxy")
 	}
@@ -55,6 +56,7 @@ backend b
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { out.Close() }) // after haproxy is killed (cleanups run last first)
 	cmd := exec.Command(bin, "-db", "-f", cfg)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

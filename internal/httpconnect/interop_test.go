@@ -15,6 +15,7 @@ import (
 // implementation, forced with --proxytunnel) against ReadRequest and
 // WriteReply in a minimal proxy, with and without Basic proxy auth.
 func TestCurlInterop(t *testing.T) {
+	testenv.CheckLeaks(t)
 	if testing.Short() {
 		t.Skip("runs curl")
 	}

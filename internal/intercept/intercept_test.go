@@ -616,6 +616,7 @@ func ipRules(t *testing.T, w *emu.World) string {
 // connection of an intercepted flow has the relay's full MSS, while an
 // untouched flow carries the client's 600 to the server.
 func TestOptionsPerSegment(t *testing.T) {
+	testenv.CheckLeaks(t)
 	w := startWorld(t)
 	lin, lout := listenServer(t, w, inScope), listenServer(t, w, outScope)
 	startRelay(t, w, Config{Name: "t", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, NetNS: w.NetNS("r")})

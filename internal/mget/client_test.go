@@ -22,6 +22,7 @@ import (
 	"github.com/mosto-net/mosto/internal/origin"
 	"github.com/mosto-net/mosto/internal/origin/origintest"
 	"github.com/mosto-net/mosto/internal/socks5"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // serve runs h on a loopback listener until the test ends.
@@ -337,6 +338,7 @@ func TestHelperGet(t *testing.T) {
 // internal/socks5, as the relay's entry runs it) and directly at once: two
 // paths to one source.
 func TestGetViaSOCKS5(t *testing.T) {
+	testenv.CheckLeaks(t)
 	const size = 2 << 20
 	_, a := startOrigin(t, 4<<20) // 0.5 s: both paths get to run
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

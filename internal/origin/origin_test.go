@@ -10,6 +10,8 @@ import (
 	"net/http/httptrace"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func TestBodyDeterministicAndPrefix(t *testing.T) {
@@ -70,6 +72,7 @@ func startServer(t *testing.T, cfg Config) (*Server, string) {
 }
 
 func TestServer(t *testing.T) {
+	testenv.CheckLeaks(t)
 	s, base := startServer(t, Config{Seed: 42, MaxSize: 10 << 20})
 	tests := []struct {
 		name   string
@@ -118,6 +121,7 @@ func TestServer(t *testing.T) {
 }
 
 func TestServerKeepAliveAndThink(t *testing.T) {
+	testenv.CheckLeaks(t)
 	_, base := startServer(t, Config{Think: 30 * time.Millisecond})
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func TestBodyAt(t *testing.T) {
@@ -90,6 +92,7 @@ func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byt
 }
 
 func TestServerRange(t *testing.T) {
+	testenv.CheckLeaks(t)
 	_, base := startServer(t, Config{Seed: 3})
 	url := base + "/obj?size=100000"
 	full, _ := io.ReadAll(Body(3, 100000))
@@ -131,6 +134,7 @@ func TestServerRange(t *testing.T) {
 }
 
 func TestServerSilenceAndRate(t *testing.T) {
+	testenv.CheckLeaks(t)
 	s, base := startServer(t, Config{Rate: 2 << 20})
 	start := time.Now()
 	_, body := get(t, base+"/obj?size=524288", nil)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 const (
@@ -290,6 +292,7 @@ func TestProberRun(t *testing.T) {
 }
 
 func TestServerAndUDPEcho(t *testing.T) {
+	testenv.CheckLeaks(t)
 	ctx := t.Context()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -376,6 +379,7 @@ func TestServerRateLimit(t *testing.T) {
 }
 
 func TestTCPHandshake(t *testing.T) {
+	testenv.CheckLeaks(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -392,6 +396,7 @@ func TestTCPHandshake(t *testing.T) {
 }
 
 func TestUDPEchoTimeout(t *testing.T) {
+	testenv.CheckLeaks(t)
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0") // never answers
 	if err != nil {
 		t.Fatal(err)

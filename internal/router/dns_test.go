@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func TestDNSServer(t *testing.T) {
+	testenv.CheckLeaks(t)
 	ms := time.Millisecond
 	p, err := NewPicker(PickConfig{
 		Surrogates: []Surrogate{{"far", "10.0.0.1:80"}, {"near", "10.0.0.2:80"}},

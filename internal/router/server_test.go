@@ -302,6 +302,7 @@ func TestSlowloris(t *testing.T) {
 
 // A surrogate that dies mid-response resets the client's connection.
 func TestSurrogateDiesMidResponse(t *testing.T) {
+	testenv.CheckLeaks(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -400,6 +401,7 @@ func TestHandoffJoiner(t *testing.T) {
 }
 
 func TestPoolStale(t *testing.T) {
+	testenv.CheckLeaks(t)
 	s0, _ := startOrigin(t)
 	// A surrogate that closes idle connections at once.
 	sur := testenv.NewServer(t, func(*net.TCPConn) {})

@@ -14,6 +14,7 @@ import (
 // against Handshake in a minimal proxy: addresses, host names and RFC 1929
 // authentication.
 func TestCurlInterop(t *testing.T) {
+	testenv.CheckLeaks(t)
 	if testing.Short() {
 		t.Skip("runs curl")
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // rw is an in-memory client: it reads the scripted client bytes and records
@@ -145,6 +147,7 @@ func TestHandshakeContextCancel(t *testing.T) {
 }
 
 func TestHandshakeOverTCP(t *testing.T) {
+	testenv.CheckLeaks(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -213,6 +216,7 @@ func TestReply(t *testing.T) {
 }
 
 func TestReplyCode(t *testing.T) {
+	testenv.CheckLeaks(t)
 	tests := []struct {
 		err  error
 		want byte

@@ -75,6 +75,7 @@ func endFlow(t *testing.T, r relayed) {
 // reuse it (its packets would be translated into the joined flow); once
 // the join is removed the port is free again.
 func TestJoinReservesPort(t *testing.T) {
+	testenv.CheckLeaks(t)
 	testenv.RequirePrivileged(t)
 	l := xlatetest.NewLine(t, false)
 	s := openIn(t, l.R, Config{})
