@@ -177,8 +177,11 @@ timeouts: {idle: 1m}
 	for _, route := range [][]string{{"a", "b", "c"}, {"a", "c"}} {
 		w.Members["a"].SetChains(relaytest.ChainTable{{"a", "c"}: route})
 		t.Logf("route %v", route)
-		downloadOK(t, w.Members["a"].ServiceAddr(0).String())
+		if err := download(w.Members["a"].ServiceAddr(0).String()); err != nil {
+			t.Fatalf("route %v: download after the kill: %v; counters: a %s; c %s", route, err, flowCounters(w.Members["a"]), flowCounters(w.Members["c"]))
+		}
 	}
+	t.Logf("counters: a %s; c %s", flowCounters(w.Members["a"]), flowCounters(w.Members["c"]))
 	if n := relay.DirectCount(w.Members["a"], "hop_unreachable"); n != 1 {
 		t.Errorf("direct{hop_unreachable} = %v; want 1", n)
 	}
@@ -201,18 +204,43 @@ func waitExited(t *testing.T, pid int) {
 	})
 }
 
-func downloadOK(t *testing.T, addr string) {
-	t.Helper()
+// download reads 1 MiB from the streaming origin through addr.
+func download(addr string) error {
 	c2, err := net.Dial("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer c2.Close()
 	c2.SetDeadline(time.Now().Add(10 * time.Second))
 	c2.Write([]byte("d"))
-	if _, err := io.ReadFull(c2, make([]byte, 1<<20)); err != nil {
-		t.Fatalf("download after the kill: %v", err)
+	if n, err := io.ReadFull(c2, make([]byte, 1<<20)); err != nil {
+		return fmt.Errorf("after %d bytes: %w", n, err)
 	}
+	return nil
+}
+
+// flowCounters lists s's non-zero flow, refusal, direct and upstream
+// counters, to say how a failed flow ended at each proxy.
+func flowCounters(s *relay.Server) string {
+	fams := s.Registry().Gather()
+	var b strings.Builder
+	for _, name := range []string{"mosto_relay_flows_total", "mosto_relay_refusals_total", "mosto_relay_direct_total", "mosto_relay_upstream_total"} {
+		f, _ := metrics.Find(fams, name)
+		for _, m := range f.Series {
+			if m.Value == 0 {
+				continue
+			}
+			b.WriteString(strings.TrimPrefix(name, "mosto_relay_") + "{")
+			for i, l := range m.Labels {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				b.WriteString(l.Name + "=" + l.Value)
+			}
+			fmt.Fprintf(&b, "}=%v ", m.Value)
+		}
+	}
+	return strings.TrimSpace(b.String())
 }
 
 func errOrEOF(err error) string {
