@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 const childEnv = "MOSTO_ACTIVATION_TEST_CHILD"
@@ -124,6 +126,7 @@ func exe(t *testing.T) string {
 // gets both sockets with their names and answers that connection; a
 // second connection after it exited starts a new process.
 func TestActivator(t *testing.T) {
+	testenv.CheckLeaks(t)
 	hop, addr, err := ListenTCP("hop", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // fakeBackend is a minimal in-memory Backend for handler tests.
@@ -116,6 +117,7 @@ const goodFEP = `{"id":"fra","hop_addr":"10.0.0.1:7000","probe_addr":"10.0.0.1:7
 const goodDest = `{"id":"shop","prefix":"198.51.100.0/24","lat":37.3,"lon":-121.9,"probe_addr":"198.51.100.10:443"}`
 
 func TestValidation(t *testing.T) {
+	testenv.CheckLeaks(t)
 	b := newFake()
 	b.feps["fra"] = api.FEP{ID: "fra"}
 	srv := httptest.NewServer(api.NewHandler(api.ServerConfig{Backend: b, Joiner: denyJoiner{}}))
@@ -221,6 +223,7 @@ func TestValidation(t *testing.T) {
 }
 
 func TestRequireClientCert(t *testing.T) {
+	testenv.CheckLeaks(t)
 	b := newFake()
 	srv := httptest.NewServer(api.NewHandler(api.ServerConfig{Backend: b, RequireClientCert: true}))
 	defer srv.Close()
@@ -269,6 +272,7 @@ func TestIdentityMayOnlyActForItself(t *testing.T) {
 }
 
 func TestTableServedGzipOrPlain(t *testing.T) {
+	testenv.CheckLeaks(t)
 	b := newFake()
 	plain := []byte(`{"lop":"fra","version":7}`)
 	b.table = &api.EncodedTable{Version: 7, JSON: func() []byte { return plain }, Gzip: func() []byte { return api.GzipBytes(plain) }}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // checkEnd checks a flow's end: outcome want and, for OK, no error.
@@ -83,6 +85,7 @@ func waitRetries(t testing.TB, h *testHandler, n int) {
 }
 
 func TestRoundTrip(t *testing.T) {
+	testenv.CheckLeaks(t)
 	sizes := []int{0, 1, 16383, 16384, 16385, 1 << 20}
 	for _, bulk := range []bool{false, true} {
 		for _, n := range sizes {
@@ -272,6 +275,7 @@ func resetConn(c *net.TCPConn) {
 }
 
 func TestReset(t *testing.T) {
+	testenv.CheckLeaks(t)
 	t.Run("upstream resets", func(t *testing.T) {
 		srv := newUpServer(t, nil)
 		h := newTestHandler(t, srv.addr)
@@ -411,6 +415,7 @@ func blackhole(t testing.TB) netip.AddrPort {
 }
 
 func TestConnectFailed(t *testing.T) {
+	testenv.CheckLeaks(t)
 	type tc struct {
 		name    string
 		target  func(t testing.TB) netip.AddrPort
@@ -787,6 +792,7 @@ func pooled(t *testing.T, srv *upServer) (*closeRecorder, int, *net.TCPConn) {
 }
 
 func TestPooledUpstream(t *testing.T) {
+	testenv.CheckLeaks(t)
 	t.Run("connected", func(t *testing.T) {
 		srv := newUpServer(t, nil)
 		h := newTestHandler(t, srv.addr)

@@ -17,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // parse parses an exposition with the Prometheus text parser.
@@ -296,6 +298,7 @@ func TestRegistrationErrorsPanic(t *testing.T) {
 }
 
 func TestHandler(t *testing.T) {
+	testenv.CheckLeaks(t)
 	r := NewRegistry()
 	r.Counter(Opts{Name: "hits_total", Help: "Hits."}).Add(3)
 	srv := httptest.NewServer(Handler(r))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/origin"
 	"github.com/mosto-net/mosto/internal/origin/origintest"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func TestParseSize(t *testing.T) {
@@ -89,6 +90,7 @@ func startOrigin(t *testing.T) string {
 }
 
 func TestClientColdAndWarm(t *testing.T) {
+	testenv.CheckLeaks(t)
 	addr := startOrigin(t)
 	ctx := context.Background()
 	for _, reuse := range []bool{false, true} {
@@ -144,6 +146,7 @@ func fakeServer(t *testing.T, reply string, hang bool) string {
 }
 
 func TestClientErrors(t *testing.T) {
+	testenv.CheckLeaks(t)
 	good := func(n int) string { return strings.Repeat("x", n) }
 	tests := []struct {
 		name  string

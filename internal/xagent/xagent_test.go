@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/mosto-net/mosto/internal/xlate"
 )
 
@@ -77,6 +78,7 @@ func start(t *testing.T, key, pkey []byte) (*Agent, *fakeXlate, *Placer, func())
 }
 
 func TestPlace(t *testing.T) {
+	testenv.CheckLeaks(t)
 	ag, fx, p, _ := start(t, testKey, testKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -152,6 +154,7 @@ func TestPlace(t *testing.T) {
 }
 
 func TestWrongKey(t *testing.T) {
+	testenv.CheckLeaks(t)
 	ag, fx, p, stop := start(t, testKey, []byte("another key of 16+ bytes"))
 	// The agent refuses the router's proof (it retries every 50 ms).
 	deadline := time.Now().Add(60 * time.Second)
