@@ -20,6 +20,7 @@ import (
 	"github.com/mosto-net/mosto/internal/origin/origintest"
 	"github.com/mosto-net/mosto/internal/relay"
 	"github.com/mosto-net/mosto/internal/relay/relaytest"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 func TestCoupleChains(t *testing.T) {
@@ -45,6 +46,7 @@ func TestCoupleChains(t *testing.T) {
 // proxy's CONNECT entry; the two mirrors' chains over a-c (and over
 // a-b-c) share links, so they are coupled: one of each pair carries bytes.
 func TestGetControllerPaths(t *testing.T) {
+	testenv.CheckLeaks(t)
 	w := relaytest.OverlayWith(t, relaytest.Options{Tweak: func(c *relay.Config) {
 		if c.ID == "a" {
 			c.HTTPConnect = &relay.ConnectConfig{Listen: "127.0.0.1:0"}

@@ -159,6 +159,7 @@ func freePortPair(t *testing.T) int {
 // members, overlay key) must still drive the daemon. The InP's own policy
 // refuses the loopback origin, so an echo proves the flow took the chain.
 func TestProxyFollowsAgentTable(t *testing.T) {
+	testenv.CheckLeaks(t)
 	secret := make([]byte, pki.OverlayKeySize)
 	rand.Read(secret)
 

@@ -396,6 +396,7 @@ func run(t *testing.T, c *Controller) {
 }
 
 func TestWatchSemantics(t *testing.T) {
+	testenv.CheckLeaks(t)
 	st := openBolt(t)
 	c, err := New(Config{Store: st, Debounce: 20 * time.Millisecond, DrainTimeout: 200 * time.Millisecond})
 	if err != nil {
@@ -876,6 +877,7 @@ func TestMaxProxies(t *testing.T) {
 // computed at once, and that the changes following it within Debounce are
 // coalesced into one computation Debounce after it.
 func TestDebounceLeadingEdge(t *testing.T) {
+	testenv.CheckLeaks(t)
 	const debounce = time.Second
 	st := openBolt(t)
 	setup(t, st, line[:3], []store.RTT{sample("a", "b", 10), sample("b", "c", 10), sample("a", "c", 50)})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/api"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 // fakeSource is a controller in memory.
@@ -254,6 +255,7 @@ func TestRatesAndStatus(t *testing.T) {
 
 // TestHandler: the page, its assets, the state, a table; read-only.
 func TestHandler(t *testing.T) {
+	testenv.CheckLeaks(t)
 	src := newFake()
 	d, srv := start(t, src, 50*time.Millisecond)
 	deadline := time.Now().Add(10 * time.Second)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mosto-net/mosto/internal/api"
 	"github.com/mosto-net/mosto/internal/store/boltstore"
+	"github.com/mosto-net/mosto/internal/testenv"
 )
 
 var t0 = time.Date(2026, 11, 22, 2, 0, 0, 0, time.UTC)
@@ -331,6 +332,7 @@ func mustFreshCA(t testing.TB) *CA {
 }
 
 func TestJoinTLSPinsCA(t *testing.T) {
+	testenv.CheckLeaks(t)
 	ca := mustFreshCA(t)
 	other := mustFreshCA(t)
 	srv := mtlsServer(t, ca)
