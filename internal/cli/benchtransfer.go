@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +51,8 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	cdnHost := fs.String("cdn-host", "", "host of the CDN front-end (default: the client's host, 0 RTT from the client; \"inp\": the ingress FEP's host, a CDN edge at mosto's InP site)")
 	tuneCDN := fs.Bool("tune-cdn", true, "equal tuning: the CDN front-end's host (the client host) gets the FEPs' kernel levers (--fep-initcwnd, --fep-rmem, --fep-fastopen)")
 	icw := fs.Int("icw", 0, "planner model: initial window (segments) of the chain's links, for the table and the controller (default: --fep-initcwnd when set, else 10)")
+	endICW := fs.Int("end-icw", -1, "planner model: initial window (segments) of the end segments (client - InP, EgP - origin: fresh connections from untuned hosts) while the chain's links keep --icw; 0: the ends ramp like the chain (default: 10, Linux's window, when --icw is larger, else 0)")
+	endRTT := fs.Float64("end-rtt", -1, "planner model: RTT in `ms` assumed for each end segment with --end-icw (default: the world's client-InP RTT)")
 	coreHour := fs.Float64("core-hour", scenario.DefaultCoreHour, "price of one CPU core-hour in dollars, for the proxies' cost per delivered TB")
 	cdnIdle := fs.Duration("cdn-idle", 0, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this (default: 2s with cdn-cold, else 10m so cdn-warm keeps one long-lived connection, the CDN's best case)")
 	realtime := fs.Bool("emu-realtime", false, "run the emulator's threads at real-time priority (steadier delays next to other load on the machine, 30-50% more emulator CPU; docs/emu.md)")
@@ -81,6 +84,21 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	}
 	if *icw == 0 && *initcwnd > 0 {
 		*icw = *initcwnd
+	}
+	if *endICW < -1 || *endICW > maxICW || *endRTT > pathcomp.MaxRTT || math.IsNaN(*endRTT) {
+		return usageErrorf("--end-icw must be 0-%d and --end-rtt at most %v ms", maxICW, float64(pathcomp.MaxRTT))
+	}
+	if *endICW == -1 {
+		*endICW = 0
+		if *icw > 10 {
+			*endICW = 10
+		}
+	}
+	if *endRTT < 0 {
+		*endRTT = -1 // the world's client-InP RTT (scenario.Scenario.PlanModel)
+	}
+	if *endICW == 0 {
+		*endRTT = 0
 	}
 	if *cdnIdle != 0 && *cdnIdle < time.Millisecond {
 		return usageErrorf("--cdn-idle must be at least 1ms")
@@ -178,7 +196,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
 			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload},
-		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw}, CDNHost: *cdnHost}
+		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw, EndICW: *endICW, EndRTT: *endRTT}, CDNHost: *cdnHost}
 	if *offload > 0 {
 		// Keep the proxies' configs and logs with the results (what each
 		// proxy's handovers did).
@@ -287,7 +305,14 @@ func tuningNote(c scenario.Config, cdn bool) string {
 	default:
 		s += "The CDN front-end's host has no levers (--tune-cdn=false). "
 	}
-	return s + fmt.Sprintf("The origin has kernel defaults in every mode. Planner model: ICW %d segments on the chain's links.", icw)
+	s += fmt.Sprintf("The origin has kernel defaults in every mode. Planner model: ICW %d segments on the chain's links", icw)
+	switch m := c.Model; {
+	case m.EndICW > 0 && m.EndRTT < 0:
+		s += fmt.Sprintf(", end segments (client - InP, EgP - origin) ICW %d over the world's client-InP RTT", m.EndICW)
+	case m.EndICW > 0:
+		s += fmt.Sprintf(", end segments (client - InP, EgP - origin) ICW %d over %v ms", m.EndICW, m.EndRTT)
+	}
+	return s + "."
 }
 
 func writeSamples(path string, rows [][]string) error {

@@ -19,6 +19,7 @@ func TestBenchTransferUsage(t *testing.T) {
 		{"bad size", []string{"--world", "demo", "--sizes", "10QB"}, "--sizes"},
 		{"bad mode", []string{"--world", "demo", "--modes", "direct,teleport"}, "unknown mode"},
 		{"positional", []string{"--world", "demo", "extra"}, "unexpected"},
+		{"bad end icw", []string{"--world", "demo", "--end-icw", "-2"}, "--end-icw"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

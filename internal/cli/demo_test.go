@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/pathcomp"
 	"github.com/mosto-net/mosto/internal/scenario"
 )
 
@@ -41,6 +42,10 @@ func TestTuningNote(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("tuning note lacks %q: %s", want, s)
 		}
+	}
+	c.Model = pathcomp.Model{ICW: 100, EndICW: 10, EndRTT: -1}
+	if s := tuningNote(c, true); !strings.Contains(s, "end segments (client - InP, EgP - origin) ICW 10 over the world's client-InP RTT") {
+		t.Errorf("end segments not said: %s", s)
 	}
 	if s := tuningNote(scenario.Config{TuneCDN: false}, true); !strings.Contains(s, "no levers (--tune-cdn=false)") {
 		t.Errorf("untuned CDN not said: %s", s)

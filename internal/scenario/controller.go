@@ -146,11 +146,15 @@ func (s *Scenario) runController() error {
 		"--data", c.dir, "--listen", s.addr(c.host, controllerPort), "--sizes", strings.Join(sizes, ","),
 		"--debounce", cc.Debounce.String(), "--period", "1h", "--near", n, "--far", "0",
 		"--allow-member-net", emu.Prefix.String()}
-	if m := s.cfg.Model; m.ICW > 0 {
+	m := s.PlanModel()
+	if m.ICW > 0 {
 		args = append(args, "--icw", strconv.Itoa(m.ICW))
 	}
-	if m := s.cfg.Model; m.MSS > 0 {
+	if m.MSS > 0 {
 		args = append(args, "--mss", strconv.Itoa(m.MSS))
+	}
+	if m.EndICW > 0 {
+		args = append(args, "--end-icw", strconv.Itoa(m.EndICW), "--end-rtt", strconv.FormatFloat(m.EndRTT, 'f', -1, 64))
 	}
 	args = append(args, cc.Args...)
 	p, err := s.spawn("controller", filepath.Join(s.dir, "controller.log"), c.host, args...)

@@ -1,7 +1,7 @@
 package scenario
 
 import (
-	"math"
+	"slices"
 
 	"github.com/mosto-net/mosto/internal/pathcomp"
 )
@@ -19,55 +19,114 @@ func DollarsPerTB(cpuSeconds float64, size int64, price float64) float64 {
 	return cpuSeconds / float64(size) * 1e12 / 3600 * price
 }
 
-// fetchModelDoc describes fetchModel for the report.
-const fetchModelDoc = "client-InP RTT (the client's handshake) + the RTT of the whole path (client-InP + the chain's sum + EgP-origin: request out, first byte back; hops and the origin connection pooled) + max((rounds-1) x the chain's largest hop RTT, (client rounds-1) x the client-InP RTT) + size / bottleneck rate; client rounds = slow-start rounds at the client's initial receive window (an untuned client advertises 10 segments: the kernel's TCP_DEFAULT_INIT_RCVWND) + lost packets on the client's access (size/MSS x loss) x client-InP RTT / 4 (each loss holds delivery for about RACK's reordering window, min RTT / 4; BBR keeps its rate)"
+// fetchModelDoc describes the fetch model for the report.
+const fetchModelDoc = "pathcomp.Model.FetchTime over the mode's data path, one TCP segment per connection with the world's RTT and loss and its initial window " +
+	"(the smaller of the sender's initial congestion window and the receiver's initial receive window: a host with the levers has the route's initcwnd/initrwnd, " +
+	"any other 10 segments; nginx's kept-alive upstream connection is warm: one round): " +
+	"the handshake of every connection the fetch opens (the client's; the hops' and the origin's unless pooled) + one RTT of the whole path (request out, first byte back) " +
+	"+ the slowest segment's ramp, max of (rounds at its window - 1) x its RTT + size / the path's bottleneck rate " +
+	"+ per segment, lost packets (size/MSS x loss) x RTT / 4 (RACK's reordering window; BBR keeps its rate)"
 
-// clientRwnd is the initial receive window, in segments, of a client
-// host with Linux defaults (no route initrwnd): TCP_DEFAULT_INIT_RCVWND.
-// It grows as data arrives, like a congestion window in slow start, so
-// the segment from the InP to the client ramps from it whatever window
-// the InP's own route allows.
-const clientRwnd = 10
-
-// fetchModel predicts the time of a whole fetch of size bytes through the
-// chain of e (its Rounds at the planner's model): the client's handshake
-// with the InP, one RTT of the whole path for the request and the first
-// byte (the hops and the EgP's origin connection come from pools, so no
-// other handshake), the slow-start rounds of the slowest segment (the
-// chain's largest hop at the table's model, or the client's segment from
-// its default receive window: the per-segment model of
-// pathcomp.Model.CostEnds), and the serialization at the bottleneck rate.
-func (s *Scenario) fetchModel(e pathcomp.ChainEntry, size int64) float64 {
-	in := float64(s.w.RTT(s.roles.Client, s.roles.InP)) / 1e6
-	out := float64(s.w.RTT(s.roles.EgP, s.roles.Origin)) / 1e6
-	_, rate := s.OriginRTT()
-	loss := 0.0
-	if l, err := s.w.Link(s.roles.InP, s.roles.Client); err == nil {
-		loss = l.LossPct / 100
-	}
-	return fetchTime(e, size, in, out, rate, loss)
+// leg is one connection of a mode's data path: data flows from server to
+// client; open says it exists before the fetch (pooled, kept alive), warm
+// that its window already holds the response.
+type leg struct {
+	server, client string
+	open, warm     bool
 }
 
-// fetchTime is fetchModel from the client-InP and EgP-origin RTTs (ms),
-// the bottleneck rate (bytes/s, 0: none) and the loss probability of the
-// client's access link (data direction).
-//
-// The loss term was added for the 1%-loss world (docs/bench.md, session
-// 6): the chain's time grew with the size beyond what the rounds explain,
-// by about a quarter of the access RTT per lost packet (fitted over 500
-// KB-15 MB, k = 0.16-0.33; RACK waits min RTT / 4 before it calls a packet
-// lost, and BBR, the hosts' congestion control, does not slow down for
-// random loss). A loss-based congestion control (CUBIC) would need a rate
-// bound instead (pathcomp.LossModel).
-func fetchTime(e pathcomp.ChainEntry, size int64, in, out, rate, loss float64) float64 {
-	re := pathcomp.Model{ICW: clientRwnd}.Rounds(size)
-	ms := in + in + e.SumMS + out + max(float64(max(e.Rounds-1, 0))*e.MaxMS, float64(re-1)*in)
-	if rate > 0 {
-		ms += float64(size) / rate * 1e3
+// modeLegs returns the connections of a fetch in mode m, the client's
+// first, with path the chain the table planned (InP .. EgP); ok is false
+// for the modes the model does not describe (the cold restarts) and for a
+// chain without a planned path.
+func (s *Scenario) modeLegs(m Mode, path []string) ([]leg, bool) {
+	t, r := s.cfg.Tune, s.roles
+	switch m {
+	case Direct:
+		return []leg{{server: r.Origin, client: r.Client}}, true
+	case Single:
+		return []leg{{server: r.Single, client: r.Client}, {server: r.Origin, client: r.Single, open: t.OriginPool > 0}}, true
+	case Chain:
+		if len(path) == 0 {
+			return nil, false
+		}
+		legs := []leg{{server: path[0], client: r.Client}}
+		for k := 0; k+1 < len(path); k++ {
+			legs = append(legs, leg{server: path[k+1], client: path[k], open: t.HopPool > 0})
+		}
+		return append(legs, leg{server: r.Origin, client: path[len(path)-1], open: t.OriginPool > 0}), true
+	case CDNCold, CDNWarm:
+		h := s.cdnHost()
+		return []leg{{server: h, client: r.Client}, {server: r.Origin, client: h, open: m == CDNWarm, warm: m == CDNWarm}}, true
 	}
-	if loss > 0 {
-		packets := math.Ceil(float64(size) / 1460)
-		ms += packets * loss * in / 4
+	return nil, false
+}
+
+// tuned reports whether host h has the levers' route windows (a FEP, or
+// the CDN front-end's host with Config.TuneCDN).
+func (s *Scenario) tuned(h string) bool {
+	if s.cfg.Tune.InitCwnd <= 0 {
+		return false
 	}
-	return ms
+	return slices.Contains(s.roles.FEPs, h) || s.cfg.TuneCDN && s.cfg.CDN && h == s.cdnHost()
+}
+
+// hostWindow is the initial window (congestion window when sending,
+// receive window when receiving) of a new connection of host h: the
+// route's initcwnd/initrwnd on a tuned host, else Linux's 10 segments
+// (TCP_INIT_CWND, TCP_DEFAULT_INIT_RCVWND).
+func (s *Scenario) hostWindow(h string) int {
+	if s.tuned(h) {
+		return s.cfg.Tune.InitCwnd
+	}
+	return linuxWindow
+}
+
+// linuxWindow is Linux's initial congestion and receive window in segments.
+const linuxWindow = 10
+
+// predict returns the fetch model's time in milliseconds of size bytes in
+// mode m (see fetchModelDoc), path being the planned chain.
+func (s *Scenario) predict(m Mode, size int64, path []string) (float64, bool) {
+	legs, ok := s.modeLegs(m, path)
+	if !ok {
+		return 0, false
+	}
+	return fetchTime(legs, size, s.linkOf), true
+}
+
+// linkProps are what the fetch model needs of one direction of a link.
+type linkProps struct {
+	rttMS, loss, rateBps float64
+	window               int
+}
+
+// linkOf returns the properties of the direction server -> client in the
+// world, with the initial window of a new connection between them.
+func (s *Scenario) linkOf(server, client string) linkProps {
+	p := linkProps{rttMS: float64(s.w.RTT(server, client)) / 1e6,
+		window: min(s.hostWindow(server), s.hostWindow(client))}
+	if l, err := s.w.Link(server, client); err == nil {
+		p.loss, p.rateBps = l.LossPct/100, l.RateMbit*1e6/8
+	}
+	return p
+}
+
+// fetchTime is the fetch model over legs, with link giving each
+// direction's properties.
+func fetchTime(legs []leg, size int64, link func(server, client string) linkProps) float64 {
+	segs := make([]pathcomp.Segment, 0, len(legs))
+	rate := 0.0
+	for _, l := range legs {
+		p := link(l.server, l.client)
+		w := p.window
+		if l.warm {
+			w = pathcomp.WarmWindow
+		}
+		segs = append(segs, pathcomp.Segment{RTT: p.rttMS, Window: w, Open: l.open, Loss: p.loss})
+		if p.rateBps > 0 && (rate == 0 || p.rateBps < rate) {
+			rate = p.rateBps
+		}
+	}
+	return pathcomp.Model{}.FetchTime(segs, size, rate)
 }

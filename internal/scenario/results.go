@@ -34,9 +34,12 @@ type Results struct {
 	Chains  map[int64][]string // chain the InP's flow took, per size (from metrics)
 	Planned map[int64][]string // chain the table holds, per size
 	Model   map[int64]float64  // the table's predicted time of that chain (ms), per size
-	// Fetch is the model's prediction of the whole fetch through that
-	// chain (fetchModel), per size.
+	// Fetch is the fetch model's prediction of the whole fetch through
+	// that chain, per size: Predicted[Chain].
 	Fetch map[int64]float64
+	// Predicted is the fetch model's time (ms) per mode and size, for the
+	// modes it describes (every mode but the cold restarts).
+	Predicted map[Mode]map[int64]float64
 	// CoreHour is Plan.CoreHour.
 	CoreHour float64
 	// Source says where the table came from (the controller, with its
@@ -64,7 +67,7 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 	}
 	r := &Results{Modes: p.Modes, Sizes: p.Sizes, Runs: p.Runs, MS: make(map[Mode]map[int64][]float64),
 		Chains: make(map[int64][]string), Planned: make(map[int64][]string), Model: make(map[int64]float64),
-		Fetch: make(map[int64]float64), CoreHour: p.CoreHour}
+		Fetch: make(map[int64]float64), Predicted: make(map[Mode]map[int64]float64), CoreHour: p.CoreHour}
 	if r.CoreHour <= 0 {
 		r.CoreHour = DefaultCoreHour
 	}
@@ -81,10 +84,22 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 		r.CPU[m] = make(map[int64][]CPU)
 	}
 	for _, size := range p.Sizes {
+		var path []string
 		if e, ok := s.ComputedEntry(size); ok {
 			r.Planned[size] = e.Path
 			r.Model[size] = e.CostMS
-			r.Fetch[size] = s.fetchModel(e, size)
+			path = e.Path
+		}
+		for _, m := range p.Modes {
+			if v, ok := s.predict(m, size, path); ok {
+				if r.Predicted[m] == nil {
+					r.Predicted[m] = make(map[int64]float64)
+				}
+				r.Predicted[m][size] = v
+				if m == Chain {
+					r.Fetch[size] = v
+				}
+			}
 		}
 	}
 	var others, colds []Mode
@@ -291,6 +306,9 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 			return err
 		}
 	}
+	if err := r.writePredicted(w); err != nil {
+		return err
+	}
 	if err := r.writeCPU(w); err != nil {
 		return err
 	}
@@ -383,4 +401,49 @@ func (r *Results) WriteSVG(w io.Writer, title string) error {
 	}
 	p.Series = append(p.Series, lim)
 	return p.WriteSVG(w)
+}
+
+// writePredicted writes the fetch model against the measured median of
+// every mode it describes, per size, with the error (model / measured - 1)
+// and the largest error per mode.
+func (r *Results) writePredicted(w io.Writer) error {
+	var modes []Mode
+	for _, m := range r.Modes {
+		if len(r.Predicted[m]) > 0 {
+			modes = append(modes, m)
+		}
+	}
+	if len(modes) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nFetch model vs measured, every mode (model ms / measured median ms (error); the model: %s):\n\n", fetchModelDoc)
+	t := &report.Table{Header: []string{"size"}, Align: []report.Align{report.Left}}
+	for _, m := range modes {
+		t.Header = append(t.Header, string(m))
+		t.Align = append(t.Align, report.Right)
+	}
+	worst := make([]float64, len(modes))
+	for _, size := range r.Sizes {
+		row := []string{transfer.FormatSize(size)}
+		for k, m := range modes {
+			v, ok := r.Predicted[m][size]
+			med := r.Median(m, size)
+			if !ok || med <= 0 {
+				row = append(row, "-")
+				continue
+			}
+			e := v/med - 1
+			if math.Abs(e) > math.Abs(worst[k]) {
+				worst[k] = e
+			}
+			row = append(row, fmt.Sprintf("%s / %s (%+.0f%%)", ms(v), ms(med), 100*e))
+		}
+		t.AddRow(row...)
+	}
+	row := []string{"largest error"}
+	for k := range modes {
+		row = append(row, fmt.Sprintf("%+.0f%%", 100*worst[k]))
+	}
+	t.AddRow(row...)
+	return t.WriteMarkdown(w)
 }

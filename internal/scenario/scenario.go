@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -95,7 +96,9 @@ type Config struct {
 	// Model is the planner's slow-start model, for the static table and
 	// the controller (--icw, --mss); the zero value is ICW 10 x 1460. With
 	// route initcwnd levers on the FEPs it should say so: the chain's links
-	// then start with that window.
+	// then start with that window. EndICW/EndRTT model the end segments
+	// apart (--end-icw, --end-rtt); EndRTT < 0 means the world's client-InP
+	// RTT (PlanModel).
 	Model pathcomp.Model
 	// Controller, when set, runs a real `mosto controller` in the world and
 	// gives every proxy a `controller:` section instead of a table file;
@@ -331,6 +334,16 @@ func (s *Scenario) ComputedEntry(size int64) (pathcomp.ChainEntry, bool) {
 	return s.index.Lookup(s.roles.InP, s.roles.EgP, size)
 }
 
+// PlanModel is Config.Model with a negative EndRTT replaced by the
+// world's client-InP RTT: the model the table and the controller plan with.
+func (s *Scenario) PlanModel() pathcomp.Model {
+	m := s.cfg.Model
+	if m.EndRTT < 0 {
+		m.EndRTT = math.Round(float64(s.w.RTT(s.roles.Client, s.roles.InP))/1e3) / 1e3
+	}
+	return m
+}
+
 // buildTable computes the chain table over the FEPs' configured RTTs (or
 // takes Config.Table) and writes it for the proxies.
 func (s *Scenario) buildTable() error {
@@ -346,7 +359,7 @@ func (s *Scenario) buildTable() error {
 				}
 			}
 		}
-		f, err := pathcomp.Precompute(rtt, pathcomp.Options{Model: s.cfg.Model})
+		f, err := pathcomp.Precompute(rtt, pathcomp.Options{Model: s.PlanModel()})
 		if err != nil {
 			return fmt.Errorf("scenario: chain precomputation: %w", err)
 		}

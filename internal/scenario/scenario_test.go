@@ -41,7 +41,7 @@ func TestDemoWorld(t *testing.T) {
 		Roles: scenario.Roles{Single: "Washington"},
 		Sizes: sizes, Mosto: mosto, Env: mostoEnv,
 		CDN: true, CDNIdle: 300 * time.Millisecond, Nginx: nginx, Dir: t.TempDir(),
-		Tune: scenario.Tune{InitCwnd: 40}, TuneCDN: true, Model: pathcomp.Model{ICW: 40},
+		Tune: scenario.Tune{InitCwnd: 40}, TuneCDN: true, Model: pathcomp.Model{ICW: 40, EndICW: 10, EndRTT: -1},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +64,11 @@ func TestDemoWorld(t *testing.T) {
 		}
 	}
 	// The table follows the planner model: 20 KB is one round of 40 segments.
-	if e, ok := sc.ComputedEntry(20_000); !ok || e.Rounds != 1 {
-		t.Errorf("ComputedEntry(20KB) = %+v, %v; want 1 round with ICW 40", e, ok)
+	if e, ok := sc.ComputedEntry(20_000); !ok || e.Rounds != 1 || e.EndRounds != 2 {
+		t.Errorf("ComputedEntry(20KB) = %+v, %v; want 1 round with ICW 40, 2 end rounds with end ICW 10", e, ok)
+	}
+	if m, want := sc.PlanModel(), float64(w.RTT(r.Client, r.InP))/1e6; m.EndRTT < 0 || m.EndRTT-want > 1e-3 || want-m.EndRTT > 1e-3 {
+		t.Errorf("PlanModel end RTT %v ms; want the client-InP RTT %v ms", m.EndRTT, want)
 	}
 	if r.InP != "Dublin" || r.EgP != "SanFrancisco" || r.Single != "Washington" {
 		t.Errorf("roles = %+v; want InP Dublin, EgP SanFrancisco, single Washington", r)
@@ -115,13 +118,18 @@ func TestDemoWorld(t *testing.T) {
 	if err := res.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(res.MS[scenario.Chain][sizes[0]]); n != 2 || !strings.Contains(md.String(), "Dublin > ") || !strings.Contains(md.String(), "fetch model ms") {
+	if n := len(res.MS[scenario.Chain][sizes[0]]); n != 2 || !strings.Contains(md.String(), "Dublin > ") || !strings.Contains(md.String(), "fetch model ms") ||
+		!strings.Contains(md.String(), "Fetch model vs measured, every mode") {
 		t.Errorf("Measure: %d chain samples, report:\n%s", n, md.String())
 	}
 	// The fetch model: more than the chain's own model (it adds the
 	// client's handshake and the request), at most a few RTTs.
 	rtt, _ := sc.OriginRTT()
-	if f, m := res.Fetch[sizes[0]], res.Model[sizes[0]]; !(f > m && f < 4*float64(rtt)/1e6) {
-		t.Errorf("fetch model %v ms, chain model %v ms, client-origin RTT %v", f, m, rtt)
+	if f, m := res.Fetch[sizes[0]], res.Model[sizes[0]]; !(f > m && f < 4*float64(rtt)/1e6) || f != res.Predicted[scenario.Chain][sizes[0]] {
+		t.Errorf("fetch model %v ms (every mode's table: %v), chain model %v ms, client-origin RTT %v", f, res.Predicted[scenario.Chain][sizes[0]], m, rtt)
+	}
+	// A fresh direct connection: the handshake and the request's RTT at least.
+	if d := res.Predicted[scenario.Direct][sizes[0]]; d < 2*float64(rtt)/1e6 {
+		t.Errorf("direct fetch model %v ms < 2 x the client-origin RTT %v", d, rtt)
 	}
 }
