@@ -6,8 +6,6 @@ import (
 	"testing"
 )
 
-
-
 // TestFetchTimeByHand checks FetchTime's terms on cases worked out by hand.
 func TestFetchTimeByHand(t *testing.T) {
 	m := Model{}
