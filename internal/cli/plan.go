@@ -218,9 +218,20 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 	rows = append(rows, row{"minimax", mm, ok})
 
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "chain\tpredicted ms\tvs mosto\tproxies\tsum ms\tmax ms\tpath")
+	// With the ends modelled, the whole fetch too: the client's handshake
+	// and the request's trip on top of the predicted time (pooled hops and
+	// origin connection; pathcomp.Model.FetchChain).
+	ends := model.EndICW > 0
+	if ends {
+		fmt.Fprintln(tw, "chain\tpredicted ms\tvs mosto\tproxies\tsum ms\tmax ms\tfetch ms\tpath")
+	} else {
+		fmt.Fprintln(tw, "chain\tpredicted ms\tvs mosto\tproxies\tsum ms\tmax ms\tpath")
+	}
 	for _, r := range rows {
 		if !r.ok {
+			if ends {
+				fmt.Fprint(tw, "-\t")
+			}
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno chain: %s\n", r.name, noChainReason(r.name))
 			continue
 		}
@@ -231,7 +242,12 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 				vs = fmt.Sprintf("%+.1f%%", 100*(cost-base)/base)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%d\t%.2f\t%.2f\t%s\n", r.name, cost, vs, r.c.Proxies(), r.c.Sum, r.c.Max, pathNames(m.Names, r.c.Path))
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%d\t%.2f\t%.2f\t", r.name, cost, vs, r.c.Proxies(), r.c.Sum, r.c.Max)
+		if ends {
+			e := model.EndRTT
+			fmt.Fprintf(tw, "%.2f\t", model.FetchChain(r.c, size, pathcomp.Segment{RTT: e}, pathcomp.Segment{RTT: e, Open: true}, 0))
+		}
+		fmt.Fprintf(tw, "%s\n", pathNames(m.Names, r.c.Path))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -231,4 +231,8 @@ func TestPlanEnds(t *testing.T) {
 	if !strings.Contains(out, "ends: 4 rounds (ICW 10), 40.00 ms each") || !strings.Contains(out, "mosto     210.00") {
 		t.Errorf("fresh ends: want 4 end rounds and the direct link at 210 ms:\n%s", out)
 	}
+	// The whole fetch: + the request's trip 1/2 (100 + 80) + the client's handshake 40 = 340 ms.
+	if !strings.Contains(out, "fetch ms") || !strings.Contains(out, "340.00") {
+		t.Errorf("fresh ends: want the fetch column with 340 ms for the direct link:\n%s", out)
+	}
 }
