@@ -245,7 +245,7 @@ func runPlanChain(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%d\t%.2f\t%.2f\t", r.name, cost, vs, r.c.Proxies(), r.c.Sum, r.c.Max)
 		if ends {
 			e := model.EndRTT
-			fmt.Fprintf(tw, "%.2f\t", model.FetchChain(r.c, size, pathcomp.Segment{RTT: e}, pathcomp.Segment{RTT: e, Open: true}, 0))
+			fmt.Fprintf(tw, "%.2f\t", model.FetchChain(r.c, size, pathcomp.Segment{RTT: e}, pathcomp.Segment{RTT: e, Open: true}))
 		}
 		fmt.Fprintf(tw, "%s\n", pathNames(m.Names, r.c.Path))
 	}

@@ -24,16 +24,39 @@ type Segment struct {
 	// connection whose window already holds the response) is
 	// WarmWindow.
 	Window int
+	// RecvWindow is the receiver's initial receive window in segments
+	// when it may bind (0: never). Linux grows it by twice every segment
+	// received (tcp_grow_window: rcv_ssthresh += 2 x skb->len), so it
+	// triples per round (RecvGrowth) where the sender's window doubles:
+	// round k carries min(Window x 2^(k-1), RecvWindow x 3^(k-1)).
+	RecvWindow int
+	// PaceBps is the sender's pacing rate in bytes per second on a warm
+	// connection (WarmWindow) whose congestion control paces instead of
+	// bursting its window (BBR: 2/ln 2 times its bandwidth estimate in
+	// STARTUP); 0: not paced. The segment then takes size / PaceBps
+	// after its first byte.
+	PaceBps float64
 	// Open: the connection exists before the fetch (pooled, kept alive),
 	// so the fetch does not wait for its handshake.
 	Open bool
 	// Loss is the probability that a data packet is lost on the segment.
 	Loss float64
+	// RateBps is the segment's bottleneck rate in bytes per second (0:
+	// none): once its window reaches the bandwidth-delay product the rest
+	// of the response goes at this rate.
+	RateBps float64
 }
 
 // WarmWindow as a Segment.Window: the segment sends the whole response in
 // its first round.
 const WarmWindow = math.MaxInt32
+
+// RecvGrowth is the factor by which a receive window grows per round
+// (Segment.RecvWindow).
+const RecvGrowth = 3
+
+// BBRStartupGain is BBR's pacing gain in STARTUP, 2/ln 2.
+const BBRStartupGain = 2 / math.Ln2
 
 // LossRTTFraction is the delay of in-order delivery per lost packet, as a
 // fraction of the segment's RTT: a loss is declared after RACK's
@@ -45,47 +68,120 @@ const LossRTTFraction = 0.25
 
 // FetchTime returns the predicted time in milliseconds from the client's
 // connect to the last byte of a response of size bytes over path (the
-// client's segment first, the origin's last), with rateBps the bottleneck
-// rate in bytes per second (0: none):
+// client's segment first, the origin's last):
 //
 //	sum of the RTTs of the segments the fetch opens (each handshake
 //	  waits for the request to reach its proxy: serial)
 //	+ sum of every RTT (the request goes out, the first byte comes back)
-//	+ max over segments of (rounds at the segment's window - 1) x its RTT
-//	  (relays forward as they receive: the slowest ramp bounds the rest)
-//	+ size / rate
+//	+ max over segments of the segment's own time after its first byte
+//	  (relays forward as they receive: the slowest segment bounds the
+//	  rest): (rounds - 1) x RTT while its window (Window doubling,
+//	  RecvWindow tripling, per round) is below the bandwidth-delay
+//	  product of RateBps, the rest of the bytes at RateBps; size / PaceBps
+//	  for a paced warm segment
 //	+ sum over segments of lost packets (size / MSS x loss) x RTT x
 //	  LossRTTFraction
 //
 // An empty path takes 0 ms.
-func (m Model) FetchTime(path []Segment, size int64, rateBps float64) float64 {
-	var t, ramp float64
+func (m Model) FetchTime(path []Segment, size int64) float64 {
+	var t, slowest float64
 	for _, s := range path {
 		if !s.Open {
 			t += s.RTT
 		}
 		t += s.RTT
-		ramp = max(ramp, float64(m.segmentRounds(s.Window, size)-1)*s.RTT)
+		slowest = max(slowest, m.segmentTime(s, size))
 		if s.Loss > 0 {
 			t += math.Ceil(float64(size)/float64(m.mss())) * s.Loss * s.RTT * LossRTTFraction
 		}
 	}
-	t += ramp
-	if rateBps > 0 {
-		t += float64(size) / rateBps * 1e3
-	}
-	return t
+	return t + slowest
 }
 
-// segmentRounds is Rounds with window w for the ICW (0: the model's).
-func (m Model) segmentRounds(w int, size int64) int {
-	if w == WarmWindow {
+// segmentTime is the time in milliseconds segment s needs after its first
+// byte to deliver size bytes (FetchTime).
+func (m Model) segmentTime(s Segment, size int64) float64 {
+	bytes := float64(size)
+	if s.Window == WarmWindow {
+		var t float64
+		if s.PaceBps > 0 {
+			t = bytes / s.PaceBps * 1e3
+		}
+		if s.RateBps > 0 {
+			t = max(t, bytes/s.RateBps*1e3)
+		}
+		return t
+	}
+	if s.RateBps <= 0 {
+		return float64(m.segmentRounds(s, size)-1) * s.RTT
+	}
+	mss := float64(m.mss())
+	cw, rw := float64(s.Window), float64(s.RecvWindow)
+	if cw <= 0 {
+		cw = float64(m.ICW)
+	}
+	if cw <= 0 {
+		cw = 10
+	}
+	if rw <= 0 {
+		rw = math.Inf(1)
+	}
+	bdp := s.RateBps * s.RTT / 1e3
+	sent := 0.0
+	for k := 0; ; k++ {
+		w := min(cw, rw) * mss
+		if w >= bdp || sent+w >= bytes || k >= 62 {
+			// Rate-limited from here on, or the last round: the rest
+			// arrives at the rate after k full rounds.
+			return float64(k)*s.RTT + (bytes-sent)/s.RateBps*1e3
+		}
+		sent += w
+		cw, rw = 2*cw, RecvGrowth*rw
+	}
+}
+
+// segmentRounds is the rounds of size bytes over segment s: Rounds with
+// the segment's window for the ICW (0: the model's), each round limited by
+// the receive window when one is given.
+func (m Model) segmentRounds(s Segment, size int64) int {
+	if s.Window == WarmWindow {
 		return 1
 	}
-	if w > 0 {
-		m.ICW = w
+	if s.Window > 0 {
+		m.ICW = s.Window
 	}
-	return m.Rounds(size)
+	if s.RecvWindow <= 0 {
+		return m.Rounds(size)
+	}
+	cw, rw := float64(m.ICW), float64(s.RecvWindow)
+	if cw <= 0 {
+		cw = 10
+	}
+	pkts := math.Ceil(float64(size) / float64(m.mss()))
+	r := 1
+	for sent := min(cw, rw); sent < pkts && r < 62; r++ {
+		cw, rw = 2*cw, RecvGrowth*rw
+		sent += min(cw, rw)
+	}
+	return r
+}
+
+// SlowStartPeak is the largest number of bytes one round of a slow start
+// from window segments carries in a transfer of size bytes: what BBR's
+// bandwidth filter holds, per RTT, after that transfer.
+func (m Model) SlowStartPeak(window int, size int64) int64 {
+	if window <= 0 {
+		window = 10
+	}
+	w := int64(window) * int64(m.mss())
+	var sent, peak int64
+	for sent < size {
+		n := min(w, size-sent)
+		peak = max(peak, n)
+		sent += n
+		w *= 2
+	}
+	return peak
 }
 
 func (m Model) mss() int {
@@ -127,10 +223,9 @@ func (m Model) ChainPath(c Chain, in, out Segment) []Segment {
 	return append(p, out)
 }
 
-// FetchChain is FetchTime over ChainPath(c, in, out): the client's segment
-// opened by the fetch, the origin's as given.
-func (m Model) FetchChain(c Chain, size int64, in, out Segment, rateBps float64) float64 {
-	return m.FetchTime(m.ChainPath(c, in, out), size, rateBps)
+// FetchChain is FetchTime over ChainPath(c, in, out).
+func (m Model) FetchChain(c Chain, size int64, in, out Segment) float64 {
+	return m.FetchTime(m.ChainPath(c, in, out), size)
 }
 
 // CheckSegment validates a segment's fields.
@@ -138,8 +233,10 @@ func CheckSegment(s Segment) error {
 	switch {
 	case math.IsNaN(s.RTT) || s.RTT < 0 || s.RTT > MaxRTT:
 		return fmt.Errorf("pathcomp: segment rtt %v ms: want 0-%v", s.RTT, float64(MaxRTT))
-	case s.Window < 0:
-		return fmt.Errorf("pathcomp: segment window %d: want >= 0", s.Window)
+	case s.Window < 0 || s.RecvWindow < 0:
+		return fmt.Errorf("pathcomp: segment window %d, receive window %d: want >= 0", s.Window, s.RecvWindow)
+	case math.IsNaN(s.PaceBps) || s.PaceBps < 0 || math.IsNaN(s.RateBps) || s.RateBps < 0:
+		return fmt.Errorf("pathcomp: segment pacing %v B/s, rate %v B/s: want >= 0", s.PaceBps, s.RateBps)
 	case math.IsNaN(s.Loss) || s.Loss < 0 || s.Loss >= 1:
 		return fmt.Errorf("pathcomp: segment loss %v: want 0 <= loss < 1", s.Loss)
 	}
@@ -153,14 +250,14 @@ func CheckSegment(s Segment) error {
 // CostEnds, which counts the response's one-way trip only (the paper's
 // model), the fetch counts the request's trip through the chain too, so a
 // chain's sum weighs twice as much against its ramp.
-func (f *Fronts) BestFetch(i, j int, size int64, in, out Segment, rateBps float64) (Chain, bool) {
+func (f *Fronts) BestFetch(i, j int, size int64, in, out Segment) (Chain, bool) {
 	front := f.Front(i, j)
 	if len(front) == 0 {
 		return Chain{}, false
 	}
 	best, bestCost := 0, 0.0
 	for k, c := range front {
-		cost := f.model.FetchChain(c, size, in, out, rateBps)
+		cost := f.model.FetchChain(c, size, in, out)
 		if k == 0 || cost < bestCost {
 			best, bestCost = k, cost
 		}

@@ -13,26 +13,37 @@ func TestFetchTimeByHand(t *testing.T) {
 		name string
 		path []Segment
 		size int64
-		rate float64
 		want float64
 	}{
-		{"empty", nil, 1000, 0, 0},
+		{"empty", nil, 1000, 0},
 		// A fresh direct connection: handshake + request/first byte, 1 round.
-		{"direct 10KB", []Segment{{RTT: 100}}, 10_000, 0, 200},
+		{"direct 10KB", []Segment{{RTT: 100}}, 10_000, 200},
 		// 50 KB at 10 x 1460: 14.6, 43.8, 102.2 KB after 1, 2, 3 rounds.
-		{"direct 50KB", []Segment{{RTT: 100}}, 50_000, 0, 400},
-		{"warm", []Segment{{RTT: 100, Window: WarmWindow, Open: true}}, 50_000_000, 0, 100},
-		{"rate", []Segment{{RTT: 100, Window: 100000}}, 1_000_000, 1e6, 200 + 1000},
+		{"direct 50KB", []Segment{{RTT: 100}}, 50_000, 400},
+		{"warm", []Segment{{RTT: 100, Window: WarmWindow, Open: true}}, 50_000_000, 100},
+		// A window above the bandwidth-delay product: the rate alone.
+		{"rate", []Segment{{RTT: 100, Window: 100000, RateBps: 1e6}}, 1_000_000, 200 + 1000},
+		// From 10 segments into 1 MB/s x 100 ms = 100 KB: rounds of 14.6, 29.2, 58.4 KB,
+		// then 116.8 KB >= the product: 3 rounds, then the other 897.8 KB at the rate.
+		{"slow start into a rate", []Segment{{RTT: 100, Window: 10, RateBps: 1e6}}, 1_000_000, 200 + 300 + 897.8},
+		// Round-limited below the product: 50 KB in 3 rounds, the last 20.8 KB at the rate.
+		{"rounds below the rate", []Segment{{RTT: 100, Window: 10, RateBps: 1e6}}, 50_000, 200 + 200 + 6.2},
 		// 1% of 35 packets x 100 ms / 4.
-		{"loss", []Segment{{RTT: 100, Loss: 0.01}}, 50_000, 0, 400 + 35*0.01*100/4},
+		{"loss", []Segment{{RTT: 100, Loss: 0.01}}, 50_000, 400 + 35*0.01*100/4},
 		// Client 10 ms fresh (window 10: 3 rounds), hop 60 ms pooled
 		// (window 1000: 1 round), origin 1 ms pooled (window 10).
-		{"chain", []Segment{{RTT: 10, Window: 10}, {RTT: 60, Window: 1000, Open: true}, {RTT: 1, Window: 10, Open: true}}, 50_000, 0,
+		{"chain", []Segment{{RTT: 10, Window: 10}, {RTT: 60, Window: 1000, Open: true}, {RTT: 1, Window: 10, Open: true}}, 50_000,
 			10 + 71 + max(2*10.0, 0, 2*1.0)},
+		// A receive window of 10 triples per round: 35 packets in 10 + 30, 2 rounds, where
+		// a congestion window of 10 needs 3; the smaller of the two binds each round.
+		{"receive window", []Segment{{RTT: 100, Window: 10000, RecvWindow: 10}}, 50_000, 200 + 100},
+		{"congestion window binds", []Segment{{RTT: 100, Window: 10, RecvWindow: 10}}, 50_000, 400},
+		// Paced warm connection: 100 KB at 1 MB/s after the first byte.
+		{"paced", []Segment{{RTT: 100, Window: WarmWindow, Open: true, PaceBps: 1e6}}, 100_000, 100 + 100},
 		// A 200 ms pooled hop at window 10 bounds the ramp instead.
-		{"slow hop", []Segment{{RTT: 10, Window: 10}, {RTT: 200, Window: 10, Open: true}}, 50_000, 0, 10 + 210 + 400},
+		{"slow hop", []Segment{{RTT: 10, Window: 10}, {RTT: 200, Window: 10, Open: true}}, 50_000, 10 + 210 + 400},
 	} {
-		if got := m.FetchTime(tc.path, tc.size, tc.rate); !nearFetch(got, tc.want) {
+		if got := m.FetchTime(tc.path, tc.size); !nearFetch(got, tc.want) {
 			t.Errorf("%s: %v ms, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -45,7 +56,7 @@ func TestChainPathHopsRamp(t *testing.T) {
 	c := Chain{Sum: 150, Max: 50} // three hops of 50 ms
 	in, out := Segment{RTT: 0}, Segment{RTT: 0, Open: true}
 	// 50 KB: 3 rounds at 10 segments: ramp 2 x 50 ms.
-	if got, want := m.FetchChain(c, 50_000, in, out, 0), 150+100.0; !nearFetch(got, want) {
+	if got, want := m.FetchChain(c, 50_000, in, out), 150+100.0; !nearFetch(got, want) {
 		t.Errorf("3 x 50 ms, 3 rounds: %v ms, want %v", got, want)
 	}
 	for _, p := range m.ChainPath(Chain{Sum: 7, Max: 0.5}, in, out) {
@@ -71,7 +82,7 @@ func TestFetchChainIsCostEnds(t *testing.T) {
 		c := Chain{Max: mx, Sum: mx * (1 + float64(rng.IntN(5))*rng.Float64())}
 		in, out := rng.Float64()*30, rng.Float64()*30
 		for _, size := range endSizes(t, Model{ICW: m.ICW, MSS: m.MSS, EndICW: max(m.EndICW, 1)}, 12) {
-			got := m.FetchChain(c, size, Segment{RTT: in}, Segment{RTT: out, Open: true}, 0)
+			got := m.FetchChain(c, size, Segment{RTT: in}, Segment{RTT: out, Open: true})
 			want := m.CostEnds(c, size, in, out) + (c.Sum+in+out)/2 + in
 			if math.Abs(got-want) > 0.02 { // CostEnds rounds each RTT to a microsecond, times the rounds
 				t.Fatalf("model %+v chain %+v ends %v/%v size %d: FetchChain %v, CostEnds + request + handshake %v", m, c, in, out, size, got, want)
@@ -97,9 +108,9 @@ func TestBestFetchBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := Segment{RTT: []float64{0, 7.5, 40}[seed%3], Loss: []float64{0, 0.01}[seed%2]}
+		in := Segment{RTT: []float64{0, 7.5, 40}[seed%3], Loss: []float64{0, 0.01}[seed%2], RecvWindow: []int{0, 0, 10, 4}[seed%4]}
 		out := Segment{RTT: []float64{0, 3, 90}[seed%3], Open: seed%4 != 1}
-		rate := []float64{0, 1e6}[seed%2]
+		in.RateBps = []float64{0, 1e6}[seed%2]
 		for i := range rtt {
 			maxHops := 0
 			if p := int(seed % 4); p > 0 {
@@ -113,12 +124,12 @@ func TestBestFetchBruteForce(t *testing.T) {
 				for _, size := range endSizes(t, m, 8) {
 					want := -1.0
 					for _, p := range stats[j] {
-						c := m.FetchChain(Chain{Sum: millis(p.sum), Max: millis(p.mx)}, size, in, out, rate)
+						c := m.FetchChain(Chain{Sum: millis(p.sum), Max: millis(p.mx)}, size, in, out)
 						if want < 0 || c < want {
 							want = c
 						}
 					}
-					got, ok := f.BestFetch(i, j, size, in, out, rate)
+					got, ok := f.BestFetch(i, j, size, in, out)
 					if ok != (want >= 0) {
 						t.Fatalf("seed %d %d->%d: BestFetch found %v, brute force %v", seed, i, j, ok, want >= 0)
 					}
@@ -126,7 +137,7 @@ func TestBestFetchBruteForce(t *testing.T) {
 						continue
 					}
 					checkPath(t, rtt, i, j, got)
-					if c := m.FetchChain(got, size, in, out, rate); !nearFetch(c, want) {
+					if c := m.FetchChain(got, size, in, out); !nearFetch(c, want) {
 						t.Fatalf("seed %d %d->%d size %d: BestFetch's chain %v fetches in %v ms, brute force over all simple paths %v",
 							seed, i, j, size, got.Path, c, want)
 					}
@@ -153,13 +164,13 @@ func TestFetchWeighsTheRequest(t *testing.T) {
 		t.Fatalf("response-only model: %v, want the split", c.Path)
 	}
 	end := Segment{Window: WarmWindow, Open: true}
-	if c, _ := f.BestFetch(0, 1, size, end, end, 0); len(c.Path) != 2 {
+	if c, _ := f.BestFetch(0, 1, size, end, end); len(c.Path) != 2 {
 		t.Fatalf("fetch model: %v, want direct", c.Path)
 	}
 }
 
 func TestCheckSegment(t *testing.T) {
-	for _, s := range []Segment{{RTT: -1}, {RTT: math.NaN()}, {RTT: 2 * MaxRTT}, {Window: -1}, {Loss: 1}, {Loss: -0.1}, {Loss: math.NaN()}} {
+	for _, s := range []Segment{{RTT: -1}, {RTT: math.NaN()}, {RTT: 2 * MaxRTT}, {Window: -1}, {RecvWindow: -1}, {PaceBps: -1}, {PaceBps: math.NaN()}, {RateBps: -1}, {Loss: 1}, {Loss: -0.1}, {Loss: math.NaN()}} {
 		if CheckSegment(s) == nil {
 			t.Errorf("CheckSegment(%+v) = nil", s)
 		}
@@ -170,3 +181,27 @@ func TestCheckSegment(t *testing.T) {
 }
 
 func nearFetch(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(a), math.Abs(b)) }
+
+// TestSlowStartPeak: the largest round of a slow start from 10 segments of
+// 1460 bytes: 500 KB goes 14600, 29200, 58400, 116800, 233600, 47400.
+func TestSlowStartPeak(t *testing.T) {
+	m := Model{}
+	for _, tc := range []struct {
+		window int
+		size   int64
+		want   int64
+	}{
+		{10, 500_000, 233_600},
+		{10, 10_000, 10_000},
+		{10, 14_600, 14_600},
+		{10, 14_601, 14_600},
+		{0, 50_000, 29_200},
+		{10, 0, 0},
+		// 15 MB: rounds up to 5120 segments carry 14.94 MB, the last round 64 KB.
+		{10, 15_000_000, 5120 * 1460},
+	} {
+		if got := m.SlowStartPeak(tc.window, tc.size); got != tc.want {
+			t.Errorf("SlowStartPeak(%d, %d) = %d, want %d", tc.window, tc.size, got, tc.want)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package scenario
 
 import (
+	"os"
 	"slices"
+	"strings"
 
 	"github.com/mosto-net/mosto/internal/pathcomp"
 )
@@ -21,10 +23,11 @@ func DollarsPerTB(cpuSeconds float64, size int64, price float64) float64 {
 
 // fetchModelDoc describes the fetch model for the report.
 const fetchModelDoc = "pathcomp.Model.FetchTime over the mode's data path, one TCP segment per connection with the world's RTT and loss and its initial window " +
-	"(the smaller of the sender's initial congestion window and the receiver's initial receive window: a host with the levers has the route's initcwnd/initrwnd, " +
-	"any other 10 segments; nginx's kept-alive upstream connection is warm: one round): " +
+	"(the sender's initial congestion window, doubling per round, and the receiver's initial receive window, tripling per round (Linux's tcp_grow_window): " +
+	"a host with the levers has the route's initcwnd/initrwnd, any other 10 segments; nginx's kept-alive upstream connection is warm: one round, " +
+	"or with a BBR origin paced at 2/ln2 x the largest round of the same-size fetch it carried before): " +
 	"the handshake of every connection the fetch opens (the client's; the hops' and the origin's unless pooled) + one RTT of the whole path (request out, first byte back) " +
-	"+ the slowest segment's ramp, max of (rounds at its window - 1) x its RTT + size / the path's bottleneck rate " +
+	"+ the slowest segment's own time: (rounds - 1) x its RTT while its window is below its link's bandwidth-delay product, then the rest at the link's rate; size / pacing rate when paced " +
 	"+ per segment, lost packets (size/MSS x loss) x RTT / 4 (RACK's reordering window; BBR keeps its rate)"
 
 // leg is one connection of a mode's data path: data flows from server to
@@ -86,47 +89,66 @@ func (s *Scenario) hostWindow(h string) int {
 const linuxWindow = 10
 
 // predict returns the fetch model's time in milliseconds of size bytes in
-// mode m (see fetchModelDoc), path being the planned chain.
-func (s *Scenario) predict(m Mode, size int64, path []string) (float64, bool) {
+// mode m (see fetchModelDoc), path being the planned chain and paced
+// whether the origin's congestion control paces a warm connection (BBR).
+func (s *Scenario) predict(m Mode, size int64, path []string, paced bool) (float64, bool) {
 	legs, ok := s.modeLegs(m, path)
 	if !ok {
 		return 0, false
 	}
-	return fetchTime(legs, size, s.linkOf), true
+	return fetchTime(legs, size, s.linkOf, paced), true
 }
 
 // linkProps are what the fetch model needs of one direction of a link.
 type linkProps struct {
 	rttMS, loss, rateBps float64
-	window               int
+	// send and recv are the initial congestion window of the sender and
+	// the initial receive window of the receiver, in segments.
+	send, recv int
 }
 
 // linkOf returns the properties of the direction server -> client in the
-// world, with the initial window of a new connection between them.
+// world, with the initial windows of a new connection between them.
 func (s *Scenario) linkOf(server, client string) linkProps {
-	p := linkProps{rttMS: float64(s.w.RTT(server, client)) / 1e6,
-		window: min(s.hostWindow(server), s.hostWindow(client))}
+	p := linkProps{rttMS: float64(s.w.RTT(server, client)) / 1e6, send: s.hostWindow(server), recv: s.hostWindow(client)}
 	if l, err := s.w.Link(server, client); err == nil {
 		p.loss, p.rateBps = l.LossPct/100, l.RateMbit*1e6/8
 	}
 	return p
 }
 
+// originPaces reports whether the origin's congestion control is BBR,
+// which paces a warm connection at its bandwidth estimate.
+func (s *Scenario) originPaces() bool {
+	var cc []byte
+	err := s.w.Do(s.roles.Origin, func() error {
+		var err error
+		cc, err = os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+		return err
+	})
+	return err == nil && strings.HasPrefix(strings.TrimSpace(string(cc)), "bbr")
+}
+
 // fetchTime is the fetch model over legs, with link giving each
-// direction's properties.
-func fetchTime(legs []leg, size int64, link func(server, client string) linkProps) float64 {
+// direction's properties. A warm leg sends the response in one round; with
+// paced (a BBR sender) it paces at BBR's STARTUP gain times its bandwidth
+// estimate, the largest round of the one transfer of the same size that
+// the connection carried before (cdn-cold's fetch, or the untimed priming
+// fetch: a slow start from the sender's window).
+func fetchTime(legs []leg, size int64, link func(server, client string) linkProps, paced bool) float64 {
 	segs := make([]pathcomp.Segment, 0, len(legs))
-	rate := 0.0
+	var m pathcomp.Model
 	for _, l := range legs {
 		p := link(l.server, l.client)
-		w := p.window
+		seg := pathcomp.Segment{RTT: p.rttMS, Window: p.send, RecvWindow: p.recv, Open: l.open, Loss: p.loss, RateBps: p.rateBps}
 		if l.warm {
-			w = pathcomp.WarmWindow
+			seg.Window, seg.RecvWindow = pathcomp.WarmWindow, 0
+			if paced && p.rttMS > 0 {
+				peak := m.SlowStartPeak(min(p.send, p.recv), size)
+				seg.PaceBps = pathcomp.BBRStartupGain * float64(peak) / p.rttMS * 1e3
+			}
 		}
-		segs = append(segs, pathcomp.Segment{RTT: p.rttMS, Window: w, Open: l.open, Loss: p.loss})
-		if p.rateBps > 0 && (rate == 0 || p.rateBps < rate) {
-			rate = p.rateBps
-		}
+		segs = append(segs, seg)
 	}
-	return pathcomp.Model{}.FetchTime(segs, size, rate)
+	return m.FetchTime(segs, size)
 }

@@ -83,6 +83,7 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 		r.MS[m] = make(map[int64][]float64)
 		r.CPU[m] = make(map[int64][]CPU)
 	}
+	paced := s.originPaces()
 	for _, size := range p.Sizes {
 		var path []string
 		if e, ok := s.ComputedEntry(size); ok {
@@ -91,7 +92,7 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 			path = e.Path
 		}
 		for _, m := range p.Modes {
-			if v, ok := s.predict(m, size, path); ok {
+			if v, ok := s.predict(m, size, path, paced); ok {
 				if r.Predicted[m] == nil {
 					r.Predicted[m] = make(map[int64]float64)
 				}
