@@ -131,7 +131,7 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sdf.Close()
-	ssa := systemdActivate()
+	ssa := systemdActivate(t)
 	sdArgv, sdEnv := activationArgv(t, cfg(sdAddr))
 	// Not ctx: startSD's cleanup and the world's stop kill what is left.
 	inFEP := func(name string, args ...string) *exec.Cmd {

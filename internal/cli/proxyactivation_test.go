@@ -315,7 +315,7 @@ func TestActivationFirstConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sdSock.File.Close()
-	ssa := systemdActivate()
+	ssa := systemdActivate(t)
 	sdArgv, sdEnv := activationArgv(t, proxyConfig(t, sdAddr.String(), origin))
 
 	// The always-running proxy: the same binary and configuration, bound

@@ -1,5 +1,6 @@
 // Package testenv holds helpers shared by tests: the privilege gate for tests
-// that need root and network namespaces (RequirePrivileged, RequireCommand),
+// that need root and network namespaces (RequirePrivileged, RequireCommand,
+// Unmet, and Partial for a part of a test),
 // and leak checks (CheckLeaks: goroutines, file descriptors and named
 // network namespaces a test left behind), and what network tests wait and
 // talk with: WaitFor (an event a test cannot be told about), Logger (Warn and

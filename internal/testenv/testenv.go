@@ -46,6 +46,19 @@ func Unmet(t testing.TB, format string, args ...any) {
 	t.Skipf("skipping: %s (set MOSTO_REQUIRE_PRIV=1 to make this a failure)", reason)
 }
 
+// Partial notes that a part of t cannot run on this machine (a program it
+// uses is missing): t goes on without that part, except with
+// MOSTO_REQUIRE_PRIV=1 (CI), where t fails, so that the part cannot
+// silently stop running where it is expected to.
+func Partial(t testing.TB, format string, args ...any) {
+	t.Helper()
+	reason := fmt.Sprintf(format, args...)
+	if os.Getenv("MOSTO_REQUIRE_PRIV") == "1" {
+		t.Fatalf("MOSTO_REQUIRE_PRIV=1 but part of the test cannot run: %s", reason)
+	}
+	t.Logf("not run here: %s (set MOSTO_REQUIRE_PRIV=1 to make this a failure)", reason)
+}
+
 // RaiseFDLimit raises this process's RLIMIT_NOFILE towards want (past the
 // hard limit where the process may, as root can) until t ends, and returns
 // the soft limit in force. Child processes started meanwhile inherit it.
