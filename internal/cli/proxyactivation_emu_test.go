@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/mosto-net/mosto/internal/activation"
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
-	"github.com/mosto-net/mosto/internal/stats"
 	"github.com/mosto-net/mosto/internal/testenv"
 )
 
@@ -151,20 +149,23 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 		return err == nil
 	})
 	var fig activationFigure
-	var cpu []float64 // ms of CPU from connect to the first byte, systemd-socket-activate's process
+	cpu := map[string][]float64{} // ms of CPU from connect to the first byte, systemd-socket-activate's process
 	for r := newActivationRounds(t); r.next(); {
-		if ssa != "" {
-			sd := startSD(t, ssa, []activation.Passed{{Name: "service-web", File: sdf}}, sdEnv, sdArgv, inFEP)
+		for _, m := range sdModes(t, sdArgv, sdEnv, r.done) {
+			if ssa == "" {
+				break
+			}
+			sd := startSD(t, ssa, []activation.Passed{{Name: "service-web", File: sdf}}, m.env, m.argv, inFEP)
 			pid := sd.cmd.Process.Pid
 			c0, cerr := procCPU(pid)
 			d, err := first(sdAddr)
 			if err != nil {
-				t.Fatalf("cold start by systemd-socket-activate: %v (%s)", err, sd.stderr.String())
+				t.Fatalf("cold start by %s: %v (%s)", m.name, err, sd.stderr.String())
 			}
 			if c1, err := procCPU(pid); err == nil && cerr == nil {
-				cpu = append(cpu, float64(c1-c0)/1e6)
+				cpu[m.name] = append(cpu[m.name], float64(c1-c0)/1e6)
 			}
-			fig.add("systemd-socket-activate", d)
+			fig.add(m.name, d)
 			sd.stop(t)
 		}
 		d, err := first(coldAddr)
@@ -191,9 +192,5 @@ func TestActivationFirstConnectionEmu(t *testing.T) {
 	}
 	fig.log(t, fmt.Sprintf("emulator (client Dublin, FEP London, origin New York; RTT client-FEP %.1f ms, FEP-origin %.1f ms)",
 		float64(w.RTT("client", "fep"))/1e6, float64(w.RTT("fep", "origin"))/1e6))
-	if len(cpu) > 0 {
-		slices.Sort(cpu)
-		t.Logf("  CPU (user+system, every thread) of the systemd-socket-activate process from connect to the first byte: median %.2f ms, p95 %.2f ms over %d starts",
-			stats.Median(cpu), stats.Percentile(cpu, 95), len(cpu))
-	}
+	logCPU(t, cpu)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -30,6 +31,38 @@ const cliChildEnv = "MOSTO_CLI_TEST_CHILD"
 // activationBinEnv names a mosto binary the activation figure runs instead
 // of this test binary (a release build starts faster than a test binary).
 const activationBinEnv = "MOSTO_ACTIVATION_BIN"
+
+// activationBinBEnv names a second mosto binary (with activationBinEnv
+// set): every round then also starts it through systemd-socket-activate,
+// the two in alternating order, so that two builds are compared paired in
+// one run (before and after a change, docs/ops.md). The first binary is
+// also the always-running proxy and activation.Activator's, so its pages
+// are warmer in the CPU caches: on this VM that favours it by ~0.2 ms, so
+// a comparison takes two runs with the binaries swapped and half the
+// difference of their paired medians (the bias cancels).
+const activationBinBEnv = "MOSTO_ACTIVATION_BIN_B"
+
+// sdMode is one way the activation figures start a proxy through
+// systemd-socket-activate: a binary's command line.
+type sdMode struct {
+	name      string
+	argv, env []string
+}
+
+// sdModes returns the systemd-socket-activate modes of a round: the
+// proxy's argv and env, and binary B's when activationBinBEnv is set,
+// with the order alternating from round to round.
+func sdModes(t *testing.T, argv, env []string, round int) []sdMode {
+	t.Helper()
+	modes := []sdMode{{"systemd-socket-activate", argv, env}}
+	if b := os.Getenv(activationBinBEnv); b != "" && os.Getenv(activationBinEnv) != "" {
+		modes = append(modes, sdMode{"systemd-socket-activate, binary B", append([]string{b}, argv[1:]...), env})
+		if round%2 == 0 {
+			modes[0], modes[1] = modes[1], modes[0]
+		}
+	}
+	return modes
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv(cliChildEnv) == "1" {
@@ -264,6 +297,17 @@ func (f *activationFigure) add(mode string, d time.Duration) {
 
 func (f *activationFigure) log(t *testing.T, what string) {
 	t.Helper()
+	// Binary B against the first binary, round by round (before sorting).
+	if b := f.cold["systemd-socket-activate, binary B"]; len(b) > 0 {
+		a := f.cold["systemd-socket-activate"]
+		var d []float64
+		for i := range min(len(a), len(b)) {
+			d = append(d, b[i]-a[i])
+		}
+		slices.Sort(d)
+		t.Logf("binary B minus the first binary, paired per round (%s - %s): median %.2f ms, p95 %.2f ms over %d rounds (the first binary is favoured: swap them in a second run, see %s)",
+			os.Getenv(activationBinBEnv), os.Getenv(activationBinEnv), stats.Median(d), stats.Percentile(d, 95), len(d), activationBinBEnv)
+	}
 	// Paired differences: each round measured a cold start of every mode
 	// and the always-running proxy one after the other.
 	paired := map[string][]float64{}
@@ -342,20 +386,23 @@ func TestActivationFirstConnection(t *testing.T) {
 		return err == nil
 	})
 	var fig activationFigure
-	var cpu []float64 // ms of CPU from connect to the first byte, systemd-socket-activate's process
+	cpu := map[string][]float64{} // ms of CPU from connect to the first byte, systemd-socket-activate's process
 	for r := newActivationRounds(t); r.next(); {
-		if ssa != "" {
-			sd := startSD(t, ssa, []activation.Passed{sdSock}, sdEnv, sdArgv, exec.Command)
+		for _, m := range sdModes(t, sdArgv, sdEnv, r.done) {
+			if ssa == "" {
+				break
+			}
+			sd := startSD(t, ssa, []activation.Passed{sdSock}, m.env, m.argv, exec.Command)
 			pid := sd.cmd.Process.Pid // sh execs the activator, which execs the proxy
 			c0, cerr := procCPU(pid)
 			d, err := firstLine(sdAddr.String())
 			if err != nil {
-				t.Fatalf("cold start by systemd-socket-activate: %v (%s)", err, sd.stderr.String())
+				t.Fatalf("cold start by %s: %v (%s)", m.name, err, sd.stderr.String())
 			}
 			if c1, err := procCPU(pid); err == nil && cerr == nil {
-				cpu = append(cpu, float64(c1-c0)/1e6)
+				cpu[m.name] = append(cpu[m.name], float64(c1-c0)/1e6)
 			}
-			fig.add("systemd-socket-activate", d)
+			fig.add(m.name, d)
 			sd.stop(t)
 		}
 		d, err := firstLine(cold.addr)
@@ -374,10 +421,18 @@ func TestActivationFirstConnection(t *testing.T) {
 		t.Log("systemd-socket-activate not installed (Debian package systemd): measured with activation.Activator only")
 	}
 	fig.log(t, "loopback")
-	if len(cpu) > 0 {
-		slices.Sort(cpu)
-		t.Logf("  CPU (user+system, every thread) of the systemd-socket-activate process from connect to the first byte: median %.2f ms, p95 %.2f ms over %d starts",
-			stats.Median(cpu), stats.Percentile(cpu, 95), len(cpu))
+	logCPU(t, cpu)
+}
+
+// logCPU logs the CPU time of the systemd-socket-activate processes per
+// mode.
+func logCPU(t *testing.T, cpu map[string][]float64) {
+	t.Helper()
+	for _, m := range slices.Sorted(maps.Keys(cpu)) {
+		c := cpu[m]
+		slices.Sort(c)
+		t.Logf("  CPU (user+system, every thread) of the %s process from connect to the first byte: median %.2f ms, p95 %.2f ms over %d starts",
+			m, stats.Median(c), stats.Percentile(c, 95), len(c))
 	}
 }
 
