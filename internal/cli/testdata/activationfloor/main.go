@@ -6,9 +6,10 @@
 // service and copies the origin's bytes to the client, then waits for
 // SIGTERM. It is not mosto: it reads `origin: '...'` from the file given
 // as its third argument (`proxy --config FILE`, the activation tests'
-// command line). Build it and pass it as MOSTO_ACTIVATION_BIN_B:
+// command line). Build it static and pass it as MOSTO_ACTIVATION_BIN_B (it
+// serves one connection, so it cannot be the always-running proxy):
 //
-//	go build -o /tmp/floor ./internal/cli/testdata/activationfloor
+//	CGO_ENABLED=0 go build -o /tmp/floor ./internal/cli/testdata/activationfloor
 package main
 
 import (
