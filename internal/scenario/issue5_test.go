@@ -349,7 +349,7 @@ func propagation(t *testing.T, ctx context.Context, w *emu.World, sc *scenario.S
 	// started: a table computed before it cannot hold the change.
 	notYet := changed
 	seen := map[uint64]time.Duration{} // InP versions past since: when first read
-	last := map[[2]int]float64{}         // the latest matrix values of both directions
+	last := map[[2]int]float64{}       // the latest matrix values of both directions
 	for tAll == 0 {
 		if time.Since(changed) > 30*time.Second {
 			cur := uint64(0)
