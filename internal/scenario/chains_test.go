@@ -103,6 +103,7 @@ func TestResultsReport(t *testing.T) {
 		Planned: map[int64][]string{10_000: {"A", "B"}},
 		Chains:  map[int64][]string{10_000: {"A", "B"}},
 		RTT:     150 * time.Millisecond, RateBps: 1e6,
+		Predicted: map[Mode]map[int64]float64{Direct: {10_000: 279}, Chain: {10_000: 162.75}},
 	}
 	if got := r.Limit(10_000); got != 160 {
 		t.Errorf("Limit = %v; want 150 ms + 10 ms", got)
@@ -118,6 +119,10 @@ func TestResultsReport(t *testing.T) {
 		"| 10KB | direct      |   0.66x | 1.00 | 0.1 |",                        // vs cdn-warm: 205/310
 		"A > B",
 		"bottleneck 8 Mbit/s",
+		// Fetch model vs measured: 279 / 310 - 1 = -10%, 162.75 / 155 - 1 = +5%; no model of cdn-warm.
+		"Fetch model vs measured, every mode",
+		"| 10KB          | 279.0 / 310.0 (-10%) | 162.8 / 155.0 (+5%) |",
+		"| largest error |                 -10% |                 +5% |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
