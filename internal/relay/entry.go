@@ -158,7 +158,7 @@ func (s *Server) serveSOCKS5(l *listener, c *net.TCPConn, in *Intent) *net.TCPCo
 
 func (s *Server) serveConnect(l *listener, c *net.TCPConn, in *Intent) *net.TCPConn {
 	c.SetDeadline(time.Now().Add(s.accept.header))
-	br := bufio.NewReaderSize(c, 4096)
+	br := bufio.NewReaderSize(deadlineReader{c}, 4096)
 	target, hdr, err := httpconnect.ReadRequest(br, httpconnect.Limits{})
 	if err != nil {
 		reason := refuseEntryProto

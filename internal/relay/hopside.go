@@ -44,7 +44,7 @@ func (s *Server) serveHop(c *net.TCPConn, src netip.AddrPort) (role, *net.TCPCon
 		s.refuse(refuseAuth, c, src, errors.New("no overlay keys"))
 		return "", nil
 	}
-	var hr io.Reader = c
+	var hr io.Reader = deadlineReader{c}
 	if s.isMemberIP(src.Addr()) {
 		// A member's pooled connection waits here until a flow uses it.
 		var ok bool
@@ -108,6 +108,9 @@ func (s *Server) awaitFirstByte(c *net.TCPConn, src netip.AddrPort, d time.Durat
 	}
 	c.SetReadDeadline(time.Now().Add(d))
 	n, err := waitReadable(rc)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		n, err = peekQueued(rc) // see deadlineReader
+	}
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		s.refuse(refuseHeaderTimeout, c, src, err)

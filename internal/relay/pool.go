@@ -363,11 +363,11 @@ func (s *Server) memberPreamble(c *net.TCPConn, src netip.AddrPort) (r io.Reader
 	}
 	var b [len(poolHello)]byte
 	c.SetReadDeadline(time.Now().Add(s.accept.header))
-	n, err := io.ReadFull(c, b[:])
+	n, err := io.ReadFull(deadlineReader{c}, b[:])
 	if err != nil || b != poolHello {
 		// Not a pooled connection (or a broken one: hop.Read meets the
 		// same error after these bytes and refuses it).
-		return io.MultiReader(bytes.NewReader(b[:n]), c), true
+		return io.MultiReader(bytes.NewReader(b[:n]), deadlineReader{c}), true
 	}
 	grant := mi
 	if grant <= 0 {
@@ -385,7 +385,7 @@ func (s *Server) memberPreamble(c *net.TCPConn, src netip.AddrPort) (r io.Reader
 	if !s.awaitFirstByte(c, src, grant) {
 		return nil, false
 	}
-	return c, true
+	return deadlineReader{c}, true
 }
 
 // shutdown closes the pool: idle connections now, dials in flight as they
