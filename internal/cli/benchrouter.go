@@ -25,6 +25,7 @@ func runBenchRouter(ctx context.Context, env *Env, args []string) error {
 	modes := fs.String("modes", strings.Join(routerbench.Modes, ","), "modes to measure")
 	loss := fs.Float64("loss", 0, "loss (%) on the client's first segment, both ways")
 	strip := fs.Bool("strip-options", false, "turn SACK, timestamps and window scaling off in every host (the seed's setting)")
+	cc := fs.String("cc", "", "TCP congestion control of every host (default: the machine's, bbr here), e.g. cubic")
 	rrOnPath := fs.Bool("rr-on-path", false, "route the clients to the surrogates through rr (a plain forwarder for them): direct fetches then cross rr as handed-off responses do")
 	geo := fs.Bool("geo", false, "the geographic world (WonderProxy RTTs; --hops are then client numbers 1-6: Dublin, Paris, Warsaw, NewYork, Toronto, Chicago) instead of the linear one")
 	bulkOnly := fs.Bool("bulk-only", false, "only the bulk downloads")
@@ -36,7 +37,7 @@ func runBenchRouter(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	cfg := routerbench.Config{Ref: *ref, Runs: *runs, BulkRuns: *bulkRuns, Requests: *requests, HopMS: *hopMS, Log: env.Log, Dir: *dir,
-		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly, RROnPath: *rrOnPath, Geo: *geo, Handshakes: *handshakes, RouterSite: *routerSite}
+		LossPct: *loss, StripOptions: *strip, BulkOnly: *bulkOnly, RROnPath: *rrOnPath, Geo: *geo, Handshakes: *handshakes, RouterSite: *routerSite, Congestion: *cc}
 	hopsSet := false
 	fs.Visit(func(f *flag.Flag) { hopsSet = hopsSet || f.Name == "hops" })
 	for _, h := range strings.Split(*hops, ",") {

@@ -1,6 +1,7 @@
 package routerbench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +42,11 @@ type Config struct {
 	// StripOptions turns SACK, timestamps and window scaling off in every
 	// host (what the seed had to do) to measure what keeping them buys.
 	StripOptions bool
+	// Congestion is every host's TCP congestion control (default: the root
+	// namespace's, BBR on this machine). A handed-off surrogate connection
+	// keeps the RTT its handshake with rr measured: BBR sizes its window
+	// from it (docs/router.md, 1 GB).
+	Congestion string
 	// RROnPath routes the clients' packets to the surrogates through rr
 	// (a plain forwarder for them), so direct fetches cross rr as the
 	// handed-off responses do: the placement's extra hop is then in both.
@@ -151,6 +157,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if cfg.Geo {
 		spec = geoSpec(slices.Max(cfg.Hops))
 	}
+	spec.TCP.Congestion = cfg.Congestion
 	if cfg.LossPct < 0 || cfg.LossPct > 50 {
 		return fmt.Errorf("routerbench: loss %v%%; want 0-50", cfg.LossPct)
 	}
@@ -190,8 +197,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		fmt.Fprintf(out, "# bench router (geographic world)\n\nworld: WonderProxy minimum RTTs (half each way); clients c1..c%d in %s; rr in %s, s1 (nginx proxy_cache, warm) in %s, s2 in %s, origin in %s; the router picks each client's nearest surrogate from the same matrix (proxy and handoff from rr's site: %v). Object %d B, %d runs per mode, modes interleaved.\n\n",
 			slices.Max(cfg.Hops), strings.Join(GeoClients[:slices.Max(cfg.Hops)], ", "), geoSites["rr"], geoSites["s1"], geoSites["s2"], geoSites["origin"], cfg.RouterSite, cfg.Size, cfg.Runs)
 	} else {
-		fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s. rr on the clients' path to the surrogates: %v.\n\n",
-			slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions], cfg.RROnPath)
+		fmt.Fprintf(out, "# bench router\n\nworld: clients behind 1-%d forwarding hosts, %.2g ms one way per segment; rr, s1, s2 (nginx proxy_cache, warm) %.2g ms from each other; origin %.2g ms from the surrogates. Object %d B, %d runs per mode, modes interleaved. Loss on the client's first segment: %g%%. TCP options (SACK, timestamps, window scaling): %s. rr on the clients' path to the surrogates: %v. Congestion control: %s.\n\n",
+			slices.Max(cfg.Hops), cfg.HopMS, cfg.HopMS, cfg.OriginMS, cfg.Size, cfg.Runs, cfg.LossPct, map[bool]string{false: "kept", true: "stripped"}[cfg.StripOptions], cfg.RROnPath, cmp.Or(cfg.Congestion, "default"))
 	}
 	if cfg.Handshakes > 0 {
 		if err := b.handshakes(ctx, out); err != nil {
