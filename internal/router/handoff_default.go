@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/xlate"
@@ -35,3 +36,6 @@ func (j *XlateJoiner) Join(ctx context.Context, client, surrogate *net.TCPConn, 
 
 // Wait returns at once.
 func (j *XlateJoiner) Wait() {}
+
+// DelayHandshakeAck does nothing on this OS.
+func DelayHandshakeAck(network, address string, c syscall.RawConn) error { return nil }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/xlate"
@@ -708,4 +709,23 @@ func control2(a, b *net.TCPConn, fn func(fa, fb int)) error {
 		inner = rb.Control(func(fb uintptr) { fn(int(fa), int(fb)) })
 	})
 	return errors.Join(err, inner)
+}
+
+// DelayHandshakeAck is a net.Dialer Control that delays the last ACK of
+// the connection's handshake (Linux sends it with the first data or after
+// its delayed-ACK maximum, 200 ms: TCP_DEFER_ACCEPT on a connecting
+// socket). The router dials its handoff pool with it: the surrogate's
+// first RTT sample (its handshake) is then no shorter than the handed-off
+// path's, so BBR sizes the answer's window from the path the answer takes
+// and not from the router-surrogate leg (docs/router.md, 1 GB). A caller
+// passing its own Config.Dial sets it on its dialer.
+func DelayHandshakeAck(network, address string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, 1)
+	})
+	if err := errors.Join(err, serr); err != nil {
+		return fmt.Errorf("router: delay the handshake's ACK: %w", err)
+	}
+	return nil
 }

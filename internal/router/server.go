@@ -78,7 +78,8 @@ type Config struct {
 	// Joiner hands sessions off (ModeHandoff only; required there).
 	Joiner Joiner
 	// Dial opens connections to surrogates; nil means a net.Dialer (a
-	// caller outside the router's network namespace passes its own).
+	// caller outside the router's network namespace passes its own), with
+	// DelayHandshakeAck in handoff mode.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
@@ -146,6 +147,9 @@ func (r *Router) dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 		c, err = r.cfg.Dial(ctx, "tcp", addr)
 	} else {
 		var d net.Dialer
+		if r.cfg.Mode == ModeHandoff {
+			d.Control = DelayHandshakeAck
+		}
 		c, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
