@@ -78,19 +78,27 @@ const LossRTTFraction = 0.25
 //	  rest): (rounds - 1) x RTT while its window (Window doubling,
 //	  RecvWindow tripling, per round) is below the bandwidth-delay
 //	  product of RateBps, the rest of the bytes at RateBps; size / PaceBps
-//	  for a paced warm segment
+//	  for a paced warm segment; and for a segment with a rate, the rounds
+//	  of each segment behind it in series with that rate (tandemTime)
 //	+ sum over segments of lost packets (size / MSS x loss) x RTT x
 //	  LossRTTFraction
 //
 // An empty path takes 0 ms.
 func (m Model) FetchTime(path []Segment, size int64) float64 {
 	var t, slowest float64
-	for _, s := range path {
+	for i, s := range path {
 		if !s.Open {
 			t += s.RTT
 		}
 		t += s.RTT
 		slowest = max(slowest, m.segmentTime(s, size))
+		if s.RateBps > 0 {
+			// The segments behind s (towards the origin) feed it in
+			// rounds; what a round brings queues at s's rate.
+			for _, u := range path[i+1:] {
+				slowest = max(slowest, m.tandemTime(u, size, s.RateBps))
+			}
+		}
 		if s.Loss > 0 {
 			t += math.Ceil(float64(size)/float64(m.mss())) * s.Loss * s.RTT * LossRTTFraction
 		}
@@ -138,6 +146,41 @@ func (m Model) segmentTime(s Segment, size int64) float64 {
 		sent += w
 		cw, rw = 2*cw, RecvGrowth*rw
 	}
+}
+
+// tandemTime is the time after the first byte at which a segment of rate
+// rateBps delivers the last of size bytes that reach it from segment u in
+// u's rounds: the largest, over u's rounds k, of the start of round k plus
+// the bytes from round k on at the rate (the bytes of the earlier rounds
+// may have left before). u's own rate and pacing are left out (a warm or
+// paced u brings the bytes at once or at a steady rate: size / rate).
+func (m Model) tandemTime(u Segment, size int64, rateBps float64) float64 {
+	bytes := float64(size)
+	if u.Window == WarmWindow || u.RTT <= 0 {
+		return bytes / rateBps * 1e3
+	}
+	mss := float64(m.mss())
+	cw, rw := float64(u.Window), float64(u.RecvWindow)
+	if cw <= 0 {
+		cw = float64(m.ICW)
+	}
+	if cw <= 0 {
+		cw = 10
+	}
+	if rw <= 0 {
+		rw = math.Inf(1)
+	}
+	var t, sent float64
+	for k := 0; k < 62; k++ {
+		t = max(t, float64(k)*u.RTT+(bytes-sent)/rateBps*1e3)
+		w := min(cw, rw) * mss
+		if sent+w >= bytes {
+			break
+		}
+		sent += w
+		cw, rw = 2*cw, RecvGrowth*rw
+	}
+	return t
 }
 
 // segmentRounds is the rounds of size bytes over segment s: Rounds with

@@ -28,6 +28,13 @@ func TestFetchTimeByHand(t *testing.T) {
 		{"slow start into a rate", []Segment{{RTT: 100, Window: 10, RateBps: 1e6}}, 1_000_000, 200 + 300 + 897.8},
 		// Round-limited below the product: 50 KB in 3 rounds, the last 20.8 KB at the rate.
 		{"rounds below the rate", []Segment{{RTT: 100, Window: 10, RateBps: 1e6}}, 50_000, 200 + 200 + 6.2},
+		// A 1 MB/s client segment fed by a 50 ms origin segment in slow start from 10
+		// segments: its rounds bring 14.6, 29.2, 58.4 KB at 0, 50, 100 ms; the 456.2 KB
+		// from the third round on leave at the rate after 100 ms: 100 + 456.2 ms, more than
+		// either segment alone (500 ms at the rate, 250 ms of rounds).
+		{"tandem", []Segment{{RTT: 100, Window: 10000, RateBps: 1e6}, {RTT: 50, Window: 10, Open: true}}, 500_000, 100 + 150 + 100 + 456.2},
+		// A segment in front of the rate (nearer the client) does not feed it.
+		{"tandem order", []Segment{{RTT: 50, Window: 10}, {RTT: 100, Window: 10000, RateBps: 1e6, Open: true}}, 500_000, 50 + 150 + 500},
 		// 1% of 35 packets x 100 ms / 4.
 		{"loss", []Segment{{RTT: 100, Loss: 0.01}}, 50_000, 400 + 35*0.01*100/4},
 		// Client 10 ms fresh (window 10: 3 rounds), hop 60 ms pooled
