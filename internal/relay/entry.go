@@ -22,7 +22,6 @@ import (
 	"github.com/mosto-net/mosto/internal/hop"
 	"github.com/mosto-net/mosto/internal/httpconnect"
 	"github.com/mosto-net/mosto/internal/socks5"
-	"golang.org/x/sys/unix"
 )
 
 // Intent is where a flow accepted by an entry wants to go. Every entry
@@ -330,18 +329,7 @@ func queued(c *net.TCPConn, max int) []byte {
 // queuedInto reads bytes already received on c into b, without waiting,
 // and returns them (nil when none).
 func queuedInto(c *net.TCPConn, b []byte) []byte {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	n := 0
-	rc.Read(func(fd uintptr) bool {
-		m, _, err := unix.Recvfrom(int(fd), b, unix.MSG_DONTWAIT)
-		if err == nil && m > 0 {
-			n = m
-		}
-		return true // never wait
-	})
+	n := readQueued(c, b)
 	if n == 0 {
 		return nil
 	}
