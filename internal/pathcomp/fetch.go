@@ -59,12 +59,15 @@ const RecvGrowth = 3
 const BBRStartupGain = 2 / math.Ln2
 
 // LossRTTFraction is the delay of in-order delivery per lost packet, as a
-// fraction of the segment's RTT: a loss is declared after RACK's
-// reordering window (min RTT / 4), and a congestion control that does not
-// slow down for random loss (BBR) keeps its rate (docs/bench.md, session 6:
-// fitted on a 1%-loss access world at 0.16-0.33; RACK's 1/4 is used). A
-// loss-based congestion control would need LossModel's rate bound instead.
-const LossRTTFraction = 0.25
+// fraction of the segment's RTT, for a segment whose congestion control
+// does not slow down for random loss (BBR) and whose fetch is not bound by
+// its rounds: an empirical constant. Fitted on the 1%-loss access world
+// (11.7 ms, docs/bench.md): 25 fetches each at 5 and 15 MB in quiet windows
+// gave 0.19 and 0.15 (session 9); session 6, at load 13-24, 0.16-0.33 (it
+// used RACK's reordering window, min RTT / 4). A segment in slow start for
+// most of its fetch pays per lossy round instead (docs/bench.md), and a
+// loss-based congestion control needs LossModel's rate bound.
+const LossRTTFraction = 1.0 / 6
 
 // FetchTime returns the predicted time in milliseconds from the client's
 // connect to the last byte of a response of size bytes over path (the

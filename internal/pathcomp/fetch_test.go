@@ -35,8 +35,8 @@ func TestFetchTimeByHand(t *testing.T) {
 		{"tandem", []Segment{{RTT: 100, Window: 10000, RateBps: 1e6}, {RTT: 50, Window: 10, Open: true}}, 500_000, 100 + 150 + 100 + 456.2},
 		// A segment in front of the rate (nearer the client) does not feed it.
 		{"tandem order", []Segment{{RTT: 50, Window: 10}, {RTT: 100, Window: 10000, RateBps: 1e6, Open: true}}, 500_000, 50 + 150 + 500},
-		// 1% of 35 packets x 100 ms / 4.
-		{"loss", []Segment{{RTT: 100, Loss: 0.01}}, 50_000, 400 + 35*0.01*100/4},
+		// 1% of 35 packets x 100 ms x LossRTTFraction.
+		{"loss", []Segment{{RTT: 100, Loss: 0.01}}, 50_000, 400 + 35*0.01*100*LossRTTFraction},
 		// Client 10 ms fresh (window 10: 3 rounds), hop 60 ms pooled
 		// (window 1000: 1 round), origin 1 ms pooled (window 10).
 		{"chain", []Segment{{RTT: 10, Window: 10}, {RTT: 60, Window: 1000, Open: true}, {RTT: 1, Window: 10, Open: true}}, 50_000,

@@ -28,7 +28,7 @@ const fetchModelDoc = "pathcomp.Model.FetchTime over the mode's data path, one T
 	"or with a BBR origin paced at 2/ln2 x the largest round of the same-size fetch it carried before): " +
 	"the handshake of every connection the fetch opens (the client's; the hops' and the origin's unless pooled) + one RTT of the whole path (request out, first byte back) " +
 	"+ the slowest segment's own time: (rounds - 1) x its RTT while its window is below its link's bandwidth-delay product, then the rest at the link's rate; size / pacing rate when paced " +
-	"+ per segment, lost packets (size/MSS x loss) x RTT / 4 (RACK's reordering window; BBR keeps its rate)"
+	"+ per segment, lost packets (size/MSS x loss) x RTT / 6 (an empirical delay per loss; BBR keeps its rate)"
 
 // leg is one connection of a mode's data path: data flows from server to
 // client; open says it exists before the fetch (pooled, kept alive), warm

@@ -3,6 +3,8 @@ package scenario
 import (
 	"math"
 	"testing"
+
+	"github.com/mosto-net/mosto/internal/pathcomp"
 )
 
 // TestFetchTimeLegs checks the fetch model of each mode's data path on a
@@ -57,8 +59,9 @@ func TestFetchTimeLegs(t *testing.T) {
 		// 10, 30, 90, 270 (584 KB), all below the 11.7 ms x 125 MB/s product; the last 416
 		// KB at the rate. The hops' windows are above their products: 8 ms at the rate.
 		{"rate", chain, 1_000_000, 0, 125e6, false, 11.7 + path + 4*11.7 + (1_000_000-400*1460)/125e3},
-		// 1% loss on every segment: 343 packets of 500 KB, 3.43 lost on each, RTT / 4 each.
-		{"loss", chain, 500_000, 0.01, 0, false, 11.7 + path + 3*11.7 + 343*0.01*path/4},
+		// 1% loss on every segment: 343 packets of 500 KB, 3.43 lost on each, a fixed
+		// fraction of the segment's RTT each.
+		{"loss", chain, 500_000, 0.01, 0, false, 11.7 + path + 3*11.7 + 343*0.01*path*pathcomp.LossRTTFraction},
 	} {
 		loss, rate = tc.loss, tc.rate
 		if got := fetchTime(tc.legs, tc.size, link, tc.paced); math.Abs(got-tc.want) > 1e-9 {
