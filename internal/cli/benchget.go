@@ -26,8 +26,16 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 	svg := fs.String("svg", "", "write the per-sub-flow rate plot of a failure run here (seed Fig. 5), and of the congested-chain and failure-access runs beside it (NAME-congested.svg, NAME-access.svg)")
 	jsonOut := fs.String("json", "", "write every download (with mosto get's stats) here")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
+	from := fs.String("from-json", "", "comma-separated --json files of earlier runs: write the report (and --json) of their downloads together, iterations renumbered in file order; no emulator is run")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *from != "" {
+		rs, err := loadBenchGet(strings.Split(*from, ","))
+		if err != nil {
+			return err
+		}
+		return writeBenchGet(env, args, rs, *out, *svg, *jsonOut, nil)
 	}
 	cfg := getbench.Config{Runs: [4]int{*runs1, *runs2, *runs3, *runs4}, Log: env.Log, Progress: env.Stderr}
 	if *quick > 0 {
@@ -52,10 +60,41 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 		defer os.RemoveAll(cfg.Dir)
 	}
 	rs, err := getbench.Run(ctx, cfg)
+	return writeBenchGet(env, args, rs, *out, *svg, *jsonOut, err)
+}
+
+// loadBenchGet reads the downloads of earlier `bench get --json` runs, each
+// file's iterations numbered after the previous file's.
+func loadBenchGet(paths []string) ([]getbench.Result, error) {
+	var all []getbench.Result
+	next := 0
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("bench get: %w", err)
+		}
+		var rs []getbench.Result
+		if err := json.Unmarshal(b, &rs); err != nil {
+			return nil, fmt.Errorf("bench get: %s: %w", p, err)
+		}
+		last := next - 1
+		for _, r := range rs {
+			r.Run += next
+			last = max(last, r.Run)
+			all = append(all, r)
+		}
+		next = last + 1
+	}
+	return all, nil
+}
+
+// writeBenchGet writes the report, plots and JSON of the downloads rs; err
+// is the run's error, returned unless nil (then the first write error is).
+func writeBenchGet(env *Env, args []string, rs []getbench.Result, out, svg, jsonOut string, err error) error {
 	if len(rs) > 0 {
 		w := env.Stdout
-		if *out != "" {
-			f, ferr := os.Create(*out)
+		if out != "" {
+			f, ferr := os.Create(out)
 			if ferr != nil {
 				return fmt.Errorf("bench get: %w", ferr)
 			}
@@ -66,32 +105,32 @@ func runBenchGet(ctx context.Context, env *Env, args []string) error {
 		if werr := getbench.WriteMarkdown(w, rs); werr != nil && err == nil {
 			err = werr
 		}
-		if *svg != "" {
+		if svg != "" {
 			if p, ok := getbench.RatePlot(rs, "failure", "mosto get, Paris silent", "mosto get, 50 MB from 3 sources, Paris silent for 7 s from 20%"); ok {
-				if serr := writeSVG(*svg, p.WriteSVG); serr != nil && err == nil {
+				if serr := writeSVG(svg, p.WriteSVG); serr != nil && err == nil {
 					err = serr
 				}
 			}
 		}
-		if *svg != "" {
-			path := strings.TrimSuffix(*svg, ".svg") + "-congested.svg"
+		if svg != "" {
+			path := strings.TrimSuffix(svg, ".svg") + "-congested.svg"
 			if p, ok := getbench.RatePlot(rs, "multipath", "2 paths, Milan chain congested", "mosto get, 50 MB, 2 sources x 2 paths, the Milan chain cut to a quarter from 30% to 70%"); ok {
 				if serr := writeSVG(path, p.WriteSVG); serr != nil && err == nil {
 					err = serr
 				}
 			}
 		}
-		if *svg != "" {
-			path := strings.TrimSuffix(*svg, ".svg") + "-access.svg"
+		if svg != "" {
+			path := strings.TrimSuffix(svg, ".svg") + "-access.svg"
 			if p, ok := getbench.RatePlot(rs, "failure-access", "mosto get, Paris silent", "mosto get, 50 MB from 3 sources behind a shared access link, Paris silent for 7 s from 20%"); ok {
 				if serr := writeSVG(path, p.WriteSVG); serr != nil && err == nil {
 					err = serr
 				}
 			}
 		}
-		if *jsonOut != "" {
+		if jsonOut != "" {
 			b, _ := json.MarshalIndent(rs, "", " ")
-			if jerr := os.WriteFile(*jsonOut, b, 0o644); jerr != nil && err == nil {
+			if jerr := os.WriteFile(jsonOut, b, 0o644); jerr != nil && err == nil {
 				err = jerr
 			}
 		}

@@ -143,7 +143,7 @@ type sub struct {
 	warmUntil time.Time
 	lastBytes int64
 	srtt      time.Duration
-	live      bool    // a session is past its probe and may request
+	live      bool    // a session is past its probe or first range and may request
 	known     float64 // rate (bytes/s) when it last led its group
 	spec      *Span   // the first range, asked before the scheduler was made (sessFirst)
 	specOwn   bool    // setup gave spec's block to this sub-flow (Sched.Claim)
