@@ -105,8 +105,12 @@ func WriteMarkdown(w io.Writer, rs []Result) error {
 			}
 			mg := sum["mosto get"]
 			if mg.n > 0 && bestMode != "" {
-				fmt.Fprintf(w, "- mosto get vs the best single source (%s): **%.2fx** faster (goal >= 1.56x); variance %.3f vs %.3f\n", bestMode, best/mg.mean, mg.v, sum[bestMode].v)
+				fmt.Fprintf(w, "- mosto get vs the best single source (%s): **%.2fx** faster (goal >= 1.56x); variance %.4f vs %.4f\n", bestMode, best/mg.mean, mg.v, sum[bestMode].v)
 				fmt.Fprintf(w, "- share of what the sum of the source rates allows (%.2f s for 12 MB at %.0f Mbit/s): **%.2f** (goal >= 0.9)\n", Ideal(12e6), sumMbit(), Ideal(12e6)/mg.mean)
+				if rtt, ok := subflowRTTs(rs, sc); ok {
+					b := TCPBound(12e6, sourceMbit(), rtt)
+					fmt.Fprintf(w, "- TCP bound of any client on fresh connections (payload 1448/1500, first byte after 2 RTTs, slow start from 10 segments; RTTs %s ms as mosto get measured them): %.2f s = **%.2f** of the nominal time; mosto get at **%.2f** of the bound\n", msList(rtt), b, Ideal(12e6)/b, b/mg.mean)
+				}
 				// The same against the rates the emulator delivered to each
 				// source alone in this run (slow start and emulator losses
 				// included).
