@@ -109,6 +109,13 @@ func (p *pipe) run() outcome {
 // rest of the timeout after the last progress, or ends the flow.
 func (p *pipe) checkIdle() {
 	quiet := time.Since(time.Unix(0, p.last.Load()))
+	if quiet >= p.idle && p.movable() {
+		// Bytes wait that a copier can move now: it has not run (a
+		// stalled process, the loops' twin: evloop's pollPending), the
+		// flow is not idle.
+		p.last.Store(time.Now().UnixNano())
+		quiet = 0
+	}
 	if quiet < p.idle {
 		if t := p.timer.Load(); t != nil {
 			t.Reset(p.idle - quiet)
@@ -383,6 +390,34 @@ func waitReadable(rc syscall.RawConn) (int, error) {
 		return 0, err
 	}
 	return avail, serr
+}
+
+// movable reports whether a direction of the flow has bytes queued at its
+// source and room at its destination, i.e. a copy that has not run yet
+// could move them now (a destination that does not drain, a stuck writer,
+// is idle).
+func (p *pipe) movable() bool {
+	rd, err1 := p.down.SyscallConn()
+	ru, err2 := p.up.SyscallConn()
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	ok := false
+	rd.Control(func(d uintptr) { // the fds stay open while Control runs
+		ru.Control(func(u uintptr) {
+			fds := []unix.PollFd{{Fd: int32(d), Events: unix.POLLOUT}, {Fd: int32(u), Events: unix.POLLOUT}}
+			if n, err := unix.Poll(fds, 0); err != nil || n < 0 {
+				return
+			}
+			var b [1]byte
+			data := func(fd uintptr) bool {
+				m, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+				return err == nil && m > 0
+			}
+			ok = fds[1].Revents&unix.POLLOUT != 0 && data(d) || fds[0].Revents&unix.POLLOUT != 0 && data(u)
+		})
+	})
+	return ok
 }
 
 // deadlineReader reads c, whose read deadline is set, as if the deadline
