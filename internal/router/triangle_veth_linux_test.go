@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,9 +97,14 @@ func (v *vethWorld) do(n string, fn func() error) error {
 }
 
 func (v *vethWorld) dial(ctx context.Context, n, addr string) (c net.Conn, err error) {
+	return v.dialWith(ctx, n, addr, nil)
+}
+
+// dialWith dials from namespace n with a dialer Control (nil: none).
+func (v *vethWorld) dialWith(ctx context.Context, n, addr string, control func(network, address string, c syscall.RawConn) error) (c net.Conn, err error) {
 	err = v.do(n, func() error {
 		var e error
-		c, e = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		c, e = (&net.Dialer{Control: control}).DialContext(ctx, "tcp", addr)
 		return e
 	})
 	return c, err
@@ -184,8 +190,9 @@ func newVethRig(t *testing.T, strict bool, wrap func(xagent.Installer) xagent.In
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The pool's dialer as the router's own in handoff mode.
 	r, err := New(Config{Mode: ModeHandoff, Picker: p, Joiner: joiner, PoolSize: 4,
-		Dial: func(ctx context.Context, _, a string) (net.Conn, error) { return v.dial(ctx, "r", a) }}, nil)
+		Dial: func(ctx context.Context, _, a string) (net.Conn, error) { return v.dialWith(ctx, "r", a, DelayHandshakeAck) }}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
