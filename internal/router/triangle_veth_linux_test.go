@@ -192,7 +192,9 @@ func newVethRig(t *testing.T, strict bool, wrap func(xagent.Installer) xagent.In
 	}
 	// The pool's dialer as the router's own in handoff mode.
 	r, err := New(Config{Mode: ModeHandoff, Picker: p, Joiner: joiner, PoolSize: 4,
-		Dial: func(ctx context.Context, _, a string) (net.Conn, error) { return v.dialWith(ctx, "r", a, DelayHandshakeAck) }}, nil)
+		Dial: func(ctx context.Context, _, a string) (net.Conn, error) {
+			return v.dialWith(ctx, "r", a, DelayHandshakeAck)
+		}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
