@@ -40,10 +40,15 @@
 // InstallEgress installs one direction alone on the host whose own packets
 // it translates (a surrogate's answer to the router's pooled connection
 // leaves as the router's packet to the client). On the router's host that
-// direction's entry is installed with Entry.Remote: its packets are dropped
-// and counted (Stats.Remote) until Release makes the router translate them
-// (the fallback). Packets that match no entry return TCX_NEXT, so several
-// instances (two routers in one namespace) chain on one device.
+// direction's entry is installed with Entry.Remote: what still reaches the
+// router (sent before the surrogate's install) is translated there too and
+// counted (Stats.Remote, RemoteData); Release ends the counting when the
+// router takes the direction back (the fallback). Every entry keeps
+// high-water marks (EntryStats.SeqHi/AckHi: the end of the highest segment
+// and the highest ACK it translated), from which the router tells whether
+// the client acknowledged answer bytes that never crossed it. Packets that
+// match no entry return TCX_NEXT, so several instances (two routers in one
+// namespace) chain on one device.
 //
 // Lifetime: entries live in a hash map (Config.MaxEntries; a full map refuses
 // new joins with ReasonMapFull instead of evicting live ones). A sweeper
