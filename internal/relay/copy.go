@@ -41,8 +41,12 @@ type pipe struct {
 	abortOnEnd bool
 	off        *offloader // nil: never offloaded (offload.go)
 	pausing    atomic.Bool
-	log        func(string, ...any)
-	copied     func() // if set: called when both directions ended, before the connections close (onpath.go)
+	// bounded: the offload watcher bounded the buffers (offloader.bound);
+	// saved holds what they were (a refused handover restores them).
+	bounded bool
+	saved   [2]legQueues
+	log     func(string, ...any)
+	copied  func() // if set: called when both directions ended, before the connections close (onpath.go)
 }
 
 // run copies both directions until both ended and returns the flow outcome.

@@ -71,6 +71,9 @@ type OffloadConfig struct {
 	Attempts int `yaml:"attempts"`
 	// RetryBackoff is the wait before the first retry (default 1s).
 	RetryBackoff Duration `yaml:"retry_backoff"`
+	// NoBound pauses a due flow at once, as before the drain bound (see
+	// offloader.bound): the handover then drains whatever the relay holds.
+	NoBound bool `yaml:"no_bound"`
 }
 
 // attempts and backoff resolve the retry settings.
@@ -280,6 +283,10 @@ func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup, dela
 type watchState struct {
 	prev  [2]ccSample
 	lossy bool // the loss rule held the offload back (logged once)
+	// bounding counts the samples since the flow became due and the relay
+	// started bounding what it holds (see bound); 0: not due yet.
+	bounding int
+	dueAt    time.Time
 }
 
 // sample reads both connections' TCP_INFO once: due reports whether the
@@ -320,7 +327,161 @@ func (o *offloader) sample(p *pipe, st *watchState) (due bool, wait time.Duratio
 			}
 		}
 	}
+	if due && !o.cfg.NoBound {
+		due = o.bound(p, st)
+	}
 	return due, wait, true
+}
+
+// Bounding the drain.
+const (
+	// minDrainBound is the least a leg may hold per direction while
+	// bounding (a cold leg's cwnd says little).
+	minDrainBound = 64 << 10
+	// maxBoundSamples pauses a due flow after this many samples (about as
+	// many RTTs) even if it still holds more than its bound.
+	maxBoundSamples = 32
+)
+
+// bound runs on each sample of a due flow, before its pause, and reports
+// whether the flow may pause now. The handover pushes everything the relay
+// holds (each receive queue, each send queue, and what a sender may still
+// send into the window the relay already offered) through the other leg
+// before it can join, and at the rate of that leg: a relay that buffers
+// megabytes for a slower or colder downstream leg (split TCP in a chain)
+// stalled its upstream sender for seconds and hit the handover timeout.
+// So for each direction (in-leg -> out-leg) the relay first bounds what it
+// holds while it keeps relaying (drainBounds: about one RTT of the
+// out-leg's delivery rate): the in-leg's offered window is clamped
+// (TCP_WINDOW_CLAMP: new offers only, the window already offered is kept,
+// so nothing in flight is dropped; the receive buffer stays as it is) and
+// the out-leg's send buffer is cut (SO_SNDBUF: writes wait, nothing
+// dropped). The flow pauses once each direction holds at most twice its
+// bound and the in-leg's offered window is at most twice its clamp, or
+// after maxBoundSamples. A refused handover restores both
+// (unbound).
+func (o *offloader) bound(p *pipe, st *watchState) bool {
+	conns := [2]*net.TCPConn{p.down, p.up}
+	var q [2]legQueues
+	for i, c := range conns {
+		var ok bool
+		if q[i], ok = readQueues(c); !ok {
+			return true // the handover reads them again and decides
+		}
+	}
+	if st.bounding == 0 {
+		st.dueAt = time.Now()
+		if !p.bounded {
+			p.saved = q
+			p.bounded = true
+		}
+	}
+	st.bounding++
+	ready := true
+	var held, wnd, hold [2]int
+	for in := range conns {
+		out := 1 - in
+		wnd[in], hold[in] = drainBounds(st.prev[in], st.prev[out])
+		held[in] = q[in].inq + q[out].outq
+		setInt(conns[in], unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, wnd[in])
+		setInt(conns[out], unix.SOL_SOCKET, unix.SO_SNDBUF, max(2*hold[in], 2*wnd[in]))
+		if held[in] > 2*hold[in] || q[in].rcvWnd > int64(2*wnd[in]) {
+			ready = false
+		}
+	}
+	// The first bounded sample only sets the bounds: pause on a later one.
+	pause := (ready && st.bounding > 1) || st.bounding >= maxBoundSamples
+	if pause && p.log != nil {
+		p.log("offload: bounded, pausing", "samples", st.bounding, "bounding", time.Since(st.dueAt),
+			"held_down_to_up", held[0], "held_up_to_down", held[1], "ready", ready,
+			"wnd_up_to_down", wnd[1], "hold_up_to_down", hold[1], "rcv_wnd_up", q[1].rcvWnd)
+	}
+	return pause
+}
+
+// drainBounds are the bounds of one direction, from the in-leg to the
+// out-leg: wnd, the window the in-leg's sender gets (what the out-leg
+// delivers in one RTT of the in-leg: the in-leg keeps up with the out-leg,
+// and after the pause its sender stops within about one of its RTTs), and
+// hold, what the relay may hold for the out-leg (what the out-leg delivers
+// in one of its RTTs, so the handover's drain takes about one RTT). The
+// out-leg's rate is its TCP_INFO delivery rate (its cwnd x MSS per RTT when
+// the kernel has none yet); both at least minDrainBound.
+func drainBounds(in, out ccSample) (wnd, hold int) {
+	rate := float64(out.deliveryRate) // bytes/s
+	if rate == 0 && out.rtt > 0 {
+		rate = float64(out.cwnd) * float64(out.mss) / out.rtt.Seconds()
+	}
+	wnd = max(minDrainBound, int(rate*in.rtt.Seconds()))
+	hold = max(minDrainBound, int(rate*out.rtt.Seconds()))
+	return wnd, hold
+}
+
+// unbound gives a flow whose handover was refused its buffers back (the
+// window clamp and send buffer read before bound changed them). The send
+// buffer stays locked at its old size (the kernel stops autotuning a
+// buffer once it is set).
+func (p *pipe) unbound() {
+	if !p.bounded {
+		return
+	}
+	p.bounded = false
+	for i, c := range [2]*net.TCPConn{p.down, p.up} {
+		setInt(c, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, p.saved[i].clamp)
+		setInt(c, unix.SOL_SOCKET, unix.SO_SNDBUF, p.saved[i].sndbuf/2) // the kernel doubles it
+	}
+}
+
+// legQueues is what a leg holds: unread bytes (inq), unacknowledged or
+// unsent bytes (outq), the window last offered (rcvWnd, -1 if the kernel
+// does not say), and the settings bound changes.
+type legQueues struct {
+	inq, outq     int
+	rcvWnd        int64
+	clamp, sndbuf int
+}
+
+func readQueues(c *net.TCPConn) (legQueues, bool) {
+	q := legQueues{rcvWnd: -1}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return q, false
+	}
+	ok := false
+	raw.Control(func(fd uintptr) {
+		f := int(fd)
+		var err error
+		if q.inq, err = unix.IoctlGetInt(f, unix.SIOCINQ); err != nil {
+			return
+		}
+		if q.outq, err = unix.IoctlGetInt(f, unix.SIOCOUTQ); err != nil {
+			return
+		}
+		if q.clamp, err = unix.GetsockoptInt(f, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); err != nil {
+			return
+		}
+		if q.sndbuf, err = unix.GetsockoptInt(f, unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil {
+			return
+		}
+		var info [256]byte
+		n := uint32(len(info))
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0); e == 0 && n >= 236 {
+			q.rcvWnd = int64(binary.NativeEndian.Uint32(info[232:])) // tcpi_rcv_wnd, Linux 6.2+
+		}
+		ok = true
+	})
+	return q, ok
+}
+
+// setInt sets an integer socket option on c; errors are ignored (a closed
+// connection fails its handover anyway).
+func setInt(c *net.TCPConn, level, opt, v int) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), level, opt, v) })
 }
 
 // pause stops both copy directions at their next read (errPaused) so the
@@ -339,6 +500,7 @@ func (o *offloader) afterCopies(p *pipe, errDown, errUp error, log func(string, 
 	for n := 1; errors.Is(errDown, errPaused) || errors.Is(errUp, errPaused); n++ {
 		err := o.handover(p)
 		if err == nil {
+			log("offload: joined", "attempt", n)
 			return errOffloaded, errOffloaded
 		}
 		if errors.Is(err, xlate.ErrEnded) {
@@ -363,6 +525,7 @@ func (o *offloader) afterCopies(p *pipe, errDown, errUp error, log func(string, 
 		}
 		log("offload refused, relaying on", "err", err, "attempt", n, "retry", retry)
 		// Resume: the handover consumed exactly what it forwarded.
+		p.unbound()
 		errDown, errUp = o.resume(p, errDown, errUp, retry, o.cfg.backoff(n))
 	}
 	return errDown, errUp
@@ -377,12 +540,21 @@ func (o *offloader) handover(p *pipe) error {
 	o.tried.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_, err := o.sp.Handover(ctx, p.down, p.up)
+	t0 := time.Now()
+	sp, err := o.sp.Handover(ctx, p.down, p.up)
 	switch {
 	case err == nil:
 		o.joined.Add(1)
+		if p.log != nil {
+			p.log("offload: handover phases", "stopped", sp.Phases.Stopped, "quiet", sp.Phases.Quiet,
+				"joined", sp.Phases.Joined, "attempts", sp.Phases.Attempts)
+		}
+		return nil
 	case !errors.Is(err, xlate.ErrEnded):
 		o.refused.Add(1)
+	}
+	if p.log != nil {
+		p.log("offload: handover ended", "after", time.Since(t0), "err", err)
 	}
 	return err
 }

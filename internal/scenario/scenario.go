@@ -125,6 +125,9 @@ type Tune struct {
 	// Offload: proxy offload mode "bytes" with this after_bytes (every
 	// proxy joins its own legs in the kernel, internal/xlate); 0: off.
 	Offload int64
+	// OffloadNoBound: the proxies pause a due flow at once (offload.no_bound,
+	// the handover drains whatever they hold), for comparison.
+	OffloadNoBound bool
 }
 
 // Scenario is a running experiment in a world.
@@ -437,6 +440,9 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			// Every up interface of the FEP's namespace (its emulator TUN
 			// devices); not pinned: the scenario's proxies end with it.
 			pc.Offload = map[string]any{"mode": "bytes", "after_bytes": n, "pin_dir": "off"}
+			if s.cfg.Tune.OffloadNoBound {
+				pc.Offload["no_bound"] = true
+			}
 		}
 		if t := s.cfg.Tune; t.HopPool > 0 || t.OriginPool > 0 {
 			// Members' pooled connections wait idle (pool.hop_max_idle 30 s).
