@@ -48,6 +48,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	fastOpen := fs.Bool("fep-fastopen", false, "lever: TCP Fast Open on the proxies' sockets (socket.fastopen, tcp_fastopen=3 on the FEPs)")
 	offload := fs.Int64("fep-offload", 0, "lever: every proxy joins its own legs in the kernel (eBPF, docs/offload.md) after this many bytes of a flow (offload mode bytes); 0: off")
 	offloadNoBound := fs.Bool("fep-offload-nobound", false, "with --fep-offload: pause a due flow at once and drain whatever the proxy holds (offload.no_bound; the default bounds it first)")
+	offloadMode := fs.String("fep-offload-mode", "bytes", "with --fep-offload: the proxies' offload.mode (bytes: after --fep-offload bytes; slow-start: once a leg left slow start, or after --fep-offload bytes)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
 	cdnHost := fs.String("cdn-host", "", "host of the CDN front-end (default: the client's host, 0 RTT from the client; \"inp\": the ingress FEP's host, a CDN edge at mosto's InP site)")
 	tuneCDN := fs.Bool("tune-cdn", true, "equal tuning: the CDN front-end's host (the client host) gets the FEPs' kernel levers (--fep-initcwnd, --fep-rmem, --fep-fastopen)")
@@ -76,6 +77,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	}
 	if *offload < 0 {
 		return usageErrorf("--fep-offload must be 0 (off) or a byte count")
+	}
+	if *offloadMode != "bytes" && *offloadMode != "slow-start" {
+		return usageErrorf("--fep-offload-mode must be bytes or slow-start")
 	}
 	if *probeEvery < 100*time.Millisecond {
 		return usageErrorf("--probe-interval must be at least 100ms")
@@ -196,7 +200,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	defer w.Close()
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
-			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound},
+			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode},
 		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw, EndICW: *endICW, EndRTT: *endRTT}, CDNHost: *cdnHost}
 	if *offload > 0 {
 		// Keep the proxies' configs and logs with the results (what each
@@ -292,8 +296,8 @@ func tuningNote(c scenario.Config, cdn bool) string {
 	if icw == 0 {
 		icw = 10
 	}
-	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off, no_bound %v). ",
-		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload, t.OffloadNoBound)
+	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off; mode %q, no_bound %v). ",
+		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload, t.OffloadMode, t.OffloadNoBound)
 	switch {
 	case !cdn:
 		s += "No CDN front-end. "

@@ -64,8 +64,9 @@ func (p *pipe) run() outcome {
 	if p.off != nil {
 		// The first sample before any copy: a flow that is due already (an
 		// event loop relayed it past after_bytes before handing it over)
-		// pauses before its first read, every time, instead of whenever a
-		// watcher goroutine happens to get there.
+		// starts its drain bound now, or with offload.no_bound pauses
+		// before its first read, every time, instead of whenever a watcher
+		// goroutine happens to get there.
 		var st watchState
 		due, wait, ok := p.off.sample(p, &st)
 		switch {

@@ -128,6 +128,9 @@ type Tune struct {
 	// OffloadNoBound: the proxies pause a due flow at once (offload.no_bound,
 	// the handover drains whatever they hold), for comparison.
 	OffloadNoBound bool
+	// OffloadMode: the proxies' offload.mode with Offload ("": bytes;
+	// "slow-start": after the flow left slow start, Offload its size class).
+	OffloadMode string
 }
 
 // Scenario is a running experiment in a world.
@@ -440,6 +443,9 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			// Every up interface of the FEP's namespace (its emulator TUN
 			// devices); not pinned: the scenario's proxies end with it.
 			pc.Offload = map[string]any{"mode": "bytes", "after_bytes": n, "pin_dir": "off"}
+			if m := s.cfg.Tune.OffloadMode; m != "" {
+				pc.Offload["mode"] = m
+			}
 			if s.cfg.Tune.OffloadNoBound {
 				pc.Offload["no_bound"] = true
 			}
