@@ -49,6 +49,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	offload := fs.Int64("fep-offload", 0, "lever: every proxy joins its own legs in the kernel (eBPF, docs/offload.md) after this many bytes of a flow (offload mode bytes); 0: off")
 	offloadNoBound := fs.Bool("fep-offload-nobound", false, "with --fep-offload: pause a due flow at once and drain whatever the proxy holds (offload.no_bound; the default bounds it first)")
 	offloadMode := fs.String("fep-offload-mode", "bytes", "with --fep-offload: the proxies' offload.mode (bytes: after --fep-offload bytes; slow-start: once a leg left slow start, or after --fep-offload bytes)")
+	offloadKeepWindow := fs.Bool("fep-offload-keep-window", false, "with --fep-offload: offload.keep_short_window (hold an offload back while a receiver's window would limit the joined flow)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
 	cdnHost := fs.String("cdn-host", "", "host of the CDN front-end (default: the client's host, 0 RTT from the client; \"inp\": the ingress FEP's host, a CDN edge at mosto's InP site)")
 	tuneCDN := fs.Bool("tune-cdn", true, "equal tuning: the CDN front-end's host (the client host) gets the FEPs' kernel levers (--fep-initcwnd, --fep-rmem, --fep-fastopen)")
@@ -200,7 +201,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	defer w.Close()
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
-			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode},
+			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode, OffloadKeepWindow: *offloadKeepWindow},
 		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw, EndICW: *endICW, EndRTT: *endRTT}, CDNHost: *cdnHost}
 	if *offload > 0 {
 		// Keep the proxies' configs and logs with the results (what each

@@ -86,3 +86,32 @@ func TestBoundAndUnbound(t *testing.T) {
 		t.Errorf("up's send buffer after unbound = %d, want %d", got, snd0)
 	}
 }
+
+// TestWindowShort: an offload waits while a direction's receiver window
+// would limit the joined flow (below the out-leg's delivery rate times both
+// legs' RTTs), unless that direction carries little or the kernel does not
+// report the window.
+func TestWindowShort(t *testing.T) {
+	mbit := func(m float64) uint64 { return uint64(m * 1e6 / 8) }
+	idle := ccSample{rtt: 10 * time.Millisecond, sndWnd: 1 << 20}
+	for _, c := range []struct {
+		name     string
+		down, up ccSample // down: the client's leg, up: the origin's
+		short    bool
+		in       int
+	}{
+		// 120 Mbit/s to a client at 0.1 ms whose window is 128 KB; joined
+		// RTT 10.1 ms needs ~150 KB.
+		{"ingress relay, client window 128 KB", ccSample{rtt: 100 * time.Microsecond, deliveryRate: mbit(120), sndWnd: 128 << 10},
+			idle, true, 1},
+		{"client window 4 MB", ccSample{rtt: 100 * time.Microsecond, deliveryRate: mbit(120), sndWnd: 4 << 20}, idle, false, 0},
+		{"little data: the request direction", ccSample{rtt: 100 * time.Microsecond, deliveryRate: mbit(1), sndWnd: 1000}, idle, false, 0},
+		{"window unknown", ccSample{rtt: 100 * time.Microsecond, deliveryRate: mbit(120), sndWnd: -1}, idle, false, 0},
+		{"upload: the origin's window", idle, ccSample{rtt: 50 * time.Millisecond, deliveryRate: mbit(200), sndWnd: 256 << 10}, true, 0},
+	} {
+		short, in := windowShort([2]ccSample{c.down, c.up})
+		if short != c.short || (short && in != c.in) {
+			t.Errorf("%s: windowShort = %v, %d; want %v, %d", c.name, short, in, c.short, c.in)
+		}
+	}
+}

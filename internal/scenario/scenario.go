@@ -131,6 +131,8 @@ type Tune struct {
 	// OffloadMode: the proxies' offload.mode with Offload ("": bytes;
 	// "slow-start": after the flow left slow start, Offload its size class).
 	OffloadMode string
+	// OffloadKeepWindow: offload.keep_short_window on the proxies.
+	OffloadKeepWindow bool
 }
 
 // Scenario is a running experiment in a world.
@@ -445,6 +447,9 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			pc.Offload = map[string]any{"mode": "bytes", "after_bytes": n, "pin_dir": "off"}
 			if m := s.cfg.Tune.OffloadMode; m != "" {
 				pc.Offload["mode"] = m
+			}
+			if s.cfg.Tune.OffloadKeepWindow {
+				pc.Offload["keep_short_window"] = true
 			}
 			if s.cfg.Tune.OffloadNoBound {
 				pc.Offload["no_bound"] = true
