@@ -686,32 +686,15 @@ func (d *dl) session(ctx context.Context, i int, kind sessKind, probed *bool) (e
 				// connection closes.
 				return d.probeFailed(i, probed, err)
 			}
-			rtt := time.Since(t0)
-			if !*probed {
-				*probed = true
-				d.probes[i] <- probeResult{id: id}
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-d.ready:
-			}
-			d.mu.Lock()
-			ref := d.id
-			if s.srtt == 0 || rtt < s.srtt {
-				s.srtt = rtt
-			}
-			// setup made block i this request's (specOwn) unless the
-			// block does not exist or is done.
-			q = []inflight{{sp: sp, sent: t0, own: s.specOwn}}
-			s.spec, s.specOwn = nil, false
-			d.mu.Unlock()
-			if err := sameObject(ref, id); err != nil {
+			done, err := d.identified(ctx, i, probed, id, time.Since(t0), func() {
+				// setup made block i this request's (specOwn) unless the
+				// block does not exist or is done.
+				q = []inflight{{sp: sp, sent: t0, own: s.specOwn}}
+				s.spec, s.specOwn = nil, false
+			})
+			if done || err != nil {
 				return err
 			}
-			d.mu.Lock()
-			s.verified = true
-			d.mu.Unlock()
 			head, headUpto = resp, upto
 		}
 	}
@@ -747,28 +730,9 @@ func (d *dl) session(ctx context.Context, i int, kind sessKind, probed *bool) (e
 		if err != nil {
 			return d.probeFailed(i, probed, err)
 		}
-		rtt := time.Since(t0)
-		if !*probed {
-			*probed = true
-			d.probes[i] <- probeResult{id: id}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-d.ready:
-		}
-		d.mu.Lock()
-		ref := d.id
-		if s.srtt == 0 || rtt < s.srtt {
-			s.srtt = rtt
-		}
-		d.mu.Unlock()
-		if err := sameObject(ref, id); err != nil {
+		if done, err := d.identified(ctx, i, probed, id, time.Since(t0), nil); done || err != nil {
 			return err
 		}
-		d.mu.Lock()
-		s.verified = true
-		d.mu.Unlock()
 		if resp.Close {
 			// The source closes after each response: open the range
 			// connection without another probe.
@@ -913,6 +877,41 @@ func (d *dl) session(ctx context.Context, i int, kind sessKind, probed *bool) (e
 			return nil
 		}
 	}
+}
+
+// identified reports source i's identity from its first answer (once),
+// waits until the reference identity is known, records rtt as an RTT
+// sample of the sub-flow and runs locked (if not nil) in the same critical
+// section, then checks the identity against the reference: a source that
+// disagrees fails with sameObject's error. done is true when ctx ended
+// first (the session ends without an error).
+func (d *dl) identified(ctx context.Context, i int, probed *bool, id Identity, rtt time.Duration, locked func()) (done bool, err error) {
+	s := d.subs[i]
+	if !*probed {
+		*probed = true
+		d.probes[i] <- probeResult{id: id}
+	}
+	select {
+	case <-ctx.Done():
+		return true, nil
+	case <-d.ready:
+	}
+	d.mu.Lock()
+	ref := d.id
+	if s.srtt == 0 || rtt < s.srtt {
+		s.srtt = rtt
+	}
+	if locked != nil {
+		locked()
+	}
+	d.mu.Unlock()
+	if err := sameObject(ref, id); err != nil {
+		return false, err
+	}
+	d.mu.Lock()
+	s.verified = true
+	d.mu.Unlock()
+	return false, nil
 }
 
 // probeFailed reports a failed first probe (or first range) and returns
