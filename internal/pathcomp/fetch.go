@@ -127,16 +127,7 @@ func (m Model) segmentTime(s Segment, size int64) float64 {
 		return float64(m.segmentRounds(s, size)-1) * s.RTT
 	}
 	mss := float64(m.mss())
-	cw, rw := float64(s.Window), float64(s.RecvWindow)
-	if cw <= 0 {
-		cw = float64(m.ICW)
-	}
-	if cw <= 0 {
-		cw = 10
-	}
-	if rw <= 0 {
-		rw = math.Inf(1)
-	}
+	cw, rw := m.windows(s)
 	bdp := s.RateBps * s.RTT / 1e3
 	sent := 0.0
 	for k := 0; ; k++ {
@@ -151,6 +142,23 @@ func (m Model) segmentTime(s Segment, size int64) float64 {
 	}
 }
 
+// windows returns segment s's first-round sender and receiver windows in
+// segments: its own Window (else the model's ICW, else 10) and its
+// RecvWindow (else unlimited).
+func (m Model) windows(s Segment) (cw, rw float64) {
+	cw, rw = float64(s.Window), float64(s.RecvWindow)
+	if cw <= 0 {
+		cw = float64(m.ICW)
+	}
+	if cw <= 0 {
+		cw = 10
+	}
+	if rw <= 0 {
+		rw = math.Inf(1)
+	}
+	return cw, rw
+}
+
 // tandemTime is the time after the first byte at which a segment of rate
 // rateBps delivers the last of size bytes that reach it from segment u in
 // u's rounds: the largest, over u's rounds k, of the start of round k plus
@@ -163,16 +171,7 @@ func (m Model) tandemTime(u Segment, size int64, rateBps float64) float64 {
 		return bytes / rateBps * 1e3
 	}
 	mss := float64(m.mss())
-	cw, rw := float64(u.Window), float64(u.RecvWindow)
-	if cw <= 0 {
-		cw = float64(m.ICW)
-	}
-	if cw <= 0 {
-		cw = 10
-	}
-	if rw <= 0 {
-		rw = math.Inf(1)
-	}
+	cw, rw := m.windows(u)
 	var t, sent float64
 	for k := 0; k < 62; k++ {
 		t = max(t, float64(k)*u.RTT+(bytes-sent)/rateBps*1e3)
