@@ -154,3 +154,112 @@ func TestEndsModelErrors(t *testing.T) {
 		t.Errorf("table with two end classes: %v", err)
 	}
 }
+
+// TestLookupEndsAtEveryRounds checks the per-segment window lookup by brute
+// force at every rounds value, not only at the classes the table was built
+// for: a table of three sparse sizes is asked for a size inside every
+// (chain rounds, end rounds) combination up to 12 rounds of either window
+// (both ends of each range and its middle). The entry it returns carries
+// the size's own rounds, and its cost there equals the least cost of the
+// pair's entries at those rounds (the cost the entry's sum and max give,
+// not the cost of the class it was built for); a lookup that costed the
+// next class up fails it. Where the size's rounds are one of the table's
+// classes, it is also the optimum over every simple path.
+func TestLookupEndsAtEveryRounds(t *testing.T) {
+	for seed := range uint64(6) {
+		rng := rand.New(rand.NewPCG(seed, 1818))
+		rtt := randomMatrix(rng, 7, int(seed%3), 0.2)
+		names := make([]string, len(rtt))
+		for i := range names {
+			names[i] = string(rune('A' + i))
+		}
+		model := Model{ICW: []int{40, 100, 400}[seed%3], MSS: 1000, EndICW: []int{4, 10}[seed%2], EndRTT: []float64{0, 7.5, 40}[seed%3]}
+		f, err := Precompute(rtt, Options{Model: model})
+		if err != nil {
+			t.Fatal(err)
+		}
+		endModel := Model{ICW: model.EndICW, MSS: model.MSS}
+		// Sparse classes: 1, 6 and 11 end rounds.
+		sparse := []int64{1, sizeForRounds(t, endModel, 6), sizeForRounds(t, endModel, 11)}
+		ix, err := NewIndex(BuildTable(names, f, sparse))
+		if err != nil {
+			t.Fatal(err)
+		}
+		classes := map[[2]int]bool{}
+		for _, s := range sparse {
+			classes[[2]int{model.Rounds(s), model.EndRounds(s)}] = true
+		}
+		// Every size where either window's rounds change, and the middle
+		// of every range between two such sizes.
+		const maxR = 12
+		var sizes []int64
+		for r := 1; r <= maxR+1; r++ {
+			for _, m := range []Model{{ICW: model.ICW, MSS: model.MSS}, endModel} {
+				s := sizeForRounds(t, m, r)
+				sizes = append(sizes, s, s-1)
+			}
+		}
+		slices.Sort(sizes)
+		sizes = slices.Compact(slices.DeleteFunc(sizes, func(s int64) bool { return s < 1 }))
+		for k := len(sizes) - 1; k > 0; k-- {
+			if mid := (sizes[k-1] + sizes[k]) / 2; mid > sizes[k-1] {
+				sizes = slices.Insert(sizes, k, mid)
+			}
+		}
+		e := micros(model.EndRTT)
+		seen := map[[2]int]bool{}
+		for i := range rtt {
+			stats := allPathStats(rtt, i, 0)
+			for j := range rtt {
+				if i == j {
+					continue
+				}
+				entries := ix.entries[ix.start[i*ix.n+j]:ix.start[i*ix.n+j+1]]
+				for _, size := range sizes {
+					r, re := model.Rounds(size), model.EndRounds(size)
+					if r > maxR || re > maxR {
+						continue
+					}
+					seen[[2]int{r, re}] = true
+					got, ok := ix.Lookup(names[i], names[j], size)
+					if ok != (len(entries) > 0) {
+						t.Fatalf("seed %d %s->%s: lookup found %v with %d entries", seed, names[i], names[j], ok, len(entries))
+					}
+					if !ok {
+						continue
+					}
+					want := int64(-1)
+					for _, c := range entries {
+						if v := model.twiceEnds(micros(c.SumMS), micros(c.MaxMS), r, re, e, e); want < 0 || v < want {
+							want = v
+						}
+					}
+					if got.Rounds != r || got.EndRounds != re {
+						t.Fatalf("seed %d %s->%s size %d: rounds %d/%d; want the size's own %d/%d", seed, names[i], names[j], size, got.Rounds, got.EndRounds, r, re)
+					}
+					if c := model.twiceEnds(micros(got.SumMS), micros(got.MaxMS), r, re, e, e); c != want || int64(math.Round(got.CostMS*2000)) != want {
+						t.Fatalf("seed %d %s->%s size %d (rounds %d/%d): chain %v costs %d us x2 (says %v ms); the least of the pair's entries at these rounds %d",
+							seed, names[i], names[j], size, r, re, got.Path, c, got.CostMS, want)
+					}
+					if !slices.ContainsFunc(entries, func(c ChainEntry) bool { return slices.Equal(c.Path, got.Path) }) {
+						t.Fatalf("seed %d: lookup returned path %v, not one of the pair's entries", seed, got.Path)
+					}
+					if classes[[2]int{r, re}] {
+						opt := int64(-1)
+						for _, p := range stats[j] {
+							if c := model.twiceEnds(p.sum, p.mx, r, re, e, e); opt < 0 || c < opt {
+								opt = c
+							}
+						}
+						if want != opt {
+							t.Fatalf("seed %d %s->%s size %d: at its class %d/%d the lookup costs %d, every simple path's optimum %d", seed, names[i], names[j], size, r, re, want, opt)
+						}
+					}
+				}
+			}
+		}
+		if len(seen) < maxR {
+			t.Fatalf("seed %d: only %d (rounds, end rounds) combinations checked", seed, len(seen))
+		}
+	}
+}
