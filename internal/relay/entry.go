@@ -44,7 +44,9 @@ type Intent struct {
 // the learned one, if any.
 func (s *Server) learnSize(in *Intent, service string, early []byte) {
 	in.learn = keysOf(service, in.Target, early)
-	in.Size = s.sizes.hint(in.learn, in.Size)
+	var src hintSource
+	in.Size, src = s.sizes.hint(in.learn, in.Size)
+	s.m.sizeHints[src].Inc()
 }
 
 // serveEntry runs an entry handshake and opens the upstream side; it
@@ -76,7 +78,7 @@ func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) (*n
 	case kindConnect:
 		return s.serveConnect(l, c, &in), in.learn
 	case kindTProxy:
-		return s.serveTProxy(l, c, in), sizeKeys{} // sizes are not learned for intercepted flows yet
+		return s.serveTProxy(l, c, in)
 	}
 	return nil, sizeKeys{}
 }

@@ -58,6 +58,7 @@ var (
 	IsTimeout      = isTimeout
 	PoolCount      = poolCount
 	Refusals       = refusals
+	SizeHints      = sizeHints
 	WritePoolHello = writePoolHello
 	MetricSum      = testutilSum
 	DirectCount    = testutilDirect

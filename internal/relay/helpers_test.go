@@ -103,6 +103,12 @@ func flows(s *Server, r role, o outcome) float64 {
 
 func counterValue(c *metrics.Counter) float64 { return c.Value() }
 
+// sizeHints returns the InP lookups whose size hint came from src
+// (learned_path, learned, static).
+func sizeHints(s *Server, src string) float64 {
+	return counterValue(s.m.sizeHints[hintSource(src)])
+}
+
 func isReset(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && strings.Contains(op.Err.Error(), "reset")

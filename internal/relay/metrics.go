@@ -62,6 +62,9 @@ type relayMetrics struct {
 	connect  *metrics.HistogramVec
 	pool     *metrics.CounterVec
 	upstream *metrics.CounterVec
+	// sizeHints counts the InP's chain lookups by where the size hint
+	// came from (sizelearn.go), children resolved once.
+	sizeHints map[hintSource]*metrics.Counter
 
 	// Children of the per-role vectors, resolved once so the flow path
 	// neither hashes labels nor grows its goroutine stacks doing so.
@@ -150,6 +153,14 @@ func newMetrics() *relayMetrics {
 			Name: "mosto_relay_upstream_total",
 			Help: "Flows sent on to the next hop, by peer (a FEP id, or origin) and how the connection was had (dial, pool).",
 		}, "peer", "via"),
+	}
+	hints := reg.CounterVec(metrics.Opts{
+		Name: "mosto_relay_size_hints_total",
+		Help: "Flows the InP opened, by where their size hint came from (learned_path: the destination's HTTP path prefix, learned: the service or destination, static: the listener's size).",
+	}, "hint")
+	m.sizeHints = make(map[hintSource]*metrics.Counter, 3)
+	for _, h := range []hintSource{hintPath, hintLearned, hintStatic} {
+		m.sizeHints[h] = hints.WithLabelValues(string(h))
 	}
 	reg.RegisterRuntime()
 	m.roles = make(map[role]*roleMetrics, 3)

@@ -102,6 +102,13 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	s.offloadMetrics()
 	s.flows.bufs.New = newSmallBuf
 	s.sizes = newSizeLearner(cfg.SizeLearning)
+	sizes := s.sizes
+	s.m.reg.GaugeFunc(metrics.Opts{Name: "mosto_relay_size_keys",
+		Help: "Services and destinations (and HTTP path prefixes) whose flow sizes the InP remembers (size_learning.max_keys)."},
+		func() float64 { n, _ := sizes.stats(); return float64(n) })
+	s.m.reg.CounterFunc(metrics.Opts{Name: "mosto_relay_size_key_evictions_total",
+		Help: "Size-learning keys forgotten to stay within size_learning.max_keys."},
+		func() float64 { _, n := sizes.stats(); return float64(n) })
 	s.workers.jobs = make(chan handshakeJob)
 	s.workers.stop = make(chan struct{})
 	s.flows.ctx, s.flows.cancel = context.WithCancel(context.Background())

@@ -5,82 +5,201 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
+
+// hintOf is l.hint's size only.
+func hintOf(l *sizeLearner, k sizeKeys, static int64) int64 {
+	v, _ := l.hint(k, static)
+	return v
+}
+
+// fakeClock is a learner clock moved by hand.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
 
 func TestSizeLearnerStaticUntilEnoughFlows(t *testing.T) {
 	l := newSizeLearner(SizeLearnConfig{MinFlows: 3, Window: 5})
+	a := sizeKeys{base: "svc a"}
 	for i := range 2 {
-		l.observe(sizeKeys{base: "svc a"}, 500_000)
-		if got := l.hint(sizeKeys{base: "svc a"}, 14_000); got != 14_000 {
-			t.Fatalf("after %d flows hint = %d; want the static 14000", i+1, got)
+		l.observe(a, 500_000)
+		if got, src := l.hint(a, 14_000); got != 14_000 || src != hintStatic {
+			t.Fatalf("after %d flows hint = %d (%s); want the static 14000", i+1, got, src)
 		}
 	}
-	l.observe(sizeKeys{base: "svc a"}, 500_000)
-	if got := l.hint(sizeKeys{base: "svc a"}, 14_000); got != 500_000 {
-		t.Errorf("after 3 flows hint = %d; want the learned 500000", got)
+	l.observe(a, 500_000)
+	if got, src := l.hint(a, 14_000); got != 500_000 || src != hintLearned {
+		t.Errorf("after 3 flows hint = %d (%s); want the learned 500000", got, src)
 	}
 	// Keys are learned apart.
-	if got := l.hint(sizeKeys{base: "svc b"}, 14_000); got != 14_000 {
-		t.Errorf("unseen key: hint = %d; want static", got)
+	if got, src := l.hint(sizeKeys{base: "svc b"}, 14_000); got != 14_000 || src != hintStatic {
+		t.Errorf("unseen key: hint = %d (%s); want static", got, src)
 	}
 	// Empty flows say nothing.
 	for range 10 {
 		l.observe(sizeKeys{base: "svc c"}, 0)
 	}
-	if got := l.hint(sizeKeys{base: "svc c"}, 7); got != 7 {
+	if got := hintOf(l, sizeKeys{base: "svc c"}, 7); got != 7 {
 		t.Errorf("key of empty flows: hint = %d; want static", got)
 	}
 }
 
-// TestSizeLearnerRobust: the estimate is the median of the window: a
-// minority of outliers does not move it, a change of the objects does once
-// it is the majority of the window, and old flows leave the window.
-func TestSizeLearnerRobust(t *testing.T) {
-	l := newSizeLearner(SizeLearnConfig{MinFlows: 1, Window: 5})
-	for _, v := range []int64{100, 110, 90, 1 << 40, 1} { // two outliers
-		l.observe(sizeKeys{base: "k"}, v)
+// TestSizeLearnerQuantile: the estimate is the configured quantile of the
+// window by nearest rank (default the upper quartile): a minority of
+// outliers on either side does not move it, a change of the objects does
+// once it fills the window's upper part, and old flows leave the window.
+func TestSizeLearnerQuantile(t *testing.T) {
+	k := sizeKeys{base: "k"}
+	for _, tc := range []struct {
+		q    float64
+		vals []int64
+		want int64
+	}{
+		{0.5, []int64{100, 110, 90, 1 << 40, 1}, 100},            // median
+		{0.5, []int64{10, 40, 20, 30}, 20},                       // lower middle of an even count
+		{0, []int64{10, 40, 20, 30}, 30},                         // default 0.75: 3rd of 4
+		{0.75, []int64{5, 1, 4, 2, 3, 8, 7, 6}, 6},               // 6th of 8
+		{0.75, []int64{5, 1, 4, 2, 3, 8, 7, 6, 1 << 40}, 7},      // one outlier: 7th of 9
+		{0.9, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 9},         // 9th of 10
+		{1, []int64{1, 2, 3, 1 << 30, 5}, 1 << 30},               // the maximum
+		{0.75, []int64{7}, 7},                                    // one flow
+		{0.75, []int64{9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 100}, 9}, // a late large file
+	} {
+		l := newSizeLearner(SizeLearnConfig{MinFlows: 1, Window: 16, Quantile: tc.q})
+		for _, v := range tc.vals {
+			l.observe(k, v)
+		}
+		if got := hintOf(l, k, 0); got != tc.want {
+			t.Errorf("quantile %v of %v = %d; want %d", tc.q, tc.vals, got, tc.want)
+		}
 	}
-	if got := l.hint(sizeKeys{base: "k"}, 0); got != 100 {
-		t.Errorf("median of 100 110 90 2^40 1 = %d; want 100", got)
+	// The window turns over: only the last 5 flows count.
+	l := newSizeLearner(SizeLearnConfig{MinFlows: 1, Window: 5, Quantile: 0.5})
+	for _, v := range []int64{100, 110, 90, 1 << 40, 1} {
+		l.observe(k, v)
 	}
 	for range 3 { // the window is now 5000 5000 5000 2^40 1
-		l.observe(sizeKeys{base: "k"}, 5000)
+		l.observe(k, 5000)
 	}
-	if got := l.hint(sizeKeys{base: "k"}, 0); got != 5000 {
+	if got := hintOf(l, k, 0); got != 5000 {
 		t.Errorf("after three 5000s in a window of 5: hint = %d; want 5000", got)
 	}
 	for range 5 {
-		l.observe(sizeKeys{base: "k"}, 42)
+		l.observe(k, 42)
 	}
-	if got := l.hint(sizeKeys{base: "k"}, 0); got != 42 {
+	if got := hintOf(l, k, 0); got != 42 {
 		t.Errorf("after the window turned over: hint = %d; want 42", got)
-	}
-	// Even count: the lower middle (errs towards fewer rounds).
-	e := newSizeLearner(SizeLearnConfig{MinFlows: 1, Window: 4})
-	for _, v := range []int64{10, 40, 20, 30} {
-		e.observe(sizeKeys{base: "k"}, v)
-	}
-	if got := e.hint(sizeKeys{base: "k"}, 0); got != 20 {
-		t.Errorf("median of 10 40 20 30 = %d; want 20 (lower middle)", got)
 	}
 }
 
-func TestSizeLearnerBoundedKeys(t *testing.T) {
-	l := newSizeLearner(SizeLearnConfig{MinFlows: 1, Window: 2, MaxKeys: 3})
-	for i := range 3 {
-		l.observe(sizeKeys{base: fmt.Sprint("k", i)}, int64(100+i))
+// TestSizeLearnerDecay: sizes older than max_age no longer count; a key
+// left with fewer than min_flows recent sizes falls back to the static
+// hint until new flows refill it, and then only the new sizes count.
+func TestSizeLearnerDecay(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1e9, 0)}
+	l := newSizeLearner(SizeLearnConfig{MinFlows: 3, Window: 8, Quantile: 0.5, MaxAge: Duration(10 * time.Minute)})
+	l.now = clk.now
+	k := sizeKeys{base: "dst x:80"}
+	for range 4 {
+		l.observe(k, 1_000_000)
+		clk.t = clk.t.Add(time.Minute)
 	}
-	l.observe(sizeKeys{base: "k0"}, 100) // k1 is now the least recently updated
-	l.observe(sizeKeys{base: "k3"}, 103)
-	if len(l.keys) != 3 {
-		t.Fatalf("%d keys; want at most 3", len(l.keys))
+	if got, src := l.hint(k, 5); got != 1_000_000 || src != hintLearned {
+		t.Fatalf("hint = %d (%s); want 1000000 learned", got, src)
 	}
-	if got := l.hint(sizeKeys{base: "k1"}, -1); got != -1 {
+	clk.t = clk.t.Add(8 * time.Minute) // the first two sizes are 12 and 11 min old
+	if got := hintOf(l, k, 5); got != 5 {
+		t.Errorf("two recent sizes of min 3: hint = %d; want static 5", got)
+	}
+	for range 2 {
+		l.observe(k, 20_000)
+	}
+	// Recent: two 1M (10 and 9 min old) and two 20k: the lower middle.
+	if got := hintOf(l, k, 5); got != 20_000 {
+		t.Errorf("hint = %d; want 20000", got)
+	}
+	clk.t = clk.t.Add(11 * time.Minute)
+	if got := hintOf(l, k, 5); got != 5 {
+		t.Errorf("all sizes older than max_age: hint = %d; want static 5", got)
+	}
+	for range 3 {
+		l.observe(k, 30_000)
+	}
+	if got := hintOf(l, k, 5); got != 30_000 {
+		t.Errorf("after three new flows: hint = %d; want 30000 (the old sizes forgotten)", got)
+	}
+	if n := len(l.keys[k.base].Value.(*sizeKey).v); n != 3 {
+		t.Errorf("%d sizes kept; want the 3 recent ones", n)
+	}
+}
+
+// TestSizeLearnerLRU: the protected keys (those that reached min_flows)
+// are forgotten least recently used first, where a lookup counts as a
+// use; the probation keys within their own quarter of max_keys.
+func TestSizeLearnerLRU(t *testing.T) {
+	l := newSizeLearner(SizeLearnConfig{MinFlows: 2, Window: 2, MaxKeys: 8}) // probation 2, protected 6
+	key := func(i int) sizeKeys { return sizeKeys{base: fmt.Sprint("k", i)} }
+	for i := range 6 {
+		l.observe(key(i), 100)
+		l.observe(key(i), 100)
+	}
+	hintOf(l, key(0), -1) // k0 used: k1 is now the least recently used
+	l.observe(key(6), 1)
+	l.observe(key(6), 1) // promoted: the protected list is full, k1 goes
+	if got := hintOf(l, key(1), -1); got != -1 {
 		t.Errorf("k1 should have been forgotten; hint = %d", got)
 	}
-	for _, k := range []string{"k0", "k2", "k3"} {
-		if got := l.hint(sizeKeys{base: k}, -1); got == -1 {
-			t.Errorf("%s forgotten; want kept", k)
+	for _, i := range []int{0, 2, 3, 4, 5, 6} {
+		if got := hintOf(l, key(i), -1); got == -1 {
+			t.Errorf("k%d forgotten; want kept", i)
+		}
+	}
+	// Probation: three new keys of one flow each; the first is forgotten.
+	for i := 10; i < 13; i++ {
+		l.observe(key(i), 5)
+	}
+	if _, ok := l.keys["k10"]; ok {
+		t.Error("k10 kept; want forgotten past the probation cap 2")
+	}
+	if n, ev := l.stats(); n != 8 || ev != 2 {
+		t.Errorf("stats = %d keys, %d evicted; want 8, 2", n, ev)
+	}
+}
+
+// TestSizeLearnerHostileChurn: a client that opens one flow each to a
+// hundred thousand destinations neither grows the learner past max_keys
+// (nor its sizes past max_keys x window) nor makes it forget the
+// destinations that answer lookups.
+func TestSizeLearnerHostileChurn(t *testing.T) {
+	const maxKeys, window = 64, 4
+	l := newSizeLearner(SizeLearnConfig{MinFlows: 3, Window: window, MaxKeys: maxKeys})
+	var legit []sizeKeys
+	for i := range 20 { // 40 keys (base and path) of the 48 protected
+		k := sizeKeys{base: fmt.Sprintf("dst legit%d:443", i), path: fmt.Sprintf("dst legit%d:443 /p", i)}
+		legit = append(legit, k)
+		for range 3 {
+			l.observe(k, int64(1000*(i+1)))
+		}
+	}
+	for i := range 20_000 {
+		l.observe(sizeKeys{base: fmt.Sprintf("dst 10.%d.%d.%d:80", i>>16, (i>>8)&255, i&255), path: fmt.Sprintf("dst 10.%d:80 /%d", i, i)}, 1)
+		if i%997 == 0 {
+			l.mu.Lock()
+			n, samples := len(l.keys), 0
+			for _, e := range l.keys {
+				samples += cap(e.Value.(*sizeKey).v)
+			}
+			pl, pr := l.probation.Len(), l.protected.Len()
+			l.mu.Unlock()
+			if n > maxKeys || samples > maxKeys*window || pl+pr != n {
+				t.Fatalf("after %d hostile flows: %d keys (lists %d+%d), %d sizes; want <= %d keys, <= %d sizes", i+1, n, pl, pr, samples, maxKeys, maxKeys*window)
+			}
+		}
+	}
+	for i, k := range legit {
+		if got, src := l.hint(k, -1); got != int64(1000*(i+1)) || src != hintPath {
+			t.Errorf("legit key %d: hint = %d (%s); want %d from its path key", i, got, src, 1000*(i+1))
 		}
 	}
 }
@@ -91,12 +210,16 @@ func TestSizeLearnerOffAndNil(t *testing.T) {
 	}
 	var l *sizeLearner
 	l.observe(sizeKeys{base: "k"}, 10)
-	if got := l.hint(sizeKeys{base: "k"}, 5); got != 5 {
-		t.Errorf("nil learner hint = %d; want static", got)
+	if got, src := l.hint(sizeKeys{base: "k"}, 5); got != 5 || src != hintStatic {
+		t.Errorf("nil learner hint = %d (%s); want static", got, src)
+	}
+	if n, ev := l.stats(); n != 0 || ev != 0 {
+		t.Errorf("nil learner stats = %d, %d", n, ev)
 	}
 	d := newSizeLearner(SizeLearnConfig{})
-	if d.minFlows != DefaultSizeMinFlows || d.window != DefaultSizeWindow || d.maxKeys != DefaultSizeMaxKeys {
-		t.Errorf("defaults = %d/%d/%d", d.minFlows, d.window, d.maxKeys)
+	if d.minFlows != DefaultSizeMinFlows || d.window != DefaultSizeWindow || d.probCap+d.protCap != DefaultSizeMaxKeys ||
+		d.quantile != DefaultSizeQuantile || d.maxAge != DefaultSizeMaxAge {
+		t.Errorf("defaults = %d/%d/%d+%d/%v/%v", d.minFlows, d.window, d.probCap, d.protCap, d.quantile, d.maxAge)
 	}
 }
 
@@ -109,6 +232,10 @@ func TestSizeLearnConfigValidate(t *testing.T) {
 		{SizeLearnConfig{Window: -1}, "window"},
 		{SizeLearnConfig{Window: MaxSizeWindow + 1}, "window"},
 		{SizeLearnConfig{MaxKeys: -1}, "max_keys"},
+		{SizeLearnConfig{MaxKeys: 1}, "max_keys"},
+		{SizeLearnConfig{Quantile: 0.2}, "quantile"},
+		{SizeLearnConfig{Quantile: 1.5}, "quantile"},
+		{SizeLearnConfig{Quantile: 1, MaxAge: Duration(time.Minute), MaxKeys: 2}, ""},
 		{SizeLearnConfig{MinFlows: 9, Window: 4}, "exceeds window"},
 		{SizeLearnConfig{}, ""},
 		{SizeLearnConfig{MinFlows: -1}, ""},
@@ -132,7 +259,7 @@ func TestSizeLearnerConcurrent(t *testing.T) {
 			for i := range 500 {
 				k := sizeKeys{base: fmt.Sprint("k", (g+i)%9), path: fmt.Sprint("k", (g+i)%9, " /p")}
 				l.observe(k, int64(1000+i))
-				if h := l.hint(k, 1); h <= 0 {
+				if h := hintOf(l, k, 1); h <= 0 {
 					t.Errorf("hint %d", h)
 					return
 				}
@@ -140,8 +267,8 @@ func TestSizeLearnerConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if len(l.keys) > 5 {
-		t.Errorf("%d keys; want at most 5", len(l.keys))
+	if n, _ := l.stats(); n > 5 {
+		t.Errorf("%d keys; want at most 5", n)
 	}
 }
 
@@ -183,22 +310,22 @@ func TestSizeLearnerPathFallback(t *testing.T) {
 	for range 3 {
 		l.observe(page, 20_000)
 	}
-	if got := l.hint(video, 1); got != 20_000 {
+	if got := hintOf(l, video, 1); got != 20_000 {
 		t.Errorf("unseen path: hint = %d; want the base key's 20000", got)
 	}
 	l.observe(video, 9_000_000)
-	if got := l.hint(video, 1); got != 20_000 {
+	if got := hintOf(l, video, 1); got != 20_000 {
 		t.Errorf("path with 1 flow: hint = %d; want the base key's", got)
 	}
 	l.observe(video, 9_000_000)
-	if got := l.hint(video, 1); got != 9_000_000 {
+	if got := hintOf(l, video, 1); got != 9_000_000 {
 		t.Errorf("path with 2 flows: hint = %d; want 9000000", got)
 	}
-	if got := l.hint(page, 1); got != 20_000 {
+	if got := hintOf(l, page, 1); got != 20_000 {
 		t.Errorf("page: hint = %d; want 20000", got)
 	}
-	if got := l.hint(sizeKeys{base: "svc web"}, 1); got != 20_000 { // median of 20k x3, 9M x2
-		t.Errorf("base: hint = %d; want 20000", got)
+	if got := hintOf(l, sizeKeys{base: "svc web"}, 1); got != 9_000_000 { // upper quartile of 20k x3, 9M x2
+		t.Errorf("base: hint = %d; want 9000000", got)
 	}
 }
 

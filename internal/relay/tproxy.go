@@ -159,12 +159,14 @@ func (s *Server) startIntercept() (func(), error) {
 // original destination, from the client's address and port when this
 // proxy is the flow's egress (else through the chain, and the origin sees
 // the egress proxy). Both connections reset if the proxy dies mid-flow.
-func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) *net.TCPConn {
+// A flow through a chain learns its size under its original destination
+// (sizelearn.go); the returned keys are empty otherwise.
+func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) (*net.TCPConn, sizeKeys) {
 	dst := in.Local // the original destination
 	if ln := addrPort(l.ln.Addr()); dst.Port() == ln.Port() {
 		// A connection to the listener itself, not an intercepted flow.
 		s.refuse(refuseEntryProto, c, in.Client, fmt.Errorf("direct connection to the transparent listener %s", dst))
-		return nil
+		return nil, sizeKeys{}
 	}
 	in.Target = Target{Host: dst.Addr().Unmap().String(), Port: dst.Port()}
 	in.Size = int64(s.cfg.TProxy.Size)
@@ -174,15 +176,16 @@ func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) *net.TCPCon
 		s.m.directFor("self_egress").Inc()
 		up, err = s.dialTransparent(in)
 	} else {
+		s.learnSize(&in, "", nil) // keyed by the original destination
 		up, err = s.open(in, nil)
 	}
 	if err != nil {
 		s.entryFailed(c, in, err)
-		return nil
+		return nil, sizeKeys{}
 	}
 	intercept.AbortOnClose(c, true)
 	intercept.AbortOnClose(up, true)
-	return up
+	return up, in.learn
 }
 
 // dialTransparent checks the destination policy and connects to the
