@@ -28,7 +28,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench offload fig3")
 	rtts := fs.String("rtt", "50ms,100ms", "end-to-end RTTs (each leg has half)")
 	ccs := fs.String("cc", "cubic,bbr", "congestion controls")
-	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), probe (window probes at the join), mosto (probes carrying the reopened windows)")
+	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), probe (window probes at the join), now (probes carrying the reopened windows), mosto (the relay's policy: wait while a window would limit the joined flow, then as now), mosto-nobound (mosto without the drain bound)")
 	dur := fs.Duration("duration", 8*time.Second, "flow duration")
 	at := fs.Duration("at", 4*time.Second, "offload time")
 	rate := fs.Float64("rate", 200, "rate of both links, Mbit/s (0: unlimited)")
@@ -46,8 +46,8 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	if *at <= 0 || *at >= *dur {
 		return usageErrorf("-at must be inside (0, -duration)")
 	}
-	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "after Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "handover", "stopped / quiet / joined", "longest stall"},
-		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
+	tab := report.Table{Header: []string{"RTT", "cc", "mode", "pre-offload Mbit/s", "after Mbit/s", "worst 100 ms / pre", "RTOs", "retrans", "waited (held by)", "handover", "stopped / quiet / joined", "longest stall"},
+		Align: []report.Align{report.Right, report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right}}
 	plots := map[string]*report.Plot{}
 	var order []string
 	for _, rs := range strings.Split(*rtts, ",") {
@@ -58,7 +58,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 		for _, cc := range strings.Split(*ccs, ",") {
 			for _, mode := range strings.Split(*modes, ",") {
 				cfg := offloadbench.Fig3Config{RTT: rtt, CC: strings.TrimSpace(cc), Mode: strings.TrimSpace(mode),
-					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss}
+					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss, Log: env.Log}
 				tr, err := offloadbench.RunFig3(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("fig3 %v %s %s: %w", rtt, cc, mode, err)
@@ -86,7 +86,14 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 					ms := func(d time.Duration) string { return fmt.Sprint(d.Milliseconds()) }
 					phases = fmt.Sprintf("%s / %s / %s ms (%d)", ms(tr.Phases.Stopped), ms(tr.Phases.Quiet), ms(tr.Phases.Joined), tr.Phases.Attempts)
 				}
-				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.0f", tr.Post), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), ho, phases, tr.MaxGap.Round(time.Millisecond).String())
+				waited := "-"
+				if cfg.Mode == offloadbench.ModeMosto || cfg.Mode == offloadbench.ModeNoBound {
+					waited = tr.Waited.Round(time.Millisecond).String()
+					if tr.Held != "" {
+						waited += " (" + tr.Held + ", not offloaded)"
+					}
+				}
+				tab.AddRow(rtt.String(), cfg.CC, cfg.Mode, fmt.Sprintf("%.0f", tr.Pre), fmt.Sprintf("%.0f", tr.Post), fmt.Sprintf("%.2f", tr.MinRatio), rtos, fmt.Sprint(tr.Retrans), waited, ho, phases, tr.MaxGap.Round(time.Millisecond).String())
 				key := fmt.Sprintf("%v %s", rtt, cfg.CC)
 				p, ok := plots[key]
 				if !ok {

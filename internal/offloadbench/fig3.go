@@ -14,17 +14,20 @@ import (
 	"unsafe"
 
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/relay"
 	"github.com/mosto-net/mosto/internal/xlate"
 	"golang.org/x/sys/unix"
 )
 
 // Modes of a Fig. 3 run.
 const (
-	ModeRelay   = "relay"   // never offloaded
-	ModePlain   = "plain"   // offloaded, no mitigation (no window probes after the join)
-	ModeProbe   = "probe"   // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
-	ModeMosto   = "mosto"   // offloaded with the join's window probes carrying reopened windows
-	ModeGradual = "gradual" // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
+	ModeRelay   = "relay"         // never offloaded
+	ModePlain   = "plain"         // offloaded, no mitigation (no window probes after the join)
+	ModeProbe   = "probe"         // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
+	ModeNow     = "now"           // offloaded at once, with the join's window probes carrying reopened windows
+	ModeMosto   = "mosto"         // the relay's default policy: wait while a window would limit the joined flow (relay.OffloadWatcher: the rules, then the drain bound), then as ModeNow
+	ModeNoBound = "mosto-nobound" // ModeMosto without the drain bound (offload.no_bound)
+	ModeGradual = "gradual"       // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
 )
 
 // Fig3Config is one run.
@@ -58,9 +61,16 @@ type Trace struct {
 	// Post is the mean goodput from the end of the handover (or the offload
 	// time) to the end of the flow.
 	Post float64
+	// Waited is how long the policy held the offload back (ModeMosto);
+	// Held is its reason when the flow was never offloaded.
+	Waited time.Duration
+	Held   string
 }
 
 const relayPort, serverPort = 9100, 9101
+
+// errHeld: the policy held the offload back until the flow's end.
+var errHeld = errors.New("offload held back")
 
 // RunFig3 brings up a 3-host world (peer1, relay, peer2), streams from peer2
 // to peer1 through a splice relay and offloads it at OffloadAt.
@@ -159,6 +169,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		tr.OffloadIdx = rampStart
 	}
 	handover := make(chan error, 1)
+	stopWait := make(chan struct{})
 	var last int64
 	for i := 0; i < n; i++ {
 		select {
@@ -181,6 +192,36 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		}
 		if i+1 == offIdx && cfg.Mode != ModeRelay {
 			go func() {
+				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound {
+					// The relay's watcher, due from now on: its rules hold
+					// the offload back while a window would limit the joined
+					// flow, then it bounds what the relay holds; up to the
+					// flow's end.
+					due := time.Now()
+					w := relay.NewOffloadWatcher(a, b, relay.OffloadConfig{NoBound: cfg.Mode == ModeNoBound}, cfg.Log)
+					for {
+						ready, wait, held, err := w.Step()
+						if err != nil {
+							handover <- err
+							return
+						}
+						if ready {
+							tr.Held = ""
+							break
+						}
+						if held != "" {
+							tr.Held = held
+						}
+						select {
+						case <-stopWait:
+							tr.Waited = time.Since(due)
+							handover <- errHeld
+							return
+						case <-time.After(wait):
+						}
+					}
+					tr.Waited = time.Since(due)
+				}
 				t0 := time.Now()
 				a.SetReadDeadline(time.Now())
 				b.SetReadDeadline(time.Now())
@@ -209,7 +250,8 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		}
 	}
 	if cfg.Mode != ModeRelay {
-		if err := <-handover; err != nil {
+		close(stopWait)
+		if err := <-handover; err != nil && !errors.Is(err, errHeld) {
 			return tr, fmt.Errorf("handover: %w", err)
 		}
 	}
@@ -220,7 +262,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		tr.Pre += v
 	}
 	tr.Pre /= float64(max(1, hi-lo))
-	from := min(len(tr.Mbps), tr.OffloadIdx+int((tr.Handover+cfg.Interval-1)/cfg.Interval))
+	from := min(len(tr.Mbps), tr.OffloadIdx+int((tr.Waited+tr.Handover+cfg.Interval-1)/cfg.Interval))
 	for _, v := range tr.Mbps[from:] {
 		tr.Post += v
 	}

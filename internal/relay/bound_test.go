@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -108,10 +109,179 @@ func TestWindowShort(t *testing.T) {
 		{"little data: the request direction", ccSample{rtt: 100 * time.Microsecond, deliveryRate: mbit(1), sndWnd: 1000}, idle, false, 0},
 		{"window unknown", ccSample{rtt: 100 * time.Microsecond, deliveryRate: mbit(120), sndWnd: -1}, idle, false, 0},
 		{"upload: the origin's window", idle, ccSample{rtt: 50 * time.Millisecond, deliveryRate: mbit(200), sndWnd: 256 << 10}, true, 0},
+		// Smoothed RTTs of 20 ms on 10 ms paths (queues): with the minimum
+		// RTTs the joined path needs 500 KB at 200 Mbit/s, with the
+		// smoothed ones 1 MB.
+		{"queues: minimum RTTs", ccSample{rtt: 20 * time.Millisecond, minRTT: 10 * time.Millisecond, deliveryRate: mbit(200), sndWnd: 600 << 10},
+			ccSample{rtt: 20 * time.Millisecond, minRTT: 10 * time.Millisecond, sndWnd: 1 << 20}, false, 0},
+		// A loaded machine's veths: milliseconds of scheduling delay in the
+		// smoothed RTT, 50 us minimum; a joined path under minRuleRTT is
+		// never held (session 9: TestOffloadSurvivesKill never offloaded).
+		{"loaded veth", ccSample{rtt: 4 * time.Millisecond, minRTT: 50 * time.Microsecond, deliveryRate: mbit(8000), sndWnd: 1 << 20},
+			ccSample{rtt: 4 * time.Millisecond, minRTT: 50 * time.Microsecond, sndWnd: 1 << 20}, false, 0},
 	} {
 		short, in := windowShort([2]ccSample{c.down, c.up})
 		if short != c.short || (short && in != c.in) {
 			t.Errorf("%s: windowShort = %v, %d; want %v, %d", c.name, short, in, c.short, c.in)
 		}
 	}
+}
+
+// TestSenderShort: an offload waits while a direction's sender keeps less
+// in flight than the joined path needs: a loss-based sender (CUBIC) what it
+// has in flight (rate x receive-side RTT), a rate-based one (BBR) twice its
+// rate x the in-leg's minimum RTT, against joinKeep x rate x both legs'
+// minimum RTTs (MOSTO Fig. 3).
+func TestSenderShort(t *testing.T) {
+	mbit := func(m float64) uint64 { return uint64(m * 1e6 / 8) }
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	// The client's leg (down) delivers at rate; the origin's leg (up)
+	// receives the data, with rcv as its receive-side RTT.
+	legs := func(downMin, upMin, rcv time.Duration, rate float64) [2]ccSample {
+		return [2]ccSample{{rtt: downMin, minRTT: downMin, deliveryRate: mbit(rate)},
+			{rtt: upMin, minRTT: upMin, rcvRTT: rcv}}
+	}
+	cubic, bbr := [2]bool{}, [2]bool{true, true}
+	for _, c := range []struct {
+		name  string
+		legs  [2]ccSample
+		rb    [2]bool
+		short bool
+	}{
+		// 200 Mbit/s, 25 + 25 ms: the joined path needs 1.25 MB; CUBIC
+		// with 10 ms of its own queue keeps 875 KB in flight.
+		{"cubic, 50 ms, 10 ms queue", legs(ms(25), ms(25), ms(35), 200), cubic, true},
+		{"cubic, 50 ms, 25 ms queue", legs(ms(25), ms(25), ms(50), 200), cubic, false},
+		{"cubic, 100 ms, 20 ms queue", legs(ms(50), ms(50), ms(70), 200), cubic, true},
+		{"bbr, equal legs", legs(ms(25), ms(25), ms(26), 200), bbr, false},
+		{"bbr, short in-leg", legs(ms(45), ms(5), ms(5), 200), bbr, true},
+		{"bbr, long in-leg", legs(ms(5), ms(45), ms(46), 200), bbr, false},
+		{"little data", legs(ms(25), ms(25), ms(25), 1), cubic, false},
+		{"veth", legs(ms(0.05), ms(0.05), ms(1), 10000), cubic, false},
+		{"no receive RTT: the smoothed one", [2]ccSample{{rtt: ms(25), minRTT: ms(25), deliveryRate: mbit(200)},
+			{rtt: ms(60), minRTT: ms(25)}}, cubic, false},
+	} {
+		short, in, have, need := senderShort(c.legs, c.rb)
+		if short != c.short || (short && in != 1) {
+			t.Errorf("%s: senderShort = %v, %d (have %.0f, need %.0f); want %v, 1", c.name, short, in, have, need, c.short)
+		}
+	}
+}
+
+// TestHoldRules: the default policy holds a due offload back while the
+// sender's or the receiver's window would limit the joined flow, counts
+// each reason once per flow, and never bounds a held flow; offload.join_short
+// joins regardless; a flow already bounded is not held again (the bound
+// changed what the rules measure).
+func TestHoldRules(t *testing.T) {
+	_, down := tcpPair(t)
+	up, _ := tcpPair(t)
+	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{}}
+	mbit := func(m float64) uint64 { return uint64(m * 1e6 / 8) }
+	// A CUBIC download at 200 Mbit/s over 25 + 25 ms whose sender keeps
+	// 10 ms of queue: short of the joined path's window.
+	cubicShort := [2]ccSample{{rtt: 25 * time.Millisecond, minRTT: 25 * time.Millisecond, deliveryRate: mbit(200), sndWnd: 8 << 20},
+		{rtt: 25 * time.Millisecond, minRTT: 25 * time.Millisecond, rcvRTT: 35 * time.Millisecond, sndWnd: 8 << 20}}
+	newState := func(legs [2]ccSample) *watchState {
+		return &watchState{prev: legs, cc: true}
+	}
+	o := &offloader{log: slog.New(slog.DiscardHandler)}
+	st := newState(cubicShort)
+	for range 3 {
+		if o.decide(p, st, true) {
+			t.Fatal("decide paused a flow whose sender's window is short")
+		}
+	}
+	if st.bounding != 0 {
+		t.Errorf("a held flow was bounded (%d samples)", st.bounding)
+	}
+	if got := o.stats(); got.HeldSndWnd != 1 || got.HeldRcvWnd != 0 {
+		t.Errorf("held counters = %+v, want one flow held by the sender's window", got)
+	}
+
+	// Its sender's queue grows to cover the joined path: bounded, then paused.
+	grown := cubicShort
+	grown[1].rcvRTT = 50 * time.Millisecond
+	st.prev = grown
+	if o.decide(p, st, true) || st.bounding != 1 {
+		t.Errorf("after the window grew: want the flow bounded first (bounding %d)", st.bounding)
+	}
+	// Once bounded the rules are not asked again.
+	st.prev = cubicShort
+	if !o.decide(p, st, true) {
+		t.Error("a bounded flow holding nothing did not pause")
+	}
+	p.unbound()
+
+	// The receiver's window: a client window of 256 KB over 50 ms at 200 Mbit/s.
+	rcvShort := grown
+	rcvShort[0].sndWnd = 256 << 10
+	st = newState(rcvShort)
+	if o.decide(p, st, true) {
+		t.Error("decide paused a flow whose receiver's window is short")
+	}
+	if got := o.stats(); got.HeldRcvWnd != 1 {
+		t.Errorf("held by the receiver's window = %d, want 1", got.HeldRcvWnd)
+	}
+
+	// BBR keeps twice its rate x minimum RTT: the same flow is not held.
+	st = newState(cubicShort)
+	st.rateBased = [2]bool{true, true}
+	if o.decide(p, st, true); st.bounding != 1 {
+		t.Error("a BBR sender with equal legs was held back")
+	}
+	p.unbound()
+
+	// join_short: the old policy.
+	oj := &offloader{cfg: OffloadConfig{JoinShort: true}, log: slog.New(slog.DiscardHandler)}
+	st = newState(cubicShort)
+	if oj.decide(p, st, true); st.bounding != 1 {
+		t.Error("join_short: the flow was held back")
+	}
+	p.unbound()
+	if got := oj.stats(); got.HeldSndWnd+got.HeldRcvWnd != 0 {
+		t.Errorf("join_short counted held flows: %+v", got)
+	}
+}
+
+// TestBoundsFixed: the drain bound keeps the bounds it set on the flow's
+// first bounded sample. Computed again from each sample's delivery rate, a
+// clamped sender's lower rate shrank the next clamp (a BBR sender's
+// bandwidth estimate followed it down to 0.4x in Fig. 3 and kept it after
+// the join).
+func TestBoundsFixed(t *testing.T) {
+	_, down := tcpPair(t)
+	up, _ := tcpPair(t)
+	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{}}
+	clamp := func() int {
+		raw, err := down.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := -1
+		raw.Control(func(fd uintptr) { v, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var o offloader
+	// 80 Mbit/s out of the origin's leg at 100 ms: one RTT is 1 MB.
+	leg := ccSample{rtt: 100 * time.Millisecond, deliveryRate: 10e6}
+	st := watchState{prev: [2]ccSample{leg, leg}}
+	o.bound(p, &st)
+	first := clamp()
+	if first != 1000000 {
+		t.Fatalf("first clamp = %d, want 1000000", first)
+	}
+	// The clamped sender slows: the next samples see half the rate.
+	slow := leg
+	slow.deliveryRate /= 2
+	st.prev = [2]ccSample{slow, slow}
+	o.bound(p, &st)
+	o.bound(p, &st)
+	if got := clamp(); got != first {
+		t.Errorf("clamp after slower samples = %d, want %d (the bounds of the first sample)", got, first)
+	}
+	p.unbound()
 }

@@ -74,11 +74,25 @@ type OffloadConfig struct {
 	// NoBound pauses a due flow at once, as before the drain bound (see
 	// offloader.bound): the handover then drains whatever the relay holds.
 	NoBound bool `yaml:"no_bound"`
-	// KeepShortWindow holds a due offload back while a receiver's window
-	// would limit the joined flow (windowShort). Off by default: on a
-	// loaded machine a veth's smoothed RTT (scheduling delay) makes the
-	// needed window look larger than any, and the flow is never offloaded.
+	// KeepShortWindow is accepted for old configs: holding an offload back
+	// while a window would limit the joined flow is the default now (see
+	// JoinShort).
 	KeepShortWindow bool `yaml:"keep_short_window"`
+	// JoinShort offloads a due flow even when a window would limit the
+	// joined flow (the behaviour before session 10). By default a due
+	// offload waits (the flow keeps relaying, the watcher keeps sampling)
+	// while joining would leave a direction slower than it is relayed now:
+	// its receiver's window (windowShort) or its sender's window
+	// (senderShort) does not cover the delivery rate times the joined
+	// path's minimum RTT. Counted by reason
+	// (mosto_relay_offload_held_*_total).
+	JoinShort bool `yaml:"join_short"`
+	// PeerCC is the congestion control assumed for the senders at the far
+	// ends of the legs ("" : what this relay's own socket on that leg runs,
+	// i.e. the deployment runs one algorithm). A rate-based sender ("bbr")
+	// keeps a window of twice its bandwidth x minimum RTT, a loss-based one
+	// (cubic, reno) about what it has in flight (senderShort).
+	PeerCC string `yaml:"peer_cc"`
 }
 
 // attempts and backoff resolve the retry settings.
@@ -169,11 +183,16 @@ type offloader struct {
 	// Handovers by result: tried, joined, refused; of the refused, retried
 	// later or final (a flow that then stays relayed).
 	tried, joined, refused, retried, final atomic.Uint64
+	// Flows whose due offload was held back, by reason (each flow counted
+	// once per reason): loss (keepSplit), the receiver's window
+	// (windowShort), the sender's window (senderShort).
+	heldLoss, heldRcvWnd, heldSndWnd atomic.Uint64
 }
 
 // offloadStats are an offloader's handover counters.
 type offloadStats struct {
 	Tried, Joined, Refused, Retried, Final uint64
+	HeldLoss, HeldRcvWnd, HeldSndWnd       uint64
 }
 
 // offloadMetrics exports the handover counters of the running offloader
@@ -191,6 +210,12 @@ func (s *Server) offloadMetrics() {
 			func(st offloadStats) uint64 { return st.Refused }},
 		{"mosto_relay_offload_retries_total", "Refused handovers tried again after a backoff (offload.attempts, offload.retry_backoff).",
 			func(st offloadStats) uint64 { return st.Retried }},
+		{"mosto_relay_offload_held_loss_total", "Flows whose due offload was held back under loss (offload.keep_lossy).",
+			func(st offloadStats) uint64 { return st.HeldLoss }},
+		{"mosto_relay_offload_held_receiver_window_total", "Flows whose due offload was held back: a receiver's window would limit the joined flow.",
+			func(st offloadStats) uint64 { return st.HeldRcvWnd }},
+		{"mosto_relay_offload_held_sender_window_total", "Flows whose due offload was held back: a sender's window would limit the joined flow.",
+			func(st offloadStats) uint64 { return st.HeldSndWnd }},
 	} {
 		s.m.reg.CounterFunc(metrics.Opts{Name: c.name, Help: c.help}, func() float64 {
 			o := s.offload.Load()
@@ -204,7 +229,8 @@ func (s *Server) offloadMetrics() {
 
 func (o *offloader) stats() offloadStats {
 	return offloadStats{Tried: o.tried.Load(), Joined: o.joined.Load(), Refused: o.refused.Load(),
-		Retried: o.retried.Load(), Final: o.final.Load()}
+		Retried: o.retried.Load(), Final: o.final.Load(),
+		HeldLoss: o.heldLoss.Load(), HeldRcvWnd: o.heldRcvWnd.Load(), HeldSndWnd: o.heldSndWnd.Load()}
 }
 
 // errPaused ends a copy direction paused for a handover.
@@ -286,13 +312,21 @@ func (o *offloader) watch(ctx context.Context, p *pipe, wg *sync.WaitGroup, dela
 
 // watchState is what a flow's watcher carries from one sample to the next.
 type watchState struct {
-	prev  [2]ccSample
-	lossy bool // the loss rule held the offload back (logged once)
-	short bool // the window rule held the offload back (logged once)
+	prev [2]ccSample
+	// held: the reasons that held the offload back so far (each logged and
+	// counted once per flow).
+	held map[string]bool
+	// rateBased: the sender into each leg keeps a window of twice its
+	// bandwidth x minimum RTT (BBR); known once cc is set.
+	rateBased [2]bool
+	cc        bool
 	// bounding counts the samples since the flow became due and the relay
 	// started bounding what it holds (see bound); 0: not due yet.
 	bounding int
 	dueAt    time.Time
+	// wnd and hold are each direction's bounds (drainBounds), set on the
+	// first bounded sample.
+	wnd, hold [2]int
 }
 
 // sample reads both connections' TCP_INFO once: due reports whether the
@@ -324,30 +358,192 @@ func (o *offloader) sample(p *pipe, st *watchState) (due bool, wait time.Duratio
 		}
 		st.prev[i] = cur
 	}
-	if due && o.cfg.KeepLossy {
-		if keep, est, rate := keepSplit(st.prev); keep {
-			due = false
-			if !st.lossy {
-				st.lossy = true
-				o.log.Debug("offload held back under loss", "joined_estimate_mbit", est/1e6, "relayed_mbit", rate/1e6)
+	return o.decide(p, st, due), wait, true
+}
+
+// decide turns a sample's verdict into the pause: a due flow is held back
+// while a rule says its join would not pay (hold), and otherwise bounded
+// first (bound). The rules are asked until the flow is bounded: a bound (a
+// clamped window) changes what they measure, so a bounded flow goes on to
+// its pause.
+func (o *offloader) decide(p *pipe, st *watchState, due bool) bool {
+	if due && st.bounding == 0 {
+		if !st.cc {
+			st.cc = true
+			for i, c := range []*net.TCPConn{p.down, p.up} {
+				st.rateBased[i] = rateBasedCC(o.cfg.PeerCC, c)
 			}
+		}
+		if reason := o.hold(st); reason != "" {
+			due = false
 		}
 	}
 	if due && !o.cfg.NoBound {
-		if short, in := windowShort(st.prev); short && o.cfg.KeepShortWindow {
-			due = false
-			if !st.short {
-				st.short = true
-				o.log.Debug("offload held back: the receiver's window would limit the joined flow",
-					"receiver_window", st.prev[1-in].sndWnd, "relayed_mbit", float64(st.prev[1-in].deliveryRate)*8/1e6,
-					"joined_rtt", st.prev[0].rtt+st.prev[1].rtt)
-			}
-		} else {
-			due = o.bound(p, st)
+		due = o.bound(p, st)
+	}
+	return due
+}
+
+// Reasons a due offload is held back.
+const (
+	holdLoss      = "loss"
+	holdRcvWindow = "receiver-window"
+	holdSndWindow = "sender-window"
+)
+
+// hold reports why the due flow sampled in st should not be joined yet
+// ("" : join): loss (keepSplit, with offload.keep_lossy), or a window that
+// would limit the joined flow (windowShort, senderShort; unless
+// offload.join_short). The first time a reason holds a flow it is logged
+// and counted.
+func (o *offloader) hold(st *watchState) string {
+	var reason string
+	var attrs []any
+	if o.cfg.KeepLossy {
+		if keep, est, rate := keepSplit(st.prev); keep {
+			reason = holdLoss
+			attrs = []any{"joined_estimate_mbit", est / 1e6, "relayed_mbit", rate / 1e6}
 		}
 	}
-	return due, wait, true
+	if reason == "" && !o.cfg.JoinShort {
+		if short, in := windowShort(st.prev); short {
+			reason = holdRcvWindow
+			attrs = []any{"receiver_window", st.prev[1-in].sndWnd, "relayed_mbit", float64(st.prev[1-in].deliveryRate) * 8 / 1e6,
+				"joined_min_rtt", st.prev[0].baseRTT() + st.prev[1].baseRTT()}
+		} else if short, in, have, need := senderShort(st.prev, st.rateBased); short {
+			reason = holdSndWindow
+			attrs = []any{"sender_window_estimate", int(have), "needed", int(need), "rate_based", st.rateBased[in],
+				"relayed_mbit", float64(st.prev[1-in].deliveryRate) * 8 / 1e6, "in_leg_rcv_rtt", st.prev[in].rcvRTT,
+				"joined_min_rtt", st.prev[0].baseRTT() + st.prev[1].baseRTT()}
+		}
+	}
+	if reason == "" || st.held[reason] {
+		return reason
+	}
+	if st.held == nil {
+		st.held = map[string]bool{}
+	}
+	st.held[reason] = true
+	switch reason {
+	case holdLoss:
+		o.heldLoss.Add(1)
+	case holdRcvWindow:
+		o.heldRcvWnd.Add(1)
+	case holdSndWindow:
+		o.heldSndWnd.Add(1)
+	}
+	if o.log != nil {
+		o.log.Debug("offload held back", append([]any{"reason", reason}, attrs...)...)
+	}
+	return reason
 }
+
+// joinKeep is the share of the relayed rate a join must keep: a rule holds
+// a due offload back while the joined flow would run below it.
+const joinKeep = 0.9
+
+// minRuleRTT: the window rules judge only joins whose path has at least
+// this minimum RTT. Below it (a LAN, veths) timestamps cannot measure the
+// receive-side RTT (1 ms clock), scheduling delay dominates what the
+// kernel reports, and a window short of the joined path's BDP grows back
+// within milliseconds (per-RTT growth).
+const minRuleRTT = 2 * time.Millisecond
+
+// senderShort reports whether joining would leave a direction limited by
+// its sender's congestion window. After the join the sender into the
+// in-leg (the origin of a download) sends over both legs, with the window
+// it has now, sized for the in-leg alone: a loss-based sender (CUBIC)
+// keeps about what it has in flight, and goodput falls to window / joined
+// RTT until it grows the window again, seconds later (MOSTO Fig. 3). The
+// relay cannot read that window; it sees what the sender keeps in flight:
+// the bytes arriving per RTT of the in-leg, rate x tcpi_rcv_rtt (the
+// receive-side RTT from the timestamps, which includes the sender's own
+// queue). A rate-based sender (BBR) keeps a window of twice its bandwidth
+// x its minimum RTT, the in-leg's. The joined path needs the rate x both
+// legs' minimum RTTs; a direction whose estimate is below joinKeep of that
+// holds the offload back, unless it carries little (at most
+// minDrainBound per joined RTT: the request of a download) or the joined
+// path is shorter than minRuleRTT. in is the in-leg of the short
+// direction (0: down, 1: up); have and need are in bytes.
+func senderShort(legs [2]ccSample, rateBased [2]bool) (short bool, in int, have, need float64) {
+	joined := legs[0].baseRTT() + legs[1].baseRTT()
+	if joined < minRuleRTT {
+		return false, 0, 0, 0
+	}
+	for in := range legs {
+		l, out := legs[in], legs[1-in]
+		rate := float64(out.deliveryRate)
+		need = rate * joined.Seconds()
+		if need <= minDrainBound {
+			continue
+		}
+		if rateBased[in] {
+			have = 2 * rate * l.baseRTT().Seconds()
+		} else {
+			rtt := l.rcvRTT
+			if rtt == 0 {
+				rtt = l.rtt
+			}
+			have = rate * rtt.Seconds()
+		}
+		if have < joinKeep*need {
+			return true, in, have, need
+		}
+	}
+	return false, 0, 0, 0
+}
+
+// rateBasedCC reports whether the sender into c's leg is taken to be rate
+// based (BBR): cc names its congestion control, or "" for c's own.
+func rateBasedCC(cc string, c *net.TCPConn) bool {
+	if cc == "" {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			return false
+		}
+		raw.Control(func(fd uintptr) {
+			cc, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+		})
+	}
+	return strings.HasPrefix(strings.TrimRight(cc, "\x00"), "bbr")
+}
+
+// OffloadWatcher runs the relay's offload policy on a relayed pair outside
+// a relay (benchmarks that drive xlate.Handover themselves): the flow is
+// due from the start, and each Step is one sample of the relay's watcher
+// (the rules that hold a due offload back, then the drain bound).
+type OffloadWatcher struct {
+	o  offloader
+	p  pipe
+	st watchState
+}
+
+// NewOffloadWatcher watches down (the client's leg) and up (the origin's)
+// with cfg (its Mode and AfterBytes are ignored); log may be nil.
+func NewOffloadWatcher(down, up *net.TCPConn, cfg OffloadConfig, log *slog.Logger) *OffloadWatcher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg.Mode, cfg.AfterBytes = OffloadBytes, 1
+	return &OffloadWatcher{o: offloader{cfg: cfg, log: log}, p: pipe{down: down, up: up, log: log.Debug}}
+}
+
+// Step samples once: ready reports that the flow may pause for its
+// handover now, wait is the time to the next sample (about one RTT), held
+// the rule holding the offload back ("" : none).
+func (w *OffloadWatcher) Step() (ready bool, wait time.Duration, held string, err error) {
+	due, wait, ok := w.o.sample(&w.p, &w.st)
+	if !ok {
+		return false, 0, "", errors.New("relay: offload watcher: TCP_INFO unreadable")
+	}
+	if !due && w.st.bounding == 0 {
+		held = w.o.hold(&w.st)
+	}
+	return due, wait, held, nil
+}
+
+// Unbound restores what the drain bound changed (after a refused handover).
+func (w *OffloadWatcher) Unbound() { w.p.unbound() }
 
 // windowShort reports whether joining would leave a direction limited by
 // its receiver's window: after the join the out-leg's peer receives over
@@ -358,16 +554,22 @@ func (o *offloader) sample(p *pipe, st *watchState) (due bool, wait time.Duratio
 // window, bounds the flow until the client's autotuning catches up: in the
 // emulator's Fig. 4 chain the ingress relay's join alone made 15 MB fetches
 // 1.26x slower. So a direction whose out-leg delivers rate r holds the
-// offload back while its peer's window is below r x (RTT_in + RTT_out),
-// when that is more than minDrainBound (a direction that carries little,
-// the request of a download, never does). in is the in-leg of the short
+// offload back while its peer's window is below joinKeep x r x (RTT_in +
+// RTT_out), with the legs' minimum RTTs (the smoothed ones grow with
+// queues and a loaded machine's scheduling delay: with them a veth flow
+// was never offloaded), when that is more than minDrainBound (a direction
+// that carries little, the request of a download, never does) and the
+// joined path is at least minRuleRTT long. in is the in-leg of the short
 // direction (0: down, 1: up).
 func windowShort(legs [2]ccSample) (short bool, in int) {
-	joined := legs[0].rtt + legs[1].rtt
+	joined := legs[0].baseRTT() + legs[1].baseRTT()
+	if joined < minRuleRTT {
+		return false, 0
+	}
 	for in := range legs {
 		out := legs[1-in]
 		need := float64(out.deliveryRate) * joined.Seconds()
-		if out.sndWnd >= 0 && need > minDrainBound && float64(out.sndWnd) < need {
+		if out.sndWnd >= 0 && need > minDrainBound && float64(out.sndWnd) < joinKeep*need {
 			return true, in
 		}
 	}
@@ -397,8 +599,9 @@ const (
 // (TCP_WINDOW_CLAMP: new offers only, the window already offered is kept,
 // so nothing in flight is dropped; the receive buffer stays as it is) and
 // the out-leg's send buffer is cut (SO_SNDBUF: writes wait, nothing
-// dropped). The flow pauses once each direction holds at most twice its
-// bound and the in-leg's offered window is at most twice its clamp, or
+// dropped). The flow pauses once each direction holds at most four times
+// its bound (its in-leg's receive queue and its out-leg's unsent bytes: what
+// is in flight drains within the out-leg's RTT anyway) and the in-leg's offered window is at most twice its clamp, or
 // after maxBoundSamples. A refused handover restores both
 // (unbound).
 func (o *offloader) bound(p *pipe, st *watchState) bool {
@@ -416,17 +619,28 @@ func (o *offloader) bound(p *pipe, st *watchState) bool {
 			p.saved = q
 			p.bounded = true
 		}
+		// The bounds come from the rates before the bound: computed again
+		// on every sample, a clamped sender's lower rate shrank the next
+		// clamp, and so on (a BBR sender's bandwidth estimate followed it
+		// down to 0.4x in 20-30 samples of Fig. 3, and kept it after the
+		// join).
+		for in := range conns {
+			st.wnd[in], st.hold[in] = drainBounds(st.prev[in], st.prev[1-in])
+		}
 	}
 	st.bounding++
 	ready := true
-	var held, wnd, hold [2]int
+	var held [2]int
+	wnd, hold := st.wnd, st.hold
 	for in := range conns {
 		out := 1 - in
-		wnd[in], hold[in] = drainBounds(st.prev[in], st.prev[out])
-		held[in] = q[in].inq + q[out].outq
+		// What it holds beyond what is in flight on the out-leg (the
+		// out-leg's window drains that within its RTT whatever the
+		// bound; a BBR out-leg keeps up to twice its BDP in flight).
+		held[in] = q[in].inq + q[out].notsent
 		setInt(conns[in], unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, wnd[in])
 		setInt(conns[out], unix.SOL_SOCKET, unix.SO_SNDBUF, max(2*hold[in], 2*wnd[in]))
-		if held[in] > 2*hold[in] || q[in].rcvWnd > int64(2*wnd[in]) {
+		if held[in] > 4*hold[in] || q[in].rcvWnd > int64(2*wnd[in]) {
 			ready = false
 		}
 	}
@@ -478,6 +692,7 @@ func (p *pipe) unbound() {
 // does not say), and the settings bound changes.
 type legQueues struct {
 	inq, outq     int
+	notsent       int // of outq, not sent yet
 	rcvWnd        int64
 	clamp, sndbuf int
 }
@@ -496,6 +711,9 @@ func readQueues(c *net.TCPConn) (legQueues, bool) {
 			return
 		}
 		if q.outq, err = unix.IoctlGetInt(f, unix.SIOCOUTQ); err != nil {
+			return
+		}
+		if q.notsent, err = unix.IoctlGetInt(f, unix.SIOCOUTQNSD); err != nil {
 			return
 		}
 		if q.clamp, err = unix.GetsockoptInt(f, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); err != nil {
@@ -683,6 +901,20 @@ type ccSample struct {
 	// sndWnd is the window the peer last advertised (bytes; -1 if the
 	// kernel does not say: before Linux 5.4).
 	sndWnd int64
+	// minRTT is the least RTT seen on the leg (0: unknown); rcvRTT the
+	// receive side's RTT estimate (from the timestamps: includes the
+	// sender's own queue; 0: none yet).
+	minRTT, rcvRTT time.Duration
+}
+
+// baseRTT is the leg's minimum RTT, its smoothed RTT when unknown: the
+// smoothed one grows with queues and, on a loaded machine, with
+// scheduling delay.
+func (s ccSample) baseRTT() time.Duration {
+	if s.minRTT > 0 {
+		return s.minRTT
+	}
+	return s.rtt
 }
 
 // keepSplit decides whether a flow whose legs are sampled in legs should
@@ -740,6 +972,12 @@ func readCC(c *net.TCPConn) (ccSample, bool) {
 			s.sndWnd = int64(ne.Uint32(info[228:])) // tcpi_snd_wnd
 		}
 		s.rtt = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
+		s.rcvRTT = time.Duration(ne.Uint32(info[92:])) * time.Microsecond
+		if n >= 152 {
+			if v := ne.Uint32(info[148:]); v != ^uint32(0) { // ~0: no sample yet
+				s.minRTT = time.Duration(v) * time.Microsecond
+			}
+		}
 		s.ssthresh = ne.Uint32(info[76:])
 		s.cwnd = ne.Uint32(info[80:])
 		s.bytesAcked = ne.Uint64(info[120:])

@@ -131,8 +131,8 @@ type Tune struct {
 	// OffloadMode: the proxies' offload.mode with Offload ("": bytes;
 	// "slow-start": after the flow left slow start, Offload its size class).
 	OffloadMode string
-	// OffloadKeepWindow: offload.keep_short_window on the proxies.
-	OffloadKeepWindow bool
+	// OffloadJoinShort: offload.join_short on the proxies (join even when a window would limit the joined flow).
+	OffloadJoinShort bool
 }
 
 // Scenario is a running experiment in a world.
@@ -448,8 +448,8 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			if m := s.cfg.Tune.OffloadMode; m != "" {
 				pc.Offload["mode"] = m
 			}
-			if s.cfg.Tune.OffloadKeepWindow {
-				pc.Offload["keep_short_window"] = true
+			if s.cfg.Tune.OffloadJoinShort {
+				pc.Offload["join_short"] = true
 			}
 			if s.cfg.Tune.OffloadNoBound {
 				pc.Offload["no_bound"] = true

@@ -51,6 +51,11 @@ type Config struct {
 	// sender resumes after one one-way trip instead of waiting for the
 	// other peer's answer to be translated.
 	NoReopen bool
+	// NoRcvbufCap leaves the relay's receive buffers as they are during a
+	// handover (for experiments): by default they are cut to what they
+	// hold plus a margin for the window already offered, so each sender
+	// stops soon after the handover starts (Handover, capRcvbuf).
+	NoRcvbufCap bool
 	// PinDir, when set, pins the maps and the tcx links there (on a bpffs;
 	// below DefaultBPFFS it is mounted when absent): joined flows then
 	// survive the process, and Open adopts the pins an earlier process
