@@ -111,6 +111,13 @@ type Config struct {
 	// of FEPs, through each pair's chain. The caller serves PairPort on
 	// the FEP hosts.
 	PairPort int
+	// SizeHints, per size of Sizes, is the static size hint of that
+	// size's service ("size"); 0 or missing: the size itself. A hint far
+	// from the size shows the InP's size learning (docs/size-learning.md).
+	SizeHints []int64
+	// SizeMinFlows is the proxies' size_learning.min_flows; 0: their
+	// default, -1: learning off.
+	SizeMinFlows int
 }
 
 // Tune is the TCP tuning of the FEPs (the proxies' hosts): levers a mosto
@@ -371,7 +378,14 @@ func (s *Scenario) buildTable() error {
 		if err != nil {
 			return fmt.Errorf("scenario: chain precomputation: %w", err)
 		}
-		tf = pathcomp.BuildTable(s.roles.FEPs, f, s.cfg.Sizes)
+		// Classes for the sizes and for the services' static hints.
+		sizes := slices.Clone(s.cfg.Sizes)
+		for _, h := range s.cfg.SizeHints {
+			if h > 0 {
+				sizes = append(sizes, h)
+			}
+		}
+		tf = pathcomp.BuildTable(s.roles.FEPs, f, sizes)
 		tf.Version = 1
 	}
 	ix, err := pathcomp.NewIndex(tf)
@@ -403,6 +417,7 @@ type proxyConfig struct {
 	Socket  map[string]any    `yaml:"socket,omitempty"`
 	Pool    map[string]int    `yaml:"pool,omitempty"`
 	Offload map[string]any    `yaml:"offload,omitempty"`
+	Sizes   map[string]int    `yaml:"size_learning,omitempty"`
 }
 
 func (s *Scenario) startProxies(ctx context.Context) error {
@@ -469,11 +484,18 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 		}
 		if f == s.roles.InP || f == s.roles.Single {
 			for i, size := range s.cfg.Sizes {
+				hint := size
+				if i < len(s.cfg.SizeHints) && s.cfg.SizeHints[i] > 0 {
+					hint = s.cfg.SizeHints[i]
+				}
 				pc.Service = append(pc.Service, map[string]any{
 					"name": "obj-" + transfer.FormatSize(size), "listen": s.addr(f, servicePort+i),
-					"origin": origin, "size": strconv.FormatInt(size, 10),
+					"origin": origin, "size": strconv.FormatInt(hint, 10),
 				})
 			}
+		}
+		if s.cfg.SizeMinFlows != 0 {
+			pc.Sizes = map[string]int{"min_flows": s.cfg.SizeMinFlows}
 		}
 		// The plain chain of the cold modes: the same proxy without levers.
 		plain := pc
