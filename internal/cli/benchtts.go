@@ -36,6 +36,8 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	relayCC := fs.String("relay-cc", "", "congestion control of the relay's own connections (default: the table's, --cc)")
 	jitterGSO := fs.Bool("jitter-gso", false, "draw link jitter once per GSO packet, as netem per skb on the seed's veth links (default: per wire segment)")
 	sysctl := fs.String("sysctl", "", "sysctls set in every host of the worlds, comma-separated (e.g. net.ipv4.tcp_recovery=0)")
+	relaySysctl := fs.String("relay-sysctl", "", "sysctls set only in the relay hosts (their own legs), comma-separated, after --sysctl (e.g. net.ipv4.tcp_sack=0)")
+	relayNoSACK := fs.Bool("relay-nosack", false, "the tproxy entry's no_sack: the legs of intercepted flows run without SACK (dupACK loss detection with adaptive reordering; for the jitter rows)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench tts [--trials N] [--only tables,grid] [flags]\n\nNeeds root. See docs/tts.md.")
 		fs.PrintDefaults()
@@ -124,7 +126,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	cfg := ttsbench.Config{
 		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
 		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
-		Realtime: *realtime, Sysctls: splitList(*sysctl), JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
+		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())

@@ -658,3 +658,93 @@ func TestOptionsPerSegment(t *testing.T) {
 		t.Errorf("intercepted flow: client MSS %d, server MSS %d; want the client's <= 600 and the server's its own segment's (> 600)", c, s)
 	}
 }
+
+// TestCleanupAfterCrash: after the relay process is killed (its rules
+// stay), Cleanup with the same config removes the table, the policy rule
+// and the route, and in-scope flows then pass untouched.
+func TestCleanupAfterCrash(t *testing.T) {
+	w := startWorld(t)
+	l := listenServer(t, w, inScope)
+	h := startHelper(t, w, "closed")
+	h.kill()
+	if ts := tables(t, w); len(ts) != 1 {
+		t.Fatalf("tables after the crash = %v; want the leftover", ts)
+	}
+	cfg := Config{Name: "k", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, FailClosed: true, NetNS: w.NetNS("r")}
+	if err := Cleanup(context.Background(), cfg); err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	if ts := tables(t, w); len(ts) != 0 {
+		t.Errorf("tables after Cleanup = %v; want none", ts)
+	}
+	if rules := ipRules(t, w); strings.Contains(rules, "fwmark") {
+		t.Errorf("policy rules after Cleanup:\n%s\nwant no fwmark rule", rules)
+	}
+	if out, _ := exec.Command("ip", "-n", w.NetNS("r"), "route", "show", "table", strconv.Itoa(DefaultRouteTable)).Output(); len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("route table %d after Cleanup: %s; want empty", DefaultRouteTable, out)
+	}
+	// The fail-closed leftover refused in-scope flows; after Cleanup they
+	// pass untouched.
+	if v := oneFlow(t, w, l, inScope); !v.sameSeq || v.serverRemote != v.clientLocal {
+		t.Errorf("after Cleanup: flow not untouched (same seq %v, server sees %v, client is %v)", v.sameSeq, v.serverRemote, v.clientLocal)
+	}
+	// Cleaning again (nothing left) is not an error.
+	if err := Cleanup(context.Background(), cfg); err != nil {
+		t.Errorf("second Cleanup: %v", err)
+	}
+}
+
+// TestNoSACK: with NoSACK both legs of an intercepted flow run without
+// SACK, while a flow out of scope keeps the SACK its ends negotiate.
+func TestNoSACK(t *testing.T) {
+	w := startWorld(t)
+	lin, lout := listenServer(t, w, inScope), listenServer(t, w, outScope)
+	r := startRelay(t, w, Config{Name: "ns", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, NoSACK: true, NetNS: w.NetNS("r")})
+	sack := func(c net.Conn) bool {
+		t.Helper()
+		rc, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info *unix.TCPInfo
+		var ierr error
+		rc.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+		if ierr != nil {
+			t.Fatal(ierr)
+		}
+		return info.Options&tcpiOptSACK != 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name  string
+		l     net.Listener
+		port  int
+		flows int64
+		sack  bool
+	}{
+		{"out of scope", lout, outScope, 0, true},
+		{"intercepted", lin, inScope, 1, false},
+	} {
+		cc, sc := dialServer(t, ctx, w, tc.l, tc.port)
+		// One byte through, so the server's accepted socket is the leg's
+		// established end.
+		if _, err := cc.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(sc, make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if c, s := sack(cc), sack(sc); c != tc.sack || s != tc.sack {
+			t.Errorf("%s flow: SACK at the client %v, at the server %v; want %v at both", tc.name, c, s, tc.sack)
+		}
+		cc.Close()
+		sc.Close()
+		if got := r.flows.Load(); got != tc.flows {
+			t.Errorf("after the %s flow the relay carried %d flows; want %d", tc.name, got, tc.flows)
+		}
+	}
+}
+
+// tcpiOptSACK is TCPI_OPT_SACK of linux/tcp.h (tcpi_options).
+const tcpiOptSACK = 2

@@ -35,6 +35,16 @@ type Config struct {
 	// FailClosed refuses (TCP reset) in-scope SYNs while no listener is
 	// there, instead of forwarding them untouched.
 	FailClosed bool
+	// NoSACK makes both legs of every intercepted flow run without SACK:
+	// the rules strip the SACK-permitted option from the client's SYN (as
+	// it is steered to the listener) and from the relay's own SYN towards
+	// the server, so each leg's sender detects loss by duplicate ACKs
+	// with a reordering threshold that adapts (up to tcp_max_reordering),
+	// instead of RACK's time window. It pays on segments with per-packet
+	// jitter as large as their delay (docs/tts.md, row 6) and costs on
+	// lossy ones (one loss recovered per round trip). Flows out of scope,
+	// and in-scope flows that pass untouched, keep their options.
+	NoSACK bool
 	// Mark and RouteTable select the policy route that delivers marked
 	// packets locally; 0 means DefaultMark / DefaultRouteTable.
 	Mark       uint32
@@ -219,25 +229,41 @@ func (c *Config) Ruleset(pid int) string {
 	// Packets of intercepted flows (both legs) go to their transparent
 	// socket.
 	fmt.Fprintf(&b, "\t\tmeta l4proto tcp socket transparent 1 meta mark set 0x%x accept\n", c.Mark)
+	strip := ""
+	if c.NoSACK {
+		// After tproxy: only a SYN that found the listener loses it.
+		strip = " reset tcp option sack-perm"
+	}
 	for _, sc := range c.scopes() {
-		m := c.match(sc)
-		fmt.Fprintf(&b, "\t\t%s tproxy to :%d meta mark set 0x%x accept\n", m, c.Port, c.Mark)
+		m := c.match(sc, true)
+		fmt.Fprintf(&b, "\t\t%s tproxy to :%d meta mark set 0x%x%s accept\n", m, c.Port, c.Mark, strip)
 		if c.FailClosed {
 			// Reached only when tproxy found no listener.
 			fmt.Fprintf(&b, "\t\t%s reject with tcp reset\n", m)
 		}
 	}
-	b.WriteString("\t}\n}\n")
+	b.WriteString("\t}\n")
+	if c.NoSACK {
+		// The relay's upstream SYN: sent from this host with a source
+		// that is not one of its addresses (the client's).
+		b.WriteString("\tchain out {\n\t\ttype filter hook output priority mangle; policy accept;\n")
+		for _, sc := range c.scopes() {
+			fmt.Fprintf(&b, "\t\t%s fib saddr type != local reset tcp option sack-perm\n", c.match(sc, false))
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString("}\n")
 	return b.String()
 }
 
 // match is the rule match of one scope: only a new flow's SYN is
 // steered, so packets of flows that exist without a transparent socket
-// here pass untouched.
-func (c *Config) match(sc Scope) string {
+// here pass untouched. in adds the input interface (not in the output
+// hook).
+func (c *Config) match(sc Scope, in bool) string {
 	var match strings.Builder
 	match.WriteString("meta l4proto tcp")
-	if c.InIface != "" {
+	if in && c.InIface != "" {
 		fmt.Fprintf(&match, " iifname %q", c.InIface)
 	}
 	if len(sc.Sources) > 0 {

@@ -89,6 +89,21 @@ func TestRuleset(t *testing.T) {
 	if rs := cfg.Ruleset(42); !strings.Contains(rs, "tcp dport { 80, 8000-8100 } tcp flags & (syn | ack) == syn reject with tcp reset") {
 		t.Errorf("fail-closed ruleset lacks the reject rule:\n%s", rs)
 	}
+	if strings.Contains(rs, "sack-perm") || strings.Contains(rs, "chain out") {
+		t.Errorf("ruleset without NoSACK strips SACK:\n%s", rs)
+	}
+	cfg.NoSACK = true
+	rs = cfg.Ruleset(42)
+	for _, want := range []string{
+		// Only a SYN that the listener takes loses SACK-permitted.
+		"tcp flags & (syn | ack) == syn tproxy to :9999 meta mark set 0x4d53 reset tcp option sack-perm accept",
+		// The relay's own SYN upstream (no input interface in output).
+		"type filter hook output priority mangle; policy accept;\n\t\tmeta l4proto tcp ip saddr { 10.77.0.1 } ip daddr { 10.77.0.0/24 } tcp dport { 80, 8000-8100 } tcp flags & (syn | ack) == syn fib saddr type != local reset tcp option sack-perm",
+	} {
+		if !strings.Contains(rs, want) {
+			t.Errorf("NoSACK ruleset lacks %q:\n%s", want, rs)
+		}
+	}
 }
 
 func TestRulesetManaged(t *testing.T) {

@@ -37,6 +37,13 @@ type TProxyConfig struct {
 	// FailClosed refuses in-scope flows (TCP reset) while the proxy is
 	// not running instead of letting them pass untouched (fail-open).
 	FailClosed bool `yaml:"fail_closed"`
+	// NoSACK runs both legs of intercepted flows without SACK (the rules
+	// strip SACK-permitted from their SYNs; intercept.Config.NoSACK): for
+	// segments whose per-packet jitter is as large as their delay, where
+	// RACK's time-based reordering window retransmits spuriously and the
+	// dupACK threshold adapts instead (docs/tts.md, row 6). Not for lossy
+	// segments.
+	NoSACK bool `yaml:"no_sack"`
 	// Mark and RouteTable of the policy route; 0: intercept's defaults.
 	Mark       uint32 `yaml:"mark"`
 	RouteTable int    `yaml:"route_table"`
@@ -45,7 +52,7 @@ type TProxyConfig struct {
 
 // interceptConfig turns the entry's config into intercept's.
 func (c *TProxyConfig) interceptConfig(id string) (intercept.Config, error) {
-	ic := intercept.Config{Name: c.Name, InIface: c.Iface, FailClosed: c.FailClosed, Mark: c.Mark, RouteTable: c.RouteTable}
+	ic := intercept.Config{Name: c.Name, InIface: c.Iface, FailClosed: c.FailClosed, NoSACK: c.NoSACK, Mark: c.Mark, RouteTable: c.RouteTable}
 	if ic.Name == "" {
 		ic.Name = tableName(id)
 	}

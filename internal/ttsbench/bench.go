@@ -58,15 +58,22 @@ type Config struct {
 	// Sysctls ("net.ipv4.tcp_recovery=0") are set in every host of the
 	// world after it comes up (experiments with the TCP stack).
 	Sysctls []string
+	// RelaySysctls are set only in the on-path relay hosts (r1, r2, ...),
+	// after Sysctls: the relay's own netns settings, which shape only the
+	// connections it terminates (its legs), never the flows it forwards.
+	RelaySysctls []string
 	// JitterGSO draws the links' jitter once per GSO packet, as netem does
 	// per skb on the seed's veth links (emu.Link.JitterGSO); default: per
 	// wire segment.
 	JitterGSO bool
 	// RelayCC is the congestion control of the relay's own connections
 	// (the proxy's socket.congestion); default: the table's.
-	RelayCC  string
-	Log      *slog.Logger
-	Progress io.Writer // one line per finished cell; nil: none
+	RelayCC string
+	// RelayNoSACK runs the legs of intercepted flows without SACK (the
+	// tproxy entry's no_sack); the explicit split relay's legs keep it.
+	RelayNoSACK bool
+	Log         *slog.Logger
+	Progress    io.Writer // one line per finished cell; nil: none
 }
 
 // DefaultSize makes end-to-end TCP take about 5.9 s at 100 Mbit/s on the
@@ -151,16 +158,37 @@ func linkSpec(a, b string, delay, jitter, loss, rate float64, jitterGSO bool) em
 	return emu.LinkSpec{A: a, B: b, DelayMS: &delay, JitterMS: &jitter, LossPct: &loss, RateMbit: &rate, QueuePkts: &q, Reorder: &r, JitterGSO: &jitterGSO}
 }
 
-// sysctls sets cfg.Sysctls in every host.
+// sysctls sets cfg.Sysctls in every host, then cfg.RelaySysctls in the
+// relay hosts (named r1, r2, ...).
 func (l *lab) sysctls(ctx context.Context) error {
+	set := func(h, kv string) error {
+		if out, err := l.w.Command(ctx, h, "sysctl", "-q", "-w", kv).CombinedOutput(); err != nil {
+			return fmt.Errorf("ttsbench: sysctl %s in %s: %v: %s", kv, h, err, out)
+		}
+		return nil
+	}
 	for _, kv := range l.cfg.Sysctls {
 		for _, h := range l.w.Hosts() {
-			if out, err := l.w.Command(ctx, h, "sysctl", "-q", "-w", kv).CombinedOutput(); err != nil {
-				return fmt.Errorf("ttsbench: sysctl %s in %s: %v: %s", kv, h, err, out)
+			if err := set(h, kv); err != nil {
+				return err
+			}
+		}
+	}
+	for _, kv := range l.cfg.RelaySysctls {
+		for _, h := range l.w.Hosts() {
+			if isRelay(h) {
+				if err := set(h, kv); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// isRelay reports whether host h of a bench world is an on-path relay.
+func isRelay(h string) bool {
+	return len(h) > 1 && h[0] == 'r' && h[1] >= '0' && h[1] <= '9'
 }
 
 // serve streams size bytes to every connection on addr of host s after a
@@ -301,7 +329,7 @@ func (l *lab) hostOf(a netip.Addr) string {
 // proxyConf is the config of the proxy of an on-path host: the tproxy
 // entry for ports (empty: none) and, when split is set, a service entry
 // whose origin is the server's out-of-scope port.
-func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string) string {
+func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSACK bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "id: %s\ndestinations: {allow: [\"%v\"]}\n", id, emu.Prefix)
 	if len(ports) > 0 {
@@ -309,7 +337,7 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string) stri
 		for i, p := range ports {
 			ps[i] = fmt.Sprint(p)
 		}
-		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\"}\n", portTP, strings.Join(ps, ","))
+		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\", no_sack: %v}\n", portTP, strings.Join(ps, ","), noSACK)
 	}
 	if split != nil {
 		fmt.Fprintf(&b, "services: [{name: split, listen: \"%v\", origin: \"%v\"}]\n", split[0], split[1])
