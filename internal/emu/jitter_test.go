@@ -76,3 +76,32 @@ func TestJitterGSO(t *testing.T) {
 		t.Errorf("per-segment jitter: %d distinct delivery times for %d segments; want one draw each", len(distinct), packets*segs)
 	}
 }
+
+// TestLimitPkts: a link with LimitPkts holds at most that many packets,
+// queued and delayed together (netem's limit); the rest are dropped and
+// counted, and delivering one makes room for one more.
+func TestLimitPkts(t *testing.T) {
+	w := &World{offload: true, bufs: newBufPools()}
+	s := &scheduler{w: w, sleepUntil: math.MinInt64}
+	l := Link{DelayMS: 100, JitterMS: 50, Reorder: true, LossPct: 1e-9, RateMbit: 1000, QueuePkts: 1000, LimitPkts: 10}
+	p := newPipe(w, -1, s, l, 7)
+	for i := range 50 {
+		p.send(int64(i)*int64(1e6), gsoPacket(make([]byte, 1448), 1448, 0x10))
+	}
+	if len(s.q) != 10 || p.stats().QueueDrops != 40 {
+		t.Fatalf("limit 10: %d scheduled, %d dropped; want 10 and 40", len(s.q), p.stats().QueueDrops)
+	}
+	p.held.Add(-1) // one delivered (deliver's accounting; no device here)
+	p.send(int64(60e6), gsoPacket(make([]byte, 1448), 1448, 0x10))
+	if len(s.q) != 11 {
+		t.Errorf("after one delivery: %d scheduled; want 11", len(s.q))
+	}
+	l.LimitPkts = 0
+	p.setLink(l)
+	for i := range 50 {
+		p.send(int64(100e6)+int64(i)*int64(1e6), gsoPacket(make([]byte, 1448), 1448, 0x10))
+	}
+	if len(s.q) != 61 {
+		t.Errorf("no limit: %d scheduled; want 61", len(s.q))
+	}
+}

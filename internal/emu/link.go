@@ -78,6 +78,7 @@ type pipe struct {
 
 	packets, bytes, lossDrops, queueDrops, writeErrs atomic.Uint64
 	inFlight                                         atomic.Int64
+	held                                             atomic.Int64 // packets (buffers) scheduled, not yet delivered
 
 	mu        sync.Mutex
 	cfg       Link
@@ -212,6 +213,12 @@ func (p *pipe) enqueueLocked(now int64, buf []byte) {
 // enqueueWithLocked queues buf (past the loss draw) with jitter jit ns.
 func (p *pipe) enqueueWithLocked(now int64, buf []byte, jit int64) {
 	c := &p.cfg
+	if c.LimitPkts > 0 && p.held.Load() >= int64(c.LimitPkts) {
+		// netem's limit: what the link holds, queued or delayed.
+		p.queueDrops.Add(1)
+		p.w.bufs.put(buf)
+		return
+	}
 	size := wireBytes(buf, p.w.offload)
 	depart := now
 	if c.RateMbit > 0 {
@@ -243,6 +250,7 @@ func (p *pipe) enqueueWithLocked(now int64, buf []byte, jit int64) {
 	}
 	p.lastAt = max(p.lastAt, at)
 	p.inFlight.Add(int64(len(buf)))
+	p.held.Add(1)
 	p.sched.push(p, buf, at)
 }
 
@@ -258,6 +266,7 @@ func (p *pipe) deliver(b []byte) {
 		p.bytes.Add(uint64(n))
 	}
 	p.inFlight.Add(-int64(len(b)))
+	p.held.Add(-1)
 	p.w.bufs.put(b)
 }
 

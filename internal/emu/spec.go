@@ -71,6 +71,12 @@ type Link struct {
 	RateMbit  float64 `yaml:"rate_mbit"`  // serialization rate; 0 = unlimited
 	QueueMS   float64 `yaml:"queue_ms"`   // queue limit as time to drain at rate; 0 = default
 	QueuePkts int     `yaml:"queue_pkts"` // queue limit in packets (segments); 0 = use queue_ms
+	// LimitPkts bounds the packets the direction holds at once, queued
+	// and in the delay line together, as netem's limit does (Mininet's
+	// TCLink: an HTB class with a netem child, default limit 1000); a
+	// packet arriving at the bound is dropped. 0: no such bound (the
+	// queue limit alone).
+	LimitPkts int `yaml:"limit_pkts"`
 }
 
 // DefaultQueueMS is the queue limit of a rate-limited link that sets neither
@@ -90,6 +96,7 @@ type LinkSpec struct {
 	RateMbit  *float64 `yaml:"rate_mbit"`
 	QueueMS   *float64 `yaml:"queue_ms"`
 	QueuePkts *int     `yaml:"queue_pkts"`
+	LimitPkts *int     `yaml:"limit_pkts"`
 }
 
 // RouteSpec routes the packets between From and To (both directions)
@@ -186,6 +193,9 @@ func (l Link) validate(what string) error {
 	if l.QueuePkts < 0 {
 		return fmt.Errorf("emu: %s: queue_pkts is %d; want >= 0", what, l.QueuePkts)
 	}
+	if l.LimitPkts < 0 {
+		return fmt.Errorf("emu: %s: limit_pkts is %d; want >= 0", what, l.LimitPkts)
+	}
 	return nil
 }
 
@@ -202,6 +212,7 @@ func combine(a, b Link) Link {
 		QueueMS:   minNonZero(a.QueueMS, b.QueueMS),
 	}
 	out.QueuePkts = int(minNonZero(float64(a.QueuePkts), float64(b.QueuePkts)))
+	out.LimitPkts = int(minNonZero(float64(a.LimitPkts), float64(b.LimitPkts)))
 	return out
 }
 
@@ -491,6 +502,9 @@ func (ls LinkSpec) apply(l *Link) {
 	}
 	if ls.QueuePkts != nil {
 		l.QueuePkts = *ls.QueuePkts
+	}
+	if ls.LimitPkts != nil {
+		l.LimitPkts = *ls.LimitPkts
 	}
 }
 

@@ -66,6 +66,11 @@ type Config struct {
 	// per skb on the seed's veth links (emu.Link.JitterGSO); default: per
 	// wire segment.
 	JitterGSO bool
+	// NetemLimit bounds what each direction of the tables' links holds,
+	// queued and in the delay line together, at 1000 packets: netem's
+	// limit as the seed's Mininet links had it (emu.Link.LimitPkts);
+	// default: a 1000-packet queue with the delay line unbounded.
+	NetemLimit bool
 	// RelayCC is the congestion control of the relay's own connections
 	// (the proxy's socket.congestion); default: the table's.
 	RelayCC string

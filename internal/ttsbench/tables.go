@@ -30,25 +30,39 @@ type key struct {
 
 // tableSpec is the seed's topology: client - relay - server, the pair
 // client-server routed through the relay.
-func tableSpec(r Row, cc string, rate float64, jitterGSO bool) *emu.Spec {
-	return &emu.Spec{
-		Name:  "tts",
-		Hosts: []emu.HostSpec{{Name: "c"}, {Name: "r1"}, {Name: "s"}},
-		Links: []emu.LinkSpec{
-			linkSpec("c", "r1", r.D1, r.J1, r.L1, rate, jitterGSO),
-			linkSpec("r1", "s", r.D2, r.J2, r.L2, rate, jitterGSO),
-		},
+func tableSpec(r Row, cc string, cfg *Config) *emu.Spec {
+	l1, l2 := r.link(cfg, true), r.link(cfg, false)
+	spec := &emu.Spec{
+		Name:   "tts",
+		Hosts:  []emu.HostSpec{{Name: "c"}, {Name: "r1"}, {Name: "s"}},
 		Routes: []emu.RouteSpec{{From: "c", To: "s", Via: []string{"r1"}}},
 		TCP:    emu.TCP{Congestion: cc},
 	}
+	for _, e := range []struct {
+		a, b string
+		l    emu.Link
+	}{{"c", "r1", l1}, {"r1", "s", l2}} {
+		ls := linkSpec(e.a, e.b, e.l.DelayMS, e.l.JitterMS, e.l.LossPct, e.l.RateMbit, e.l.JitterGSO)
+		ls.LimitPkts = &e.l.LimitPkts
+		spec.Links = append(spec.Links, ls)
+	}
+	return spec
 }
 
-func (r Row) link(rate float64, first, jitterGSO bool) emu.Link {
+// link is the row's first (client - relay) or second link.
+func (r Row) link(cfg *Config, first bool) emu.Link {
+	l := emu.Link{DelayMS: r.D2, JitterMS: r.J2, LossPct: r.L2, RateMbit: cfg.RateMbit, QueuePkts: netemLimit, Reorder: true, JitterGSO: cfg.JitterGSO}
 	if first {
-		return emu.Link{DelayMS: r.D1, JitterMS: r.J1, LossPct: r.L1, RateMbit: rate, QueuePkts: 1000, Reorder: true, JitterGSO: jitterGSO}
+		l.DelayMS, l.JitterMS, l.LossPct = r.D1, r.J1, r.L1
 	}
-	return emu.Link{DelayMS: r.D2, JitterMS: r.J2, LossPct: r.L2, RateMbit: rate, QueuePkts: 1000, Reorder: true, JitterGSO: jitterGSO}
+	if cfg.NetemLimit {
+		l.LimitPkts = netemLimit
+	}
+	return l
 }
+
+// netemLimit is netem's default limit (packets), Mininet's TCLink queue.
+const netemLimit = 1000
 
 // RunTables runs the seed's rows: for every congestion control one world,
 // the rows one after another (links changed in place), trials x modes
@@ -67,7 +81,7 @@ func RunTables(ctx context.Context, cfg Config) (*TableResult, error) {
 }
 
 func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) error {
-	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg.RateMbit, cfg.JitterGSO), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
+	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
 	if err != nil {
 		return err
 	}
@@ -96,10 +110,10 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 		Split: split[0],
 	}
 	for ri, row := range cfg.Rows {
-		if err := w.SetLink("c", "r1", row.link(cfg.RateMbit, true, cfg.JitterGSO)); err != nil {
+		if err := w.SetLink("c", "r1", row.link(cfg, true)); err != nil {
 			return err
 		}
-		if err := w.SetLink("r1", "s", row.link(cfg.RateMbit, false, cfg.JitterGSO)); err != nil {
+		if err := w.SetLink("r1", "s", row.link(cfg, false)); err != nil {
 			return err
 		}
 		start := time.Now()
