@@ -24,6 +24,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	parallel := fs.Int("parallel", proxybench.DefaultConnParallel, "parallel clients in the connections-per-second test")
 	payload := fs.Int("payload", proxybench.DefaultConnPayload, "bytes sent per short connection")
 	connCPU := fs.Float64("conn-cpu", proxybench.DefaultConnCPU, "CPU budget per relay (CPUs) for a second connections-per-second test at equal CPU, via a cgroup quota (root); negative skips it")
+	capPeriod := fs.Duration("cap-period", proxybench.DefaultCapPeriod, "CFS period of the equal-CPU test's cgroups (the quota is -conn-cpu x this period)")
 	lat := fs.Int("lat-conns", proxybench.DefaultLatConns, "back-to-back connections of one client per mode and run for the time per connection (negative: skip)")
 	idle := fs.Int("idle", proxybench.DefaultIdleConns, "idle flows opened to measure memory per connection (negative: skip)")
 	threads := fs.Int("threads", 0, "threads of every relay: mosto's event loops and GOMAXPROCS, tuned HAProxy's nbthread, tuned nginx's workers (default: one per CPU)")
@@ -77,7 +78,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	rep, err := proxybench.Run(ctx, proxybench.Config{
 		Modes: list, Mosto: *mosto, HAProxy: *haproxy, Nginx: *nginx,
 		Bytes: n, Runs: *runs, ConnDuration: *connDur, ConnParallel: *parallel, ConnPayload: *payload,
-		ConnCPU: *connCPU, Threads: *threads, CoreHour: *coreHour, LatConns: *lat, IdleConns: *idle, Dir: *dir, Log: env.Log,
+		ConnCPU: *connCPU, CapPeriod: *capPeriod, Threads: *threads, CoreHour: *coreHour, LatConns: *lat, IdleConns: *idle, Dir: *dir, Log: env.Log,
 	})
 	if rep == nil {
 		return err

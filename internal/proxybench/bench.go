@@ -34,6 +34,9 @@ type Config struct {
 	// second connection-rate test, so conn/s compares relays at equal CPU
 	// (a cgroup CPU quota; needs root). 0 takes the default, < 0 skips it.
 	ConnCPU float64
+	// CapPeriod is the CFS period of those cgroups (default
+	// DefaultCapPeriod).
+	CapPeriod time.Duration
 
 	IdleConns int // idle flows for memory per connection (default 5000; < 0 skips)
 
@@ -136,6 +139,9 @@ func (c *Config) fill() {
 	}
 	if c.ConnCPU == 0 {
 		c.ConnCPU = DefaultConnCPU
+	}
+	if c.CapPeriod <= 0 {
+		c.CapPeriod = DefaultCapPeriod
 	}
 	if c.Threads <= 0 {
 		c.Threads = runtime.NumCPU()
@@ -370,7 +376,7 @@ func capPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*r
 		if len(r.procs) == 0 {
 			continue
 		}
-		cc, err := newCPUCap()
+		cc, err := newCPUCap(cfg.CapPeriod)
 		if err != nil {
 			return err
 		}
@@ -391,7 +397,7 @@ func capPhase(ctx context.Context, cfg Config, rep *Report, relays map[string]*r
 	// bound the capped relays (session 6: relays at 0.13-0.23 of 0.5 CPU
 	// without it, 0.39-0.44 with it). The relays were started before and
 	// stay in their own cgroups.
-	lg, err := newCPUCap()
+	lg, err := newCPUCap(cfg.CapPeriod)
 	if err != nil {
 		return err
 	}

@@ -20,14 +20,23 @@ type cpuCap struct {
 	dir    string // the cgroup's directory
 	parent string // where its processes go back on remove
 	v2     bool
+	period time.Duration
 }
 
-// capPeriod is the CFS period: short, so a capped relay is throttled in
-// small slices rather than stalled for tens of milliseconds.
-const capPeriod = 10 * time.Millisecond
+// DefaultCapPeriod is the CFS period of the capped cgroups. The kernel
+// hands a cgroup's quota to its CPUs in slices of 5 ms
+// (sched_cfs_bandwidth_slice_us): with a 10 ms period and 0.5 CPU (5 ms
+// of quota) the first CPU to run takes the whole quota, so a relay with
+// two threads was throttled unevenly (HAProxy used 0.43 of its 0.5 CPU).
+// A 100 ms period holds ten slices per CPU budget.
+const DefaultCapPeriod = 100 * time.Millisecond
 
-// newCPUCap creates an unlimited cgroup for the relays.
-func newCPUCap() (*cpuCap, error) {
+// newCPUCap creates an unlimited cgroup for the relays, whose quota will
+// be counted per period (0: DefaultCapPeriod).
+func newCPUCap(period time.Duration) (*cpuCap, error) {
+	if period <= 0 {
+		period = DefaultCapPeriod
+	}
 	var id [4]byte
 	rand.Read(id[:])
 	name := "mosto-bench-" + hex.EncodeToString(id[:])
@@ -39,7 +48,7 @@ func newCPUCap() (*cpuCap, error) {
 		if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte("+cpu"), 0); err != nil {
 			return nil, fmt.Errorf("enable cpu controller: %w", err)
 		}
-		c := &cpuCap{dir: filepath.Join("/sys/fs/cgroup", name), parent: "/sys/fs/cgroup", v2: true}
+		c := &cpuCap{dir: filepath.Join("/sys/fs/cgroup", name), parent: "/sys/fs/cgroup", v2: true, period: period}
 		if err := os.Mkdir(c.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create cgroup: %w", err)
 		}
@@ -49,7 +58,7 @@ func newCPUCap() (*cpuCap, error) {
 	if _, err := os.Stat(filepath.Join(root, "cpu.cfs_quota_us")); err != nil {
 		return nil, errors.New("no cgroup cpu controller (neither v2 nor v1 /sys/fs/cgroup/cpu)")
 	}
-	c := &cpuCap{dir: filepath.Join(root, name), parent: root}
+	c := &cpuCap{dir: filepath.Join(root, name), parent: root, period: period}
 	if err := os.Mkdir(c.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
@@ -81,7 +90,7 @@ const (
 // set limits the cgroup to cpus CPUs (0: unlimited) and gives it the
 // largest CPU weight while capped.
 func (c *cpuCap) set(cpus float64) error {
-	period := capPeriod.Microseconds()
+	period := c.period.Microseconds()
 	quota := int64(cpus * float64(period))
 	weightFile, weight := "cpu.weight", defaultWeightV2
 	if !c.v2 {

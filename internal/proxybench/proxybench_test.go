@@ -135,6 +135,13 @@ func TestWriteMarkdownRatios(t *testing.T) {
 		// Added over direct in the same run: p50 100 vs HAProxy's 200; p99 500 vs 900.
 		"| mosto1 | 200 | 100 | 0.50x haproxy | 0.50x (0.50-0.50) | 500 | 0.56x haproxy | 0.56x (0.56-0.56) | 2 |",
 		"| direct | 100 | - | - | - | 300 | - | - | 0 |",
+		// Headline: per-run ratios against the best tuned peer, target, met.
+		"| single-flow throughput (Gbit/s) | 9.00 | haproxy 5.00 | 1.92x (1.33-2.50) | >= 1.2x | yes |",
+		"| relay CPU s per GB | 0.500 | haproxy 1.000 | 0.50x (0.50-0.50) | <= 0.6x | yes |",
+		"| conn/s at equal CPU (own cgroup each) | 175 at 0.07 0.10 CPU | haproxy 150 at 0.10 0.20 CPU | 1.25x (1.00-1.50) | >= 1.2x | yes |",
+		"| added time per connection, p50 (us) | 100 | haproxy 200 | 0.50x (0.50-0.50) | <= 1.0x | yes |",
+		"| RSS per idle flow (KB) | 8.0 | haproxy 4.0 | 2.00x (2.00-2.00) | <= 1.0x | no |",
+		"| relay CPU cost per delivered TB at $0.054/core-hour | $0.0075 | haproxy $0.0150 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -304,7 +311,7 @@ func TestRotate(t *testing.T) {
 // equal-CPU connection-rate test uses, and removes the cgroup.
 func TestCPUCap(t *testing.T) {
 	testenv.RequirePrivileged(t)
-	cc, err := newCPUCap()
+	cc, err := newCPUCap(0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,6 +187,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		"Ratios are to the best tuned peer of each figure (%s; chains: %s): ratio of medians, and per-run ratio to the better peer of the same run (median, range).\n\n",
 		c.Threads, c.Runs, float64(c.Bytes)/1e9, c.Runs, c.ConnDuration, c.ConnParallel, c.ConnPayload, idle,
 		strings.Join(tunedPeers, ", "), ModeHAProxy3)
+	r.writeHeadline(w)
 
 	fmt.Fprintf(w, "| mode | Gbit/s (median) | runs | vs best peer | per-run ratio | relay CPU s/GB | vs best peer | per-run ratio | relay $/TB at $%.3f/core-hour |\n", c.CoreHour)
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -223,7 +224,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	} else if c.ConnCPU > 0 && slices.ContainsFunc(r.Results, func(res *Result) bool { return len(res.CappedConnPerS) > 0 }) {
 		fmt.Fprintf(w, "Conn/s at equal CPU: every relay in a CPU cgroup of its own held to %.2f CPU (CPU quota, %v period), %d threads each, same clients. "+
 			"Where a relay used its whole budget (CPU used = cap) it was the bottleneck and conn/s is its capacity per CPU; "+
-			"below the cap the machine was too busy to give it that much. The per-run ratio is the headline.\n\n", c.ConnCPU, capPeriod, c.Threads)
+			"below the cap the machine was too busy to give it that much. The per-run ratio is the headline.\n\n", c.ConnCPU, c.CapPeriod, c.Threads)
 		fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs best peer | per-run ratio | relay CPU s per 1k conns | vs best peer | CPU used per run (CPUs) |")
 		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- |")
 		for _, res := range r.Results {
@@ -285,4 +286,89 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nElapsed %v. mosto3 is three chained daemons (InP, TrP, EgP), haproxy3 three chained tuned HAProxy processes; their CPU and RSS are the sums of the three. "+
 		"CPU is utime+stime of each relay's process tree from /proc/PID/stat; RSS sums the tree.\n", r.Elapsed.Round(time.Second))
+}
+
+// pairedMedian returns the median of the per-run ratios a[i]/b[i] (0 when
+// no run has both).
+func pairedMedian(a, b []float64) float64 {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 && b[i] > 0 {
+			rs = append(rs, a[i]/b[i])
+		}
+	}
+	return median(rs)
+}
+
+// capUsed returns the CPUs a relay used per run of the equal-CPU test.
+func capUsed(res *Result) []float64 {
+	var used []float64
+	for i := range min(len(res.CappedConnPerS), len(res.CappedCPUPer1k)) {
+		used = append(used, res.CappedConnPerS[i]*res.CappedCPUPer1k[i]/1000)
+	}
+	return used
+}
+
+// writeHeadline writes, for each single mosto relay, issue 18's figures
+// against the best tuned peer of each run: the per-run (paired) ratio,
+// the target and whether its median reaches it.
+func (r *Report) writeHeadline(w io.Writer) {
+	type row struct {
+		name   string
+		get    figure
+		higher bool    // a larger value is better
+		target float64 // the ratio to reach
+		format string
+	}
+	rows := []row{
+		{"single-flow throughput (Gbit/s)", fGbps, true, 1.2, "%.2f"},
+		{"relay CPU s per GB", fCPUPerGB, false, 0.6, "%.3f"},
+		{"conn/s at equal CPU (own cgroup each)", fCapConn, true, 1.2, "%.0f"},
+		{"added time per connection, p50 (us)", r.addedLatency(), false, 1.0, "%.0f"},
+		{"idle RSS (MB)", func(res *Result) []float64 { return scalar(float64(res.IdleRSS) / 1e6) }, false, 1.0, "%.1f"},
+		{"RSS per idle flow (KB)", func(res *Result) []float64 { return scalar(res.PerConn / 1e3) }, false, 1.0, "%.1f"},
+	}
+	for _, mode := range []string{ModeMosto1, ModeMosto1G} {
+		res := r.find(mode)
+		if res == nil || res.Err != "" {
+			continue
+		}
+		fmt.Fprintf(w, "**Headline: %s against the best tuned peer of each run** (per-run ratio: each run against the better of %s in the same run; median and range).\n\n",
+			mode, strings.Join(tunedPeers, " and "))
+		fmt.Fprintln(w, "| figure | "+mode+" (median) | best tuned peer (median) | per-run ratio | target | met |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+		for _, x := range rows {
+			v := x.get(res)
+			p := r.ref(mode, x.get, x.higher)
+			if len(v) == 0 || p.name == "" {
+				continue
+			}
+			pr := pairedMedian(v, p.runs)
+			met := "no"
+			if (x.higher && pr >= x.target) || (!x.higher && pr <= x.target) {
+				met = "yes"
+			}
+			if pr == 0 {
+				met = "-"
+			}
+			op := "<="
+			if x.higher {
+				op = ">="
+			}
+			mine, theirs := num(median(v), x.format), fmt.Sprintf("%s %s", p.name, num(p.med, x.format))
+			if x.name == "conn/s at equal CPU (own cgroup each)" {
+				mine += fmt.Sprintf(" at %s CPU", runList(capUsed(res), "%.2f"))
+				if peer := r.find(p.name); peer != nil {
+					theirs += fmt.Sprintf(" at %s CPU", runList(capUsed(peer), "%.2f"))
+				}
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s %.1fx | %s |\n", x.name, mine, theirs, paired(v, p.runs), op, x.target, met)
+		}
+		cost := r.ref(mode, fCPUPerGB, false)
+		if c := median(res.CPUPerGB); c > 0 && cost.name != "" {
+			fmt.Fprintf(w, "| relay CPU cost per delivered TB at $%.3f/core-hour | $%.4f | %s $%.4f | - | seed 001: relay VMs $%.3f/TB, CloudFront $%.2f/TB | - |\n",
+				r.Config.CoreHour, DollarsPerTB(c, r.Config.CoreHour), cost.name, DollarsPerTB(cost.med, r.Config.CoreHour), seedRelaysPerTb*8, seedCloudFrontPerTb*8)
+		}
+		fmt.Fprintln(w)
+	}
 }
