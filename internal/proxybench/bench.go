@@ -84,9 +84,16 @@ type Result struct {
 
 	Gbps     []float64 // one per throughput run
 	CPUPerGB []float64 // relay CPU seconds per GB moved, per run
-	ConnPerS []float64 // one per run
-	ConnFail int64
-	CPUPer1k []float64 // relay CPU seconds per 1000 connections, per run
+	// LoadCPUPerGB is the CPU seconds per GB of this process (the client
+	// and the sink), and BusyCPUs the machine's CPUs busy on average, per
+	// throughput run: with every CPU busy the machine, not the relay,
+	// bounds the rate (Gbit/s ~ CPUs / (relay + load generator CPU per
+	// GB) on loopback).
+	LoadCPUPerGB []float64
+	BusyCPUs     []float64
+	ConnPerS     []float64 // one per run
+	ConnFail     int64
+	CPUPer1k     []float64 // relay CPU seconds per 1000 connections, per run
 	// CappedConnPerS and CappedCPUPer1k are the same test with the relay
 	// held to Config.ConnCPU CPUs.
 	CappedConnPerS []float64
@@ -228,8 +235,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				continue
 			}
 			cpu0, _ := r.usage()
+			self0 := selfCPU()
+			busy0, total0 := machineCPU()
 			d, err := transfer(ctx, r.entry, cfg.Bytes, buf)
 			cpu1, _ := r.usage()
+			self1 := selfCPU()
+			busy1, total1 := machineCPU()
 			if err == nil {
 				err = r.exited()
 			}
@@ -243,7 +254,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			gbps := float64(cfg.Bytes) * 8 / d.Seconds() / 1e9
 			res.Gbps = append(res.Gbps, gbps)
-			res.CPUPerGB = append(res.CPUPerGB, (cpu1-cpu0).Seconds()/(float64(cfg.Bytes)/1e9))
+			gb := float64(cfg.Bytes) / 1e9
+			res.CPUPerGB = append(res.CPUPerGB, (cpu1-cpu0).Seconds()/gb)
+			res.LoadCPUPerGB = append(res.LoadCPUPerGB, (self1-self0).Seconds()/gb)
+			if total1 > total0 {
+				res.BusyCPUs = append(res.BusyCPUs, float64(runtime.NumCPU())*float64(busy1-busy0)/float64(total1-total0))
+			}
 			cfg.Log.Info("throughput", "mode", res.Mode, "run", run+1, "gbps", fmt.Sprintf("%.2f", gbps),
 				"cpu_s_per_gb", fmt.Sprintf("%.3f", res.CPUPerGB[len(res.CPUPerGB)-1]))
 		}

@@ -163,3 +163,40 @@ func parseSwitches(b []byte) int64 {
 	}
 	return n
 }
+
+// machineCPU returns the busy and the total CPU time of the machine, all
+// CPUs summed, from the first line of /proc/stat (busy: user, nice,
+// system, irq, softirq, steal; total adds idle and iowait).
+func machineCPU() (busy, total time.Duration) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	return parseMachineCPU(b)
+}
+
+func parseMachineCPU(b []byte) (busy, total time.Duration) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	var v [8]int64
+	for i := range v {
+		v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+	}
+	// user nice system idle iowait irq softirq steal
+	b0 := v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+	t0 := b0 + v[3] + v[4]
+	return time.Duration(b0) * time.Second / clockTick, time.Duration(t0) * time.Second / clockTick
+}
+
+// selfCPU returns the CPU time of this process (the load generators and
+// the sink), without its children (the relays).
+func selfCPU() time.Duration {
+	st, err := readStat(os.Getpid())
+	if err != nil {
+		return 0
+	}
+	return st.cpu
+}

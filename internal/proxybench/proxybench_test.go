@@ -110,12 +110,23 @@ func FuzzParseSwitches(f *testing.F) {
 	})
 }
 
+func TestParseMachineCPU(t *testing.T) {
+	busy, total := parseMachineCPU([]byte("cpu  100 20 30 400 5 6 7 8 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"))
+	// busy: user+nice+system+irq+softirq+steal = 171 ticks; total adds idle and iowait: 576.
+	if busy != 1710*time.Millisecond || total != 5760*time.Millisecond {
+		t.Errorf("parseMachineCPU = %v, %v; want 1.71s, 5.76s", busy, total)
+	}
+	if b, tt := parseMachineCPU([]byte("intr 1 2\n")); b != 0 || tt != 0 {
+		t.Errorf("parseMachineCPU(no cpu line) = %v, %v; want 0, 0", b, tt)
+	}
+}
+
 func TestWriteMarkdownRatios(t *testing.T) {
 	rep := &Report{
 		Config: Config{Runs: 2, Bytes: 1e9, ConnParallel: 4, ConnDuration: time.Second, ConnPayload: 64, IdleConns: 10, ConnCPU: 0.5, Threads: 2, CoreHour: 0.054},
 		Results: []*Result{
 			{Mode: ModeHAProxy, Gbps: []float64{4, 6}, CPUPerGB: []float64{1, 1}, ConnPerS: []float64{1000}, CPUPer1k: []float64{0.2}, SwitchesPerConn: []float64{1}, CappedConnPerS: []float64{100, 200}, CappedCPUPer1k: []float64{1, 1}, LatP50: []float64{300}, LatP99: []float64{900}, IdleRSS: 10e6, IdleAnon: 4e6, PerConn: 4000},
-			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, SwitchesPerConn: []float64{2.5, 1.5, 3}, CappedConnPerS: []float64{150, 200}, CappedCPUPer1k: []float64{0.5, 0.5}, LatP50: []float64{200, 210, 150}, LatP99: []float64{500}, LatFail: 2, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
+			{Mode: ModeMosto1, Gbps: []float64{10, 8}, CPUPerGB: []float64{0.5, 0.5}, LoadCPUPerGB: []float64{0.6, 0.8}, BusyCPUs: []float64{1.9, 2}, ConnPerS: []float64{500}, CPUPer1k: []float64{0.4}, SwitchesPerConn: []float64{2.5, 1.5, 3}, CappedConnPerS: []float64{150, 200}, CappedCPUPer1k: []float64{0.5, 0.5}, LatP50: []float64{200, 210, 150}, LatP99: []float64{500}, LatFail: 2, IdleRSS: 5e6, IdleAnon: 2e6, PerConn: 8000},
 			{Mode: ModeNginx, Err: "nginx not installed"},
 			{Mode: ModeDirect, LatP50: []float64{100}, LatP99: []float64{300}},
 		},
@@ -126,7 +137,7 @@ func TestWriteMarkdownRatios(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		// 0.5 s/GB at $0.054/core-hour: 0.5*1000/3600*0.054 = $0.0075/TB.
-		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x haproxy | 1.92x (1.33-2.50) | 0.500 | 0.50x haproxy | 0.50x (0.50-0.50) | 0.0075 |",
+		"| mosto1 | 9.00 | 10.00 8.00 | 1.80x haproxy | 1.92x (1.33-2.50) | 0.500 | 0.50x haproxy | 0.50x (0.50-0.50) | 0.0075 | 0.700 | 1.90 2.00 |",
 		"| mosto1 | 500 | 500 | 0.50x haproxy | 0.50x (0.50-0.50) | 0 | 0.400 | 2.00x haproxy | 2.50 | 2.50x haproxy |",
 		// Capped: medians 175 vs 150; per-run ratios 1.5 and 1.0; CPU used 0.075 and 0.1.
 		"| mosto1 | 175 | 150 200 | 1.17x haproxy | 1.25x (1.00-1.50) | 0.500 | 0.50x haproxy | 0.07 0.10 |",

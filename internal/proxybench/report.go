@@ -3,6 +3,7 @@ package proxybench
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -189,8 +190,8 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		strings.Join(tunedPeers, ", "), ModeHAProxy3)
 	r.writeHeadline(w)
 
-	fmt.Fprintf(w, "| mode | Gbit/s (median) | runs | vs best peer | per-run ratio | relay CPU s/GB | vs best peer | per-run ratio | relay $/TB at $%.3f/core-hour |\n", c.CoreHour)
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintf(w, "| mode | Gbit/s (median) | runs | vs best peer | per-run ratio | relay CPU s/GB | vs best peer | per-run ratio | relay $/TB at $%.3f/core-hour | load generator CPU s/GB | machine CPUs busy |\n", c.CoreHour)
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, res := range r.Results {
 		g, cpu := median(res.Gbps), median(res.CPUPerGB)
 		rg, rc := r.ref(res.Mode, fGbps, true), r.ref(res.Mode, fCPUPerGB, false)
@@ -198,13 +199,16 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		if res.Mode == ModeDirect {
 			cpuS, cpuR, cpuP, cost = "(no relay)", "-", "-", "-"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", res.Mode, num(g, "%.2f"), runList(res.Gbps, "%.2f"),
-			rg.vs(g), paired(res.Gbps, rg.runs), cpuS, cpuR, cpuP, cost)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", res.Mode, num(g, "%.2f"), runList(res.Gbps, "%.2f"),
+			rg.vs(g), paired(res.Gbps, rg.runs), cpuS, cpuR, cpuP, cost, num(median(res.LoadCPUPerGB), "%.3f"), runList(res.BusyCPUs, "%.2f"))
 	}
 	fmt.Fprintf(w, "\nCost: relay CPU seconds per GB x 1000 / 3600 x the core-hour price (-core-hour; default seed 001's EC2 m4.large, $0.108/h for 2 cores), "+
 		"CPU only (no bandwidth, no idle capacity). Seed 001: CloudFront $%.4f/Tb = $%.2f/TB (request price at 500 KB per request), "+
-		"three relay VMs $%.3f/Tb = $%.3f/TB (10 Gbit/s per core assumed).\n\n",
-		seedCloudFrontPerTb, seedCloudFrontPerTb*8, seedRelaysPerTb, seedRelaysPerTb*8)
+		"three relay VMs $%.3f/Tb = $%.3f/TB (10 Gbit/s per core assumed). "+
+		"Load generator: this process (the client and the sink) per GB; machine CPUs busy: the average over each run from /proc/stat, "+
+		"of %d CPUs: where it is near all of them, client, relay and sink share a saturated machine and Gbit/s is about CPUs / (relay + load generator CPU s/GB), "+
+		"not the relay's own limit.\n\n",
+		seedCloudFrontPerTb, seedCloudFrontPerTb*8, seedRelaysPerTb, seedRelaysPerTb*8, runtime.NumCPU())
 
 	fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs best peer | per-run ratio | failed | relay CPU s per 1k conns | vs best peer | context switches per conn | vs best peer |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
