@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // Veth modes.
@@ -363,24 +365,26 @@ func procCPU(cs ...*exec.Cmd) time.Duration {
 	return t
 }
 
-// progRuntime sums run_time_ns of the xlate programs (bpftool).
+// progRuntime sums the run time of the xlate programs loaded on this host
+// (kernel.bpf_stats_enabled), read with the bpf syscall (bpftool may be
+// absent: session 9's eBPF column read 0 without it).
 func progRuntime() time.Duration {
-	out, err := exec.Command("bpftool", "prog", "show", "-j").Output()
-	if err != nil {
-		return 0
-	}
-	var progs []struct {
-		Name    string `json:"name"`
-		RunTime int64  `json:"run_time_ns"`
-	}
-	if json.Unmarshal(out, &progs) != nil {
-		return 0
-	}
-	var t int64
-	for _, p := range progs {
-		if strings.HasPrefix(p.Name, "xlate_") {
-			t += p.RunTime
+	var t time.Duration
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return t
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		info, ierr := p.Info()
+		st, serr := p.Stats()
+		p.Close()
+		if ierr == nil && serr == nil && strings.HasPrefix(info.Name, "xlate_") {
+			t += st.Runtime
 		}
 	}
-	return time.Duration(t)
 }
