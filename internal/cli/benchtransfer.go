@@ -49,6 +49,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	offload := fs.Int64("fep-offload", 0, "lever: every proxy joins its own legs in the kernel (eBPF, docs/offload.md) after this many bytes of a flow (offload mode bytes); 0: off")
 	offloadNoBound := fs.Bool("fep-offload-nobound", false, "with --fep-offload: pause a due flow at once and drain whatever the proxy holds (offload.no_bound; the default bounds it first)")
 	offloadMode := fs.String("fep-offload-mode", "bytes", "with --fep-offload: the proxies' offload.mode (bytes: after --fep-offload bytes; slow-start: once a leg left slow start, or after --fep-offload bytes)")
+	offloadAgeRTTs := fs.Int("fep-offload-age-rtts", 0, "with --fep-offload: offload.age_rtts (hold an offload until the flow lasted this many joined RTTs; 0: the proxies' default 20, -1: never hold)")
 	offloadJoinShort := fs.Bool("fep-offload-join-short", false, "with --fep-offload: offload.join_short (join even when a window would limit the joined flow; the default holds such an offload back)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
 	cdnHost := fs.String("cdn-host", "", "host of the CDN front-end (default: the client's host, 0 RTT from the client; \"inp\": the ingress FEP's host, a CDN edge at mosto's InP site)")
@@ -201,7 +202,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	defer w.Close()
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
-			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode, OffloadJoinShort: *offloadJoinShort},
+			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode, OffloadJoinShort: *offloadJoinShort, OffloadAgeRTTs: *offloadAgeRTTs},
 		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw, EndICW: *endICW, EndRTT: *endRTT}, CDNHost: *cdnHost}
 	if *offload > 0 {
 		// Keep the proxies' configs and logs with the results (what each
@@ -255,11 +256,11 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 		if oerr != nil {
 			return errors.Join(err, oerr)
 		}
-		offloadNote = "Offload counters after the run (per FEP: handovers tried / joined in the kernel / refused; flows held back by the receiver's / the sender's window / loss):"
+		offloadNote = "Offload counters after the run (per FEP: handovers tried / joined in the kernel / refused; flows held back as young / by the receiver's / the sender's window / loss):"
 		for _, f := range slices.Sorted(maps.Keys(oc)) {
 			c := oc[f]
-			offloadNote += fmt.Sprintf(" %s %.0f/%.0f/%.0f held %.0f/%.0f/%.0f;", f, c["handovers"], c["joined"], c["refused"],
-				c["held_receiver_window"], c["held_sender_window"], c["held_loss"])
+			offloadNote += fmt.Sprintf(" %s %.0f/%.0f/%.0f held %.0f/%.0f/%.0f/%.0f;", f, c["handovers"], c["joined"], c["refused"],
+				c["held_young"], c["held_receiver_window"], c["held_sender_window"], c["held_loss"])
 		}
 		offloadNote += "\n\n"
 	}
@@ -299,8 +300,8 @@ func tuningNote(c scenario.Config, cdn bool) string {
 	if icw == 0 {
 		icw = 10
 	}
-	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off; mode %q, no_bound %v, join_short %v). ",
-		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload, t.OffloadMode, t.OffloadNoBound, t.OffloadJoinShort)
+	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off; mode %q, no_bound %v, join_short %v, age_rtts %d). ",
+		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload, t.OffloadMode, t.OffloadNoBound, t.OffloadJoinShort, t.OffloadAgeRTTs)
 	switch {
 	case !cdn:
 		s += "No CDN front-end. "

@@ -148,6 +148,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	go drain(c1, &got, &watch, &maxGap)
 	snd := <-sender
 
+	born := time.Now() // the flow's start, for the policy's age rule
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	n := int(cfg.Duration / cfg.Interval)
@@ -198,7 +199,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 					// flow, then it bounds what the relay holds; up to the
 					// flow's end.
 					due := time.Now()
-					w := relay.NewOffloadWatcher(a, b, relay.OffloadConfig{NoBound: cfg.Mode == ModeNoBound}, cfg.Log)
+					w := relay.NewOffloadWatcher(a, b, born, relay.OffloadConfig{NoBound: cfg.Mode == ModeNoBound}, cfg.Log)
 					for {
 						ready, wait, held, err := w.Step()
 						if err != nil {

@@ -169,7 +169,8 @@ func TestSenderShort(t *testing.T) {
 }
 
 // TestHoldRules: the default policy holds a due offload back while the
-// sender's or the receiver's window would limit the joined flow, counts
+// flow is younger than age_rtts joined RTTs, or while the sender's or the
+// receiver's window would limit the joined flow, counts
 // each reason once per flow, and never bounds a held flow; offload.join_short
 // joins regardless; a flow already bounded is not held again (the bound
 // changed what the rules measure).
@@ -229,6 +230,29 @@ func TestHoldRules(t *testing.T) {
 	st.rateBased = [2]bool{true, true}
 	if o.decide(p, st, true); st.bounding != 1 {
 		t.Error("a BBR sender with equal legs was held back")
+	}
+	p.unbound()
+
+	// A flow younger than age_rtts joined RTTs (20 x 50 ms) waits; with
+	// age_rtts -1 it does not.
+	grownSt := func() *watchState { st := newState(grown); st.born = time.Now(); return st }
+	st = grownSt()
+	if o.decide(p, st, true) || st.bounding != 0 {
+		t.Error("a flow 0 s old on a 50 ms path was not held back")
+	}
+	if got := o.stats(); got.HeldYoung != 1 {
+		t.Errorf("held as young = %d, want 1", got.HeldYoung)
+	}
+	st = grownSt()
+	st.born = time.Now().Add(-2 * time.Second)
+	if o.decide(p, st, true); st.bounding != 1 {
+		t.Error("a flow 2 s old (40 joined RTTs) was held back")
+	}
+	p.unbound()
+	oa := &offloader{cfg: OffloadConfig{AgeRTTs: -1}, log: slog.New(slog.DiscardHandler)}
+	st = grownSt()
+	if oa.decide(p, st, true); st.bounding != 1 {
+		t.Error("age_rtts -1: a young flow was held back")
 	}
 	p.unbound()
 

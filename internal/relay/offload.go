@@ -93,6 +93,21 @@ type OffloadConfig struct {
 	// keeps a window of twice its bandwidth x minimum RTT, a loss-based one
 	// (cubic, reno) about what it has in flight (senderShort).
 	PeerCC string `yaml:"peer_cc"`
+	// AgeRTTs holds a due offload back until the flow has lasted this
+	// many joined (minimum) RTTs (default 20; -1: never): a join costs the
+	// flow about one joined RTT of goodput (the handover's gap), and the
+	// relay, which does not know how much is left, takes the time the flow
+	// has lasted as its estimate, so the gap stays within 1/AgeRTTs of it
+	// (young). Joins under minRuleRTT are never held.
+	AgeRTTs int `yaml:"age_rtts"`
+}
+
+// ageRTTs resolves AgeRTTs (0: the default).
+func (c OffloadConfig) ageRTTs() int {
+	if c.AgeRTTs == 0 {
+		return 20
+	}
+	return c.AgeRTTs
 }
 
 // attempts and backoff resolve the retry settings.
@@ -169,6 +184,9 @@ func (c OffloadConfig) validate() error {
 	if c.AfterBytes < 0 || c.MaxFlows < 0 || c.Timeout < 0 || c.Linger < 0 || c.Attempts < 0 || c.RetryBackoff < 0 {
 		return errors.New("offload: after_bytes, max_flows, timeout, linger, attempts and retry_backoff must not be negative")
 	}
+	if c.AgeRTTs < -1 {
+		return errors.New("offload.age_rtts: want -1 (never hold), 0 (default 20) or more")
+	}
 	if c.PinDir != "" && c.PinDir != "off" && !filepath.IsAbs(c.PinDir) {
 		return fmt.Errorf("offload.pin_dir: %q, want an absolute path or off", c.PinDir)
 	}
@@ -185,14 +203,15 @@ type offloader struct {
 	tried, joined, refused, retried, final atomic.Uint64
 	// Flows whose due offload was held back, by reason (each flow counted
 	// once per reason): loss (keepSplit), the receiver's window
-	// (windowShort), the sender's window (senderShort).
-	heldLoss, heldRcvWnd, heldSndWnd atomic.Uint64
+	// (windowShort), the sender's window (senderShort), its age (young).
+	heldLoss, heldRcvWnd, heldSndWnd, heldYoung atomic.Uint64
 }
 
 // offloadStats are an offloader's handover counters.
 type offloadStats struct {
 	Tried, Joined, Refused, Retried, Final uint64
 	HeldLoss, HeldRcvWnd, HeldSndWnd       uint64
+	HeldYoung                              uint64
 }
 
 // offloadMetrics exports the handover counters of the running offloader
@@ -216,6 +235,8 @@ func (s *Server) offloadMetrics() {
 			func(st offloadStats) uint64 { return st.HeldRcvWnd }},
 		{"mosto_relay_offload_held_sender_window_total", "Flows whose due offload was held back: a sender's window would limit the joined flow.",
 			func(st offloadStats) uint64 { return st.HeldSndWnd }},
+		{"mosto_relay_offload_held_young_total", "Flows whose due offload was held back: the flow had lasted fewer than offload.age_rtts joined RTTs.",
+			func(st offloadStats) uint64 { return st.HeldYoung }},
 	} {
 		s.m.reg.CounterFunc(metrics.Opts{Name: c.name, Help: c.help}, func() float64 {
 			o := s.offload.Load()
@@ -230,7 +251,8 @@ func (s *Server) offloadMetrics() {
 func (o *offloader) stats() offloadStats {
 	return offloadStats{Tried: o.tried.Load(), Joined: o.joined.Load(), Refused: o.refused.Load(),
 		Retried: o.retried.Load(), Final: o.final.Load(),
-		HeldLoss: o.heldLoss.Load(), HeldRcvWnd: o.heldRcvWnd.Load(), HeldSndWnd: o.heldSndWnd.Load()}
+		HeldLoss: o.heldLoss.Load(), HeldRcvWnd: o.heldRcvWnd.Load(), HeldSndWnd: o.heldSndWnd.Load(),
+		HeldYoung: o.heldYoung.Load()}
 }
 
 // errPaused ends a copy direction paused for a handover.
@@ -320,6 +342,9 @@ type watchState struct {
 	// bandwidth x minimum RTT (BBR); known once cc is set.
 	rateBased [2]bool
 	cc        bool
+	// born is when the flow started (its first sample, or as the watcher
+	// was told).
+	born time.Time
 	// bounding counts the samples since the flow became due and the relay
 	// started bounding what it holds (see bound); 0: not due yet.
 	bounding int
@@ -334,6 +359,9 @@ type watchState struct {
 // (about one RTT), ok is false when a connection cannot be read (closed).
 func (o *offloader) sample(p *pipe, st *watchState) (due bool, wait time.Duration, ok bool) {
 	wait = 10 * time.Millisecond
+	if st.born.IsZero() {
+		st.born = time.Now()
+	}
 	for i, c := range []*net.TCPConn{p.down, p.up} {
 		cur, ok := readCC(c)
 		if !ok {
@@ -389,6 +417,7 @@ const (
 	holdLoss      = "loss"
 	holdRcvWindow = "receiver-window"
 	holdSndWindow = "sender-window"
+	holdYoung     = "young"
 )
 
 // hold reports why the due flow sampled in st should not be joined yet
@@ -403,6 +432,13 @@ func (o *offloader) hold(st *watchState) string {
 		if keep, est, rate := keepSplit(st.prev); keep {
 			reason = holdLoss
 			attrs = []any{"joined_estimate_mbit", est / 1e6, "relayed_mbit", rate / 1e6}
+		}
+	}
+	if reason == "" && o.cfg.ageRTTs() > 0 {
+		joined := st.prev[0].baseRTT() + st.prev[1].baseRTT()
+		if age := time.Since(st.born); joined >= minRuleRTT && age < time.Duration(o.cfg.ageRTTs())*joined {
+			reason = holdYoung
+			attrs = []any{"age", age, "joined_min_rtt", joined, "age_rtts", o.cfg.ageRTTs()}
 		}
 	}
 	if reason == "" && !o.cfg.JoinShort {
@@ -431,6 +467,8 @@ func (o *offloader) hold(st *watchState) string {
 		o.heldRcvWnd.Add(1)
 	case holdSndWindow:
 		o.heldSndWnd.Add(1)
+	case holdYoung:
+		o.heldYoung.Add(1)
 	}
 	if o.log != nil {
 		o.log.Debug("offload held back", append([]any{"reason", reason}, attrs...)...)
@@ -519,13 +557,15 @@ type OffloadWatcher struct {
 }
 
 // NewOffloadWatcher watches down (the client's leg) and up (the origin's)
-// with cfg (its Mode and AfterBytes are ignored); log may be nil.
-func NewOffloadWatcher(down, up *net.TCPConn, cfg OffloadConfig, log *slog.Logger) *OffloadWatcher {
+// of a flow that started at born, with cfg (its Mode and AfterBytes are
+// ignored); log may be nil.
+func NewOffloadWatcher(down, up *net.TCPConn, born time.Time, cfg OffloadConfig, log *slog.Logger) *OffloadWatcher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg.Mode, cfg.AfterBytes = OffloadBytes, 1
-	return &OffloadWatcher{o: offloader{cfg: cfg, log: log}, p: pipe{down: down, up: up, log: log.Debug}}
+	return &OffloadWatcher{o: offloader{cfg: cfg, log: log}, p: pipe{down: down, up: up, log: log.Debug},
+		st: watchState{born: born}}
 }
 
 // Step samples once: ready reports that the flow may pause for its

@@ -140,6 +140,8 @@ type Tune struct {
 	OffloadMode string
 	// OffloadJoinShort: offload.join_short on the proxies (join even when a window would limit the joined flow).
 	OffloadJoinShort bool
+	// OffloadAgeRTTs: offload.age_rtts on the proxies (0: their default).
+	OffloadAgeRTTs int
 }
 
 // Scenario is a running experiment in a world.
@@ -465,6 +467,9 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			}
 			if s.cfg.Tune.OffloadJoinShort {
 				pc.Offload["join_short"] = true
+			}
+			if n := s.cfg.Tune.OffloadAgeRTTs; n != 0 {
+				pc.Offload["age_rtts"] = n
 			}
 			if s.cfg.Tune.OffloadNoBound {
 				pc.Offload["no_bound"] = true
