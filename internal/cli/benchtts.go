@@ -39,6 +39,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	relaySysctl := fs.String("relay-sysctl", "", "sysctls set only in the relay hosts (their own legs), comma-separated, after --sysctl (e.g. net.ipv4.tcp_sack=0)")
 	relayNoSACK := fs.Bool("relay-nosack", false, "the tproxy entry's no_sack: the legs of intercepted flows run without SACK (dupACK loss detection with adaptive reordering; for the jitter rows)")
 	netemLimit := fs.Bool("netem-limit", false, "tables: each link direction holds at most 1000 packets queued and delayed together, as netem's limit on the seed's Mininet links (default: a 1000-packet queue, the delay line unbounded)")
+	pepsal := fs.String("pepsal", "", "path of a PEPsal binary (github.com/CNES/pepsal, built by you) for the pepsal mode: the peer on the relay host behind its own TPROXY rules")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench tts [--trials N] [--only tables,grid] [flags]\n\nNeeds root. See docs/tts.md.")
 		fs.PrintDefaults()
@@ -97,6 +98,9 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	var ms []ttsbench.Mode
 	for _, m := range strings.Split(*modes, ",") {
 		ms = append(ms, ttsbench.Mode(strings.TrimSpace(m)))
+		if ms[len(ms)-1] == ttsbench.PEPsal && *pepsal == "" {
+			return usageErrorf("--modes pepsal needs --pepsal PATH (a PEPsal binary)")
+		}
 	}
 	rtts, err := parseFloats(*gridRTTs)
 	if err != nil {
@@ -127,7 +131,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	cfg := ttsbench.Config{
 		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
 		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
-		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, NetemLimit: *netemLimit, JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
+		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())

@@ -22,6 +22,7 @@ func TestBenchTTSUsage(t *testing.T) {
 		{"grid rtts", []string{"--grid-rtts", "x"}, "--grid-rtts"},
 		{"rate", []string{"--rate", "0"}, "--rate"},
 		{"positional", []string{"extra"}, "unexpected"},
+		{"pepsal without binary", []string{"--modes", "e2e,pepsal"}, "--pepsal"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

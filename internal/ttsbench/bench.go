@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/intercept"
 )
 
 // Mode is one way of carrying a flow from the client to the server.
@@ -29,6 +30,10 @@ const (
 	E2E   Mode = "e2e"   // end to end: the on-path hosts only forward
 	TTS   Mode = "tts"   // the on-path proxy's tproxy entry splits the flow transparently
 	Split Mode = "split" // the client connects to the proxy's service entry (explicit relay)
+	// PEPsal is the peer: a PEPsal binary (Config.PEPsal) on the relay
+	// host behind its own TPROXY rules (internal/intercept), transparent
+	// both ways like TTS.
+	PEPsal Mode = "pepsal"
 )
 
 // Ports in the worlds.
@@ -38,6 +43,8 @@ const (
 	portSplit  = 8000  // the explicit relay's service entry
 	portTP     = 15001 // the transparent listener
 	portGrid   = 8100  // grid: server port of segmentation configuration k is portGrid+k
+	portPEPsal = 8090  // server port in PEPsal's interception scope
+	pepsalPort = 5000  // PEPsal's transparent listener (its default)
 )
 
 // Config configures a run.
@@ -77,8 +84,11 @@ type Config struct {
 	// RelayNoSACK runs the legs of intercepted flows without SACK (the
 	// tproxy entry's no_sack); the explicit split relay's legs keep it.
 	RelayNoSACK bool
-	Log         *slog.Logger
-	Progress    io.Writer // one line per finished cell; nil: none
+	// PEPsal is the path of a PEPsal binary (github.com/CNES/pepsal,
+	// built by the user; none is shipped), needed by the pepsal mode.
+	PEPsal   string
+	Log      *slog.Logger
+	Progress io.Writer // one line per finished cell; nil: none
 }
 
 // DefaultSize makes end-to-end TCP take about 5.9 s at 100 Mbit/s on the
@@ -108,8 +118,11 @@ func (c *Config) defaults() error {
 		c.Modes = []Mode{E2E, TTS, Split}
 	}
 	for _, m := range c.Modes {
-		if m != E2E && m != TTS && m != Split {
-			return fmt.Errorf("ttsbench: unknown mode %q (want e2e, tts, split)", m)
+		if m != E2E && m != TTS && m != Split && m != PEPsal {
+			return fmt.Errorf("ttsbench: unknown mode %q (want e2e, tts, split, pepsal)", m)
+		}
+		if m == PEPsal && c.PEPsal == "" {
+			return errors.New("ttsbench: mode pepsal needs the path of a PEPsal binary")
 		}
 	}
 	if c.Rows == nil {
@@ -138,6 +151,7 @@ type lab struct {
 	servers []net.Listener
 	srvWG   sync.WaitGroup
 	procs   []*proc
+	ics     []*intercept.Interception // removed after the processes
 }
 
 func (l *lab) close() {
@@ -153,6 +167,9 @@ func (l *lab) close() {
 			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 			<-p.done
 		}
+	}
+	for _, ic := range l.ics {
+		ic.Remove()
 	}
 	l.w.Close()
 }

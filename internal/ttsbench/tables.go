@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,8 +91,13 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 	if err := l.sysctls(ctx); err != nil {
 		return err
 	}
-	for _, p := range []uint16{portTTS, portDirect} {
+	for _, p := range []uint16{portTTS, portDirect, portPEPsal} {
 		if err := l.serve(ctx, p); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(cfg.Modes, PEPsal) {
+		if err := l.pepsal(ctx, "r1"); err != nil {
 			return err
 		}
 	}
@@ -105,9 +111,10 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 		return err
 	}
 	target := map[Mode]netip.AddrPort{
-		E2E:   netip.AddrPortFrom(s, portDirect),
-		TTS:   netip.AddrPortFrom(s, portTTS),
-		Split: split[0],
+		E2E:    netip.AddrPortFrom(s, portDirect),
+		TTS:    netip.AddrPortFrom(s, portTTS),
+		Split:  split[0],
+		PEPsal: netip.AddrPortFrom(s, portPEPsal),
 	}
 	for ri, row := range cfg.Rows {
 		if err := w.SetLink("c", "r1", row.link(cfg, true)); err != nil {
