@@ -88,9 +88,13 @@ func TestCapRcvbuf(t *testing.T) {
 			}
 			return last
 		}
-		if settle(300*time.Millisecond) == 0 {
-			t.Fatal("nothing arrived")
+		for inq() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("nothing arrived")
+			}
+			time.Sleep(time.Millisecond)
 		}
+		settle(300 * time.Millisecond)
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
 			t.Fatal(err)
 		}
