@@ -58,6 +58,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	endICW := fs.Int("end-icw", -1, "planner model: initial window (segments) of the end segments (client - InP, EgP - origin: fresh connections from untuned hosts) while the chain's links keep --icw; 0: the ends ramp like the chain (default: 10, Linux's window, when --icw is larger, else 0)")
 	endRTT := fs.Float64("end-rtt", -1, "planner model: RTT in `ms` assumed for each end segment with --end-icw (default: the world's client-InP RTT)")
 	coreHour := fs.Float64("core-hour", scenario.DefaultCoreHour, "price of one CPU core-hour in dollars, for the proxies' cost per delivered TB")
+	originWmem := fs.Int("origin-wmem", 0, "the origin's tcp_wmem default (initial send buffer, bytes), the same in every mode: a tuned origin; 0: the kernel's")
+	machineRate := fs.Float64("machine-rate", -1, "the machine's rate in `Mbit/s` along the chain, for the chain's fetch model; -1: measure it with 3 calibration fetches of 12 MB when mosto-chain runs with --fep-initcwnd >= 10000; 0: none")
+	defaultIdle := fs.Duration("cdn-default-idle", scenario.DefaultCDNDefaultIdle, "cdn-default: how long nginx's upstream connection idles before each fetch, with the origin's tcp_slow_start_after_idle=1 during the fetch")
 	cdnIdle := fs.Duration("cdn-idle", 0, "nginx upstream keep-alive idle timeout; cdn-cold waits longer than this (default: 2s with cdn-cold, else 10m so cdn-warm keeps one long-lived connection, the CDN's best case)")
 	realtime := fs.Bool("emu-realtime", false, "run the emulator's threads at real-time priority (steadier delays next to other load on the machine, 30-50% more emulator CPU; docs/emu.md)")
 	fs.Usage = func() {
@@ -107,6 +110,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	if *endICW == 0 {
 		*endRTT = 0
 	}
+	if *originWmem < 0 || math.IsNaN(*machineRate) || *machineRate < -1 {
+		return usageErrorf("--origin-wmem must be >= 0 and --machine-rate -1, 0 or a rate")
+	}
 	if *cdnIdle != 0 && *cdnIdle < time.Millisecond {
 		return usageErrorf("--cdn-idle must be at least 1ms")
 	}
@@ -122,7 +128,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 		for _, k := range scenario.AllModes() {
 			if string(k) == m {
 				modes, ok = append(modes, k), true
-				useCDN = useCDN || k == scenario.CDNWarm || k == scenario.CDNCold
+				useCDN = useCDN || k == scenario.CDNWarm || k == scenario.CDNCold || k == scenario.CDNDefault
 			}
 		}
 		if !ok {
@@ -138,6 +144,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 		if slices.Contains(modes, scenario.CDNCold) {
 			*cdnIdle = 2 * time.Second
 		}
+	}
+	if slices.Contains(modes, scenario.CDNDefault) && *cdnIdle <= *defaultIdle+*defaultIdle/2 {
+		return usageErrorf("--cdn-idle must exceed 1.5 x --cdn-default-idle (%v) with cdn-default; cdn-cold needs a short --cdn-idle, so measure cdn-default in a run without it", *defaultIdle)
 	}
 	var specData []byte
 	if *world == "demo" {
@@ -203,7 +212,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
 			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode, OffloadJoinShort: *offloadJoinShort, OffloadAgeRTTs: *offloadAgeRTTs},
-		TuneCDN: *tuneCDN, Model: pathcomp.Model{ICW: *icw, EndICW: *endICW, EndRTT: *endRTT}, CDNHost: *cdnHost}
+		TuneCDN: *tuneCDN, OriginWmem: *originWmem, Model: pathcomp.Model{ICW: *icw, EndICW: *endICW, EndRTT: *endRTT}, CDNHost: *cdnHost, CDNDefaultIdle: *defaultIdle}
 	if *offload > 0 {
 		// Keep the proxies' configs and logs with the results (what each
 		// proxy's handovers did).
@@ -228,12 +237,24 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	ccNote := congestionNote(w, r.Origin, spec.TCP.Congestion)
 	fmt.Fprintln(env.Stderr, ccNote)
 	for _, m := range modes {
-		if m == scenario.CDNCold || m == scenario.ChainCold || m == scenario.ChainPlain {
+		if m == scenario.CDNCold || m == scenario.CDNDefault || m == scenario.ChainCold || m == scenario.ChainPlain {
 			continue
 		}
 		if _, err := sc.Fetch(ctx, m, sizes[0], 0); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
+	}
+	switch {
+	case *machineRate > 0:
+		sc.SetMachineRate(scenario.MachineRates{Chain: *machineRate * 1e6 / 8})
+	case *machineRate < 0 && *initcwnd >= 10000 && slices.Contains(modes, scenario.Chain):
+		mr, err := sc.MeasureMachineRate(ctx, 3)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stderr, "machine rate (3 calibration fetches of %s each): along the chain %.0f Mbit/s, over one emulated link %.0f Mbit/s\n",
+			transfer.FormatSize(scenario.MachineRateSize), mr.Chain*8/1e6, mr.Link*8/1e6)
+		sc.SetMachineRate(mr)
 	}
 	var rows [][]string
 	start := time.Now()
@@ -314,7 +335,12 @@ func tuningNote(c scenario.Config, cdn bool) string {
 	default:
 		s += "The CDN front-end's host has no levers (--tune-cdn=false). "
 	}
-	s += fmt.Sprintf("The origin has kernel defaults in every mode. Planner model: ICW %d segments on the chain's links", icw)
+	if c.OriginWmem > 0 {
+		s += fmt.Sprintf("The origin has kernel defaults but a tcp_wmem default of %d bytes (its initial send buffer), in every mode. ", c.OriginWmem)
+	} else {
+		s += "The origin has kernel defaults in every mode. "
+	}
+	s += fmt.Sprintf("Planner model: ICW %d segments on the chain's links", icw)
 	switch m := c.Model; {
 	case m.EndICW > 0 && m.EndRTT < 0:
 		s += fmt.Sprintf(", end segments (client - InP, EgP - origin) ICW %d over the world's client-InP RTT", m.EndICW)

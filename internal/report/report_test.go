@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"flag"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -117,5 +118,21 @@ func TestNiceStep(t *testing.T) {
 		if got := niceStep(in); got != want {
 			t.Errorf("niceStep(%v) = %v; want %v", in, got, want)
 		}
+	}
+}
+
+func TestDollarsPerTB(t *testing.T) {
+	// One CPU second per GB is 1000 s per TB: 1000/3600 core-hours.
+	if got := DollarsPerTB(1, 3.6); math.Abs(got-1) > 1e-9 {
+		t.Errorf("DollarsPerTB(1 s/GB, $3.6) = %v; want 1", got)
+	}
+	if got := DollarsPerTB(0, DefaultCoreHour); got != 0 {
+		t.Errorf("DollarsPerTB(0) = %v; want 0", got)
+	}
+	// The seed's relay: a whole m4.large ($0.108 an hour) forwarding
+	// 10 Gbit/s, i.e. 0.8 s of it per GB, costs $0.003 per terabit.
+	perTb := DollarsPerTB(0.8, 2*DefaultCoreHour) / 8
+	if math.Abs(perTb-SeedRelaysPerTb/3) > 1e-9 {
+		t.Errorf("one relay VM at 10 Gbit/s = $%v/Tb; want the seed's $0.003", perTb)
 	}
 }

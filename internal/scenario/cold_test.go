@@ -57,13 +57,3 @@ func TestParseCPU(t *testing.T) {
 		t.Error("parseProcStat accepted a file without a cpu line")
 	}
 }
-
-func TestDollarsPerTB(t *testing.T) {
-	// 1 s of CPU for 1 GB at $3.6 per core-hour: 1000 s per TB = $1.
-	if got := DollarsPerTB(1, 1e9, 3.6); got < 0.999999 || got > 1.000001 {
-		t.Errorf("DollarsPerTB(1 s, 1 GB, $3.6) = %v; want 1", got)
-	}
-	if got := DollarsPerTB(1, 0, 3.6); got != 0 {
-		t.Errorf("DollarsPerTB(size 0) = %v; want 0", got)
-	}
-}

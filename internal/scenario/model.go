@@ -6,20 +6,11 @@ import (
 	"strings"
 
 	"github.com/mosto-net/mosto/internal/pathcomp"
+	"github.com/mosto-net/mosto/internal/report"
 )
 
-// DefaultCoreHour is seed 001's price of a CPU core-hour: an EC2 m4.large
-// (2 cores) at $0.108 an hour.
-const DefaultCoreHour = 0.108 / 2
-
-// DollarsPerTB is the CPU cost of delivering a terabyte when cpuSeconds
-// of processor time delivered size bytes, at price dollars per core-hour.
-func DollarsPerTB(cpuSeconds float64, size int64, price float64) float64 {
-	if size <= 0 {
-		return 0
-	}
-	return cpuSeconds / float64(size) * 1e12 / 3600 * price
-}
+// DefaultCoreHour is seed 001's price of a CPU core-hour (report.DefaultCoreHour).
+const DefaultCoreHour = report.DefaultCoreHour
 
 // fetchModelDoc describes the fetch model for the report.
 const fetchModelDoc = "pathcomp.Model.FetchTime over the mode's data path, one TCP segment per connection with the world's RTT and loss and its initial window " +
@@ -28,7 +19,9 @@ const fetchModelDoc = "pathcomp.Model.FetchTime over the mode's data path, one T
 	"or with a BBR origin paced at 2/ln2 x the largest round of the same-size fetch it carried before): " +
 	"the handshake of every connection the fetch opens (the client's; the hops' and the origin's unless pooled) + one RTT of the whole path (request out, first byte back) " +
 	"+ the slowest segment's own time: (rounds - 1) x its RTT while its window is below its link's bandwidth-delay product, then the rest at the link's rate; size / pacing rate when paced " +
-	"+ per segment, lost packets (size/MSS x loss) x RTT / 6 (an empirical delay per loss; BBR keeps its rate)"
+	"+ per segment, lost packets (size/MSS x loss) x RTT / 6 (an empirical delay per loss; BBR keeps its rate); " +
+	"cdn-default's kept-alive connection restarts from the origin's initial window (slow start after idle; a BBR origin does not restart: then as cdn-warm) with nginx's grown receive window; " +
+	"with a measured machine rate (the chain's data path through the emulator and the relays on this machine, by a calibration fetch) the chain's client segment gets it as its rate when the world states none or a larger one"
 
 // leg is one connection of a mode's data path: data flows from server to
 // client; open says it exists before the fetch (pooled, kept alive), warm
@@ -36,6 +29,13 @@ const fetchModelDoc = "pathcomp.Model.FetchTime over the mode's data path, one T
 type leg struct {
 	server, client string
 	open, warm     bool
+	// restart: an open connection that idled longer than its RTO with
+	// slow start after idle, so it starts again from the sender's
+	// initial window (its receiver's window stays grown).
+	restart bool
+	// machineBps caps the leg's rate (bytes/s; 0: none): the machine's
+	// measured rate along the mode's data path (Scenario.SetMachineRate).
+	machineBps float64
 }
 
 // modeLegs returns the connections of a fetch in mode m, the client's
@@ -53,14 +53,15 @@ func (s *Scenario) modeLegs(m Mode, path []string) ([]leg, bool) {
 		if len(path) == 0 {
 			return nil, false
 		}
-		legs := []leg{{server: path[0], client: r.Client}}
+		legs := []leg{{server: path[0], client: r.Client, machineBps: s.machine.Chain}}
 		for k := 0; k+1 < len(path); k++ {
 			legs = append(legs, leg{server: path[k+1], client: path[k], open: t.HopPool > 0})
 		}
 		return append(legs, leg{server: r.Origin, client: path[len(path)-1], open: t.OriginPool > 0}), true
-	case CDNCold, CDNWarm:
+	case CDNCold, CDNWarm, CDNDefault:
 		h := s.cdnHost()
-		return []leg{{server: h, client: r.Client}, {server: r.Origin, client: h, open: m == CDNWarm, warm: m == CDNWarm}}, true
+		return []leg{{server: h, client: r.Client},
+			{server: r.Origin, client: h, open: m != CDNCold, warm: m == CDNWarm, restart: m == CDNDefault}}, true
 	}
 	return nil, false
 }
@@ -141,6 +142,17 @@ func fetchTime(legs []leg, size int64, link func(server, client string) linkProp
 	for _, l := range legs {
 		p := link(l.server, l.client)
 		seg := pathcomp.Segment{RTT: p.rttMS, Window: p.send, RecvWindow: p.recv, Open: l.open, Loss: p.loss, RateBps: p.rateBps}
+		if l.machineBps > 0 && (seg.RateBps == 0 || l.machineBps < seg.RateBps) {
+			seg.RateBps = l.machineBps
+		}
+		if l.restart && paced {
+			// BBR has its own cong_control: the kernel's slow start
+			// after idle leaves it alone, and it paces as when warm.
+			l.warm = true
+		}
+		if l.restart && !l.warm {
+			seg.RecvWindow = 0
+		}
 		if l.warm {
 			seg.Window, seg.RecvWindow = pathcomp.WarmWindow, 0
 			if paced && p.rttMS > 0 {

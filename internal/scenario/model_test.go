@@ -33,6 +33,8 @@ func TestFetchTimeLegs(t *testing.T) {
 	chain := []leg{{server: "inp", client: "client"}, {server: "mid", client: "inp", open: true}, {server: "egp", client: "mid", open: true}, {server: "origin", client: "egp", open: true}}
 	direct := []leg{{server: "origin", client: "client"}}
 	warm := []leg{{server: "inp", client: "client"}, {server: "origin", client: "inp", open: true, warm: true}}
+	restart := []leg{{server: "inp", client: "client"}, {server: "origin", client: "inp", open: true, restart: true}}
+	capped := append([]leg{{server: "inp", client: "client", machineBps: 50e6}}, chain[1:]...)
 	path := 11.7 + 60 + 40 + 3
 	for _, tc := range []struct {
 		name       string
@@ -59,6 +61,16 @@ func TestFetchTimeLegs(t *testing.T) {
 		// 10, 30, 90, 270 (584 KB), all below the 11.7 ms x 125 MB/s product; the last 416
 		// KB at the rate. The hops' windows are above their products: 8 ms at the rate.
 		{"rate", chain, 1_000_000, 0, 125e6, false, 11.7 + path + 4*11.7 + (1_000_000-400*1460)/125e3},
+		// cdn-default: the kept-alive connection restarts from the origin's 10 segments
+		// (doubling: 10 .. 160, then 33 of 343 packets: 6 rounds of 140 ms); nginx's
+		// receive window is already grown, so it does not bind.
+		{"warm after idle", restart, 500_000, 0, 0, false, 11.7 + 11.7 + 140 + 5*140},
+		// A BBR origin does not restart after idle: paced as when warm.
+		{"warm after idle, BBR", restart, 500_000, 0, 0, true, 11.7 + 11.7 + 140 + max(3*11.7, 500_000/(2/math.Ln2*160*1460/140))},
+		// The machine's rate on the chain's client segment (400 Mbit/s): 10 KB in one
+		// round, at that rate; a smaller rate the world states wins.
+		{"machine rate", capped, 10_000, 0, 0, false, 11.7 + path + 10_000/50e3},
+		{"world rate below the machine's", capped, 10_000, 0, 1e6, false, 11.7 + path + 10_000/1e3},
 		// 1% loss on every segment: 343 packets of 500 KB, 3.43 lost on each, a fixed
 		// fraction of the segment's RTT each.
 		{"loss", chain, 500_000, 0.01, 0, false, 11.7 + path + 3*11.7 + 343*0.01*path*pathcomp.LossRTTFraction},

@@ -46,7 +46,8 @@ type Results struct {
 	// version, or pathcomp over the configured RTTs).
 	Source string
 	// NotCold counts cdn-cold fetches during which nginx reused an upstream
-	// connection, and NotWarm cdn-warm fetches that opened a new one.
+	// connection, and NotWarm cdn-warm and cdn-default fetches that opened
+	// a new one.
 	NotCold, NotWarm int
 	// ColdFlows and ColdPooled count, per cold mode (mosto-cold,
 	// mosto-plain), its fetches and the hops of them served from a pool.
@@ -55,6 +56,9 @@ type Results struct {
 	CPU     map[Mode]map[int64][]CPU
 	RTT     time.Duration // configured client-origin RTT
 	RateBps float64       // bottleneck rate of the direct path, bytes/s; 0: none
+	// Machine is the machine's measured rates (Scenario.SetMachineRate):
+	// Chain went into the chain's fetch model, Link into MachineLimit.
+	Machine MachineRates
 }
 
 // Measure runs the plan: for every run, for every size, every mode once, in
@@ -72,6 +76,7 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 		r.CoreHour = DefaultCoreHour
 	}
 	r.RTT, r.RateBps = s.OriginRTT()
+	r.Machine = s.machine
 	r.Source = fmt.Sprintf("computed by pathcomp from the world's RTTs, table version %d", s.TableVersion())
 	if s.ctl != nil {
 		r.Source = fmt.Sprintf("from the controller's table version %d for %s, computed from the RTTs the proxies measured", s.TableVersion(), s.roles.InP)
@@ -104,7 +109,7 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 		}
 	}
 	var others, colds []Mode
-	hasCold, hasWarm := false, false
+	hasCold, hasWarm, hasDefault := false, false, false
 	for _, m := range p.Modes {
 		switch m {
 		case ChainCold, ChainPlain:
@@ -113,6 +118,8 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 			hasCold = true
 		case CDNWarm:
 			hasWarm = true
+		case CDNDefault:
+			hasDefault = true
 		default:
 			others = append(others, m)
 		}
@@ -131,11 +138,16 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 			if hasWarm {
 				order = append(order, CDNWarm)
 			}
+			if hasDefault {
+				// After cdn-warm: the upstream connection exists and has
+				// carried this size.
+				order = append(order, CDNDefault)
+			}
 			for k := range others {
 				order = append(order, others[(k+run)%len(others)])
 			}
 			for _, m := range order {
-				if m == CDNWarm && !hasCold {
+				if m == CDNWarm && !hasCold || m == CDNDefault && !hasCold && !hasWarm {
 					// Without a cold fetch just before, prime nginx's
 					// upstream connection with an untimed fetch of the same
 					// size, so that cdn-warm is warm (the CDN's best case)
@@ -170,7 +182,7 @@ func (s *Scenario) Measure(ctx context.Context, p Plan) (*Results, error) {
 				switch {
 				case m == CDNCold && !smp.NewOriginConn:
 					r.NotCold++
-				case m == CDNWarm && smp.NewOriginConn:
+				case (m == CDNWarm || m == CDNDefault) && smp.NewOriginConn:
 					r.NotWarm++
 				}
 				r.MS[m][size] = append(r.MS[m][size], float64(smp.Result.Total)/1e6)
@@ -200,6 +212,20 @@ func (r *Results) Limit(size int64) float64 {
 	return ms
 }
 
+// MachineLimit is Limit with the machine's one-link rate (Machine.Link)
+// as the bottleneck when the world states none or a larger one: no mode's
+// bytes can cross this machine faster. NaN without a measured rate.
+func (r *Results) MachineLimit(size int64) float64 {
+	rate := r.Machine.Link
+	if rate <= 0 {
+		return math.NaN()
+	}
+	if r.RateBps > 0 {
+		rate = min(rate, r.RateBps)
+	}
+	return float64(r.RTT)/1e6 + float64(size)/rate*1e3
+}
+
 // Median returns the median time of mode at size, NaN if not measured.
 func (r *Results) Median(m Mode, size int64) float64 { return stats.Median(r.MS[m][size]) }
 
@@ -217,6 +243,12 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "Time to last byte in ms, %d runs per cell; client-origin RTT %.1f ms", r.Runs, float64(r.RTT)/1e6)
 	if r.RateBps > 0 {
 		fmt.Fprintf(w, ", bottleneck %.0f Mbit/s", r.RateBps*8/1e6)
+	}
+	if r.Machine.Chain > 0 {
+		fmt.Fprintf(w, "; machine rate along the chain %.0f Mbit/s (measured by calibration fetches, given to the chain's fetch model)", r.Machine.Chain*8/1e6)
+	}
+	if r.Machine.Link > 0 {
+		fmt.Fprintf(w, "; machine rate over one emulated link %.0f Mbit/s", r.Machine.Link*8/1e6)
 	}
 	fmt.Fprint(w, ".\n\n")
 	t := &report.Table{Header: []string{"size", "mode", "n", "mean", "sd", "median", "p5", "p95"},
@@ -280,6 +312,20 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 	if err := lt.WriteMarkdown(w); err != nil {
 		return err
 	}
+	if r.Machine.Link > 0 {
+		fmt.Fprintf(w, "\nMachine limit = one client-origin RTT + size / the smaller of the bottleneck rate and the machine's rate over one emulated link (%.0f Mbit/s, measured): the fastest any mode's bytes cross this machine; ratio = median / machine limit.\n\n", r.Machine.Link*8/1e6)
+		mt := &report.Table{Header: hdr, Align: lt.Align}
+		for _, size := range r.Sizes {
+			row := []string{transfer.FormatSize(size), ms(r.MachineLimit(size))}
+			for _, m := range r.Modes {
+				row = append(row, strconv.FormatFloat(r.Median(m, size)/r.MachineLimit(size), 'f', 2, 64))
+			}
+			mt.AddRow(row...)
+		}
+		if err := mt.WriteMarkdown(w); err != nil {
+			return err
+		}
+	}
 	if len(r.Planned) > 0 {
 		src := r.Source
 		if src == "" {
@@ -319,7 +365,7 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	if r.NotCold > 0 || r.NotWarm > 0 {
-		fmt.Fprintf(w, "\nWarning: %d cdn-cold fetches found a warm upstream connection and %d cdn-warm fetches opened a new one.\n", r.NotCold, r.NotWarm)
+		fmt.Fprintf(w, "\nWarning: %d cdn-cold fetches found a warm upstream connection and %d cdn-warm or cdn-default fetches opened a new one.\n", r.NotCold, r.NotWarm)
 	}
 	return nil
 }
@@ -332,9 +378,10 @@ func (r *Results) writeCPU(w io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(w, "\nProcessor time per fetch (medians; 10 ms resolution): emu = the bench process (emulator, which also runs the receivers' TCP stacks, client, origin), proxies = all proxies together, busy = share of both CPUs busy during the fetch (all processes, other users' too); "+
-		"proxies $/TB = the proxies' CPU per delivered byte at $%.3f per core-hour (CPU only; seed 001: CloudFront $1.50/TB at 500 KB per request, three relay VMs $0.072/TB).\n\n", r.CoreHour)
-	t := &report.Table{Header: []string{"size", "mode", "emu ms", "proxies ms", "busy", "proxies $/TB"},
-		Align: []report.Align{report.Left, report.Left, report.Right, report.Right, report.Right, report.Right}}
+		"proxies CPU s/GB = the proxies' CPU summed over the cell's fetches / the bytes they delivered (the whole proxies: relaying, probes, pool upkeep; small sizes are dominated by the 10 ms tick), "+
+		"$/TB = that at $%.3f per core-hour (CPU only; %s).\n\n", r.CoreHour, report.SeedCostNote())
+	t := &report.Table{Header: []string{"size", "mode", "emu ms", "proxies ms", "busy", "proxies CPU s/GB", "proxies $/TB"},
+		Align: []report.Align{report.Left, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right}}
 	for _, size := range r.Sizes {
 		for _, m := range r.Modes {
 			cs := r.CPU[m][size]
@@ -342,17 +389,21 @@ func (r *Results) writeCPU(w io.Writer) error {
 				continue
 			}
 			var e, p, b []float64
+			var sum time.Duration
 			for _, c := range cs {
 				e = append(e, float64(c.Emu)/1e6)
 				p = append(p, float64(c.Proxies)/1e6)
 				b = append(b, c.Busy)
+				sum += c.Proxies
 			}
-			cost := "-"
-			if pm := stats.Median(p); pm > 0 && m != Direct && m != CDNWarm && m != CDNCold {
-				cost = strconv.FormatFloat(DollarsPerTB(pm/1e3, size, r.CoreHour), 'f', 3, 64)
+			perGB, cost := "-", "-"
+			if sum > 0 && m != Direct && !isCDN(m) {
+				v := sum.Seconds() / (float64(size) * float64(len(cs)) / 1e9)
+				perGB = strconv.FormatFloat(v, 'f', 3, 64)
+				cost = strconv.FormatFloat(report.DollarsPerTB(v, r.CoreHour), 'f', 4, 64)
 			}
 			t.AddRow(transfer.FormatSize(size), string(m), ms(stats.Median(e)), ms(stats.Median(p)),
-				strconv.FormatFloat(100*stats.Median(b), 'f', 0, 64)+"%", cost)
+				strconv.FormatFloat(100*stats.Median(b), 'f', 0, 64)+"%", perGB, cost)
 		}
 	}
 	return t.WriteMarkdown(w)

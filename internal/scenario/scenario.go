@@ -39,10 +39,32 @@ const (
 	Chain   Mode = "mosto-chain"  // client -> InP -> computed chain -> EgP -> origin
 	CDNWarm Mode = "cdn-warm"     // client -> nginx next to it -> warm keep-alive connection -> origin
 	CDNCold Mode = "cdn-cold"     // the same after nginx's idle timeout closed the upstream connection
+	// CDNDefault is cdn-warm with Linux's default slow start after idle at
+	// the origin (the upstream connection's sender): nginx's kept-alive
+	// connection idles for Config.CDNDefaultIdle (many RTOs, shorter than
+	// nginx's idle timeout), and the origin's namespace has
+	// tcp_slow_start_after_idle=1 during the fetch, so a loss-based origin
+	// (CUBIC, Linux's default) starts the response from its initial window
+	// on an open connection: the window halves per RTO of idle down to it
+	// (tcp_cwnd_restart). A BBR origin skips that restart (the kernel
+	// leaves it to congestion controls with their own cong_control, and
+	// BBR paces at its bandwidth estimate after idle): there the mode is
+	// cdn-warm after an idle.
+	CDNDefault Mode = "cdn-default"
 )
 
+// DefaultCDNDefaultIdle is Config.CDNDefaultIdle's default: about 14 RTOs
+// of a 150 ms path, so the window of a 15 MB response (10000 segments)
+// has halved down to the initial 10.
+const DefaultCDNDefaultIdle = 5 * time.Second
+
 // AllModes returns every mode in report order.
-func AllModes() []Mode { return []Mode{Direct, Single, Chain, CDNWarm, CDNCold, ChainCold, ChainPlain} }
+func AllModes() []Mode {
+	return []Mode{Direct, Single, Chain, CDNWarm, CDNCold, CDNDefault, ChainCold, ChainPlain}
+}
+
+// isCDN reports whether m fetches through the CDN front-end.
+func isCDN(m Mode) bool { return m == CDNWarm || m == CDNCold || m == CDNDefault }
 
 // CDNAtInP as Config.CDNHost runs the CDN front-end on the ingress FEP's
 // host: a CDN edge at the same site as mosto's InP, as far from the client.
@@ -81,7 +103,11 @@ type Config struct {
 	// front-end then sits at 0 RTT from the client). A CDN edge at the
 	// ingress FEP's site is CDNHost = that FEP's host, or CDNAtInP.
 	CDNHost string
-	Nginx   string // nginx binary; empty: "nginx"
+	// CDNDefaultIdle is how long nginx's upstream connection idles before
+	// a CDNDefault fetch (0: DefaultCDNDefaultIdle); at most 2/3 of
+	// CDNIdle is used.
+	CDNDefaultIdle time.Duration
+	Nginx          string // nginx binary; empty: "nginx"
 	// Table, when set, is the chain table the proxies use instead of the
 	// one computed from the world's RTTs.
 	Table *pathcomp.TableFile
@@ -93,6 +119,11 @@ type Config struct {
 	// mosto compete with equal tuning; its upstream keep-alive pool is its
 	// own (CDNWarm).
 	TuneCDN bool
+	// OriginWmem, when positive, is the origin's tcp_wmem default (its
+	// initial send buffer, bytes) in every mode: a tuned origin whose send
+	// buffer does not hold back a warm connection's first round (docs/bench.md,
+	// "cdn-warm with CUBIC"); 0: the world's (kernel) default.
+	OriginWmem int
 	// Model is the planner's slow-start model, for the static table and
 	// the controller (--icw, --mss); the zero value is ICW 10 x 1460. With
 	// route initcwnd levers on the FEPs it should say so: the chain's links
@@ -169,6 +200,9 @@ type Scenario struct {
 	conv Convergence
 
 	cold coldState // the cold modes' restarts
+
+	ssai    string       // the origin's tcp_slow_start_after_idle before CDNDefault's fetches
+	machine MachineRates // measured rates of this machine (SetMachineRate)
 }
 
 type proxyProc struct {
@@ -247,6 +281,9 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 	if err := s.tuneCDN(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.tuneOrigin(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.startProxies(ctx); err != nil {
 		return nil, err
 	}
@@ -290,6 +327,7 @@ func Start(ctx context.Context, w *emu.World, cfg Config, log *slog.Logger) (_ *
 	if s.cdn != nil {
 		s.clients[CDNWarm] = &transfer.Client{Addr: s.cdn.Addr(), Dial: dial}
 		s.clients[CDNCold] = s.clients[CDNWarm]
+		s.clients[CDNDefault] = s.clients[CDNWarm]
 	}
 	return s, nil
 }
@@ -591,12 +629,33 @@ func (s *Scenario) Fetch(ctx context.Context, mode Mode, size int64, seed uint64
 			}
 		}
 	}
+	if mode == CDNDefault {
+		idle := s.cfg.CDNIdle
+		if idle == 0 {
+			idle = 5 * time.Second
+		}
+		wait := s.cfg.CDNDefaultIdle
+		if wait == 0 {
+			wait = DefaultCDNDefaultIdle
+		}
+		if err := sleepCtx(ctx, time.Until(s.lastCDN.Add(min(wait, idle*2/3)))); err != nil {
+			return Sample{}, err
+		}
+		if err := s.originSSAI(ctx, "1"); err != nil {
+			return Sample{}, err
+		}
+	}
 	before := s.originConn.Load()
 	cpu0 := s.cpuSnap()
 	res, err := c.Object(ctx, size, seed)
 	cpu := s.cpuSnap().since(cpu0)
-	if mode == CDNWarm || mode == CDNCold {
+	if isCDN(mode) {
 		s.lastCDN = time.Now()
+	}
+	if mode == CDNDefault {
+		if rerr := s.originSSAI(ctx, s.ssai); rerr != nil && err == nil {
+			err = rerr
+		}
 	}
 	if err != nil {
 		return Sample{}, fmt.Errorf("%s %s: %w", mode, transfer.FormatSize(size), err)
@@ -629,7 +688,7 @@ func (s *Scenario) client(mode Mode, size int64) (*transfer.Client, error) {
 		fep = s.roles.Single
 	case Chain, ChainCold, ChainPlain:
 		mode, fep = Chain, s.roles.InP
-	case CDNWarm, CDNCold:
+	case CDNWarm, CDNCold, CDNDefault:
 		return nil, fmt.Errorf("scenario: mode %s needs the CDN front-end (Config.CDN)", mode)
 	default:
 		return nil, fmt.Errorf("scenario: unknown mode %q", mode)
@@ -806,6 +865,33 @@ func (s *Scenario) tuneHost(ctx context.Context, f, route string) error {
 		if err := sysctl(f, fmt.Sprintf("net.ipv4.tcp_rmem=4096 %d %d", t.RmemInit, max(t.RmemInit, emu.DefaultBufMax))); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// tuneOrigin records the origin's slow start after idle (CDNDefault sets
+// it for its fetches) and applies Config.OriginWmem.
+func (s *Scenario) tuneOrigin(ctx context.Context) error {
+	o := s.roles.Origin
+	out, err := s.w.Command(ctx, o, "sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle").Output()
+	if err != nil {
+		return fmt.Errorf("scenario: slow start after idle of %s: %w", o, err)
+	}
+	s.ssai = strings.TrimSpace(string(out))
+	if n := s.cfg.OriginWmem; n > 0 {
+		kv := fmt.Sprintf("net.ipv4.tcp_wmem=4096 %d %d", n, max(n, emu.DefaultBufMax))
+		if out, err := s.w.Command(ctx, o, "sysctl", "-w", kv).CombinedOutput(); err != nil {
+			return fmt.Errorf("scenario: %s on %s: %v: %s", kv, o, err, out)
+		}
+	}
+	return nil
+}
+
+// originSSAI sets tcp_slow_start_after_idle in the origin's namespace.
+func (s *Scenario) originSSAI(ctx context.Context, v string) error {
+	kv := "net.ipv4.tcp_slow_start_after_idle=" + v
+	if out, err := s.w.Command(ctx, s.roles.Origin, "sysctl", "-w", kv).CombinedOutput(); err != nil {
+		return fmt.Errorf("scenario: %s on %s: %v: %s", kv, s.roles.Origin, err, out)
 	}
 	return nil
 }

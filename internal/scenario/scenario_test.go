@@ -40,8 +40,8 @@ func TestDemoWorld(t *testing.T) {
 	sc, err := scenario.Start(ctx, w, scenario.Config{
 		Roles: scenario.Roles{Single: "Washington"},
 		Sizes: sizes, Mosto: mosto, Env: mostoEnv,
-		CDN: true, CDNIdle: 300 * time.Millisecond, Nginx: nginx, Dir: t.TempDir(),
-		Tune: scenario.Tune{InitCwnd: 40}, TuneCDN: true, Model: pathcomp.Model{ICW: 40, EndICW: 10, EndRTT: -1},
+		CDN: true, CDNIdle: 300 * time.Millisecond, CDNDefaultIdle: 100 * time.Millisecond, Nginx: nginx, Dir: t.TempDir(),
+		Tune: scenario.Tune{InitCwnd: 40}, TuneCDN: true, OriginWmem: 8 << 20, Model: pathcomp.Model{ICW: 40, EndICW: 10, EndRTT: -1},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +62,10 @@ func TestDemoWorld(t *testing.T) {
 		if got, want := strings.Contains(string(out), "initcwnd 40"), h != r.Origin; got != want {
 			t.Errorf("route on %s: %q; want initcwnd 40: %v (FEPs and the CDN host)", h, out, want)
 		}
+	}
+	// A tuned origin: its send buffer in every mode.
+	if out, err := w.Command(ctx, r.Origin, "sysctl", "-n", "net.ipv4.tcp_wmem").Output(); err != nil || strings.Fields(string(out))[1] != "8388608" {
+		t.Errorf("origin's tcp_wmem = %q, %v; want the default 8388608", out, err)
 	}
 	// The table follows the planner model: 20 KB is one round of 40 segments.
 	if e, ok := sc.ComputedEntry(20_000); !ok || e.Rounds != 1 || e.EndRounds != 2 {
@@ -105,10 +109,24 @@ func TestDemoWorld(t *testing.T) {
 		if err != nil {
 			t.Fatalf("fetch cdn-warm: %v", err)
 		}
-		if !cold.NewOriginConn || warm.NewOriginConn {
-			t.Errorf("cdn-cold opened an origin connection: %v (want true); cdn-warm: %v (want false)", cold.NewOriginConn, warm.NewOriginConn)
+		def, err := sc.Fetch(ctx, scenario.CDNDefault, size, 9)
+		if err != nil {
+			t.Fatalf("fetch cdn-default: %v", err)
+		}
+		if !cold.NewOriginConn || warm.NewOriginConn || def.NewOriginConn {
+			t.Errorf("cdn-cold opened an origin connection: %v (want true); cdn-warm: %v, cdn-default: %v (want false)", cold.NewOriginConn, warm.NewOriginConn, def.NewOriginConn)
+		}
+		// cdn-default sets the origin's slow start after idle for its fetch only.
+		if out, err := w.Command(ctx, r.Origin, "sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle").Output(); err != nil || strings.TrimSpace(string(out)) != "0" {
+			t.Errorf("origin's tcp_slow_start_after_idle after cdn-default = %q, %v; want the world's 0", out, err)
 		}
 	}
+	// The machine's rate along the chain, given to the chain's model.
+	mr, err := sc.MeasureMachineRate(ctx, 1)
+	if err != nil || mr.Chain <= 0 || mr.Link <= 0 {
+		t.Fatalf("MeasureMachineRate = %+v, %v; want both rates (the EgP is ~0 ms from the origin)", mr, err)
+	}
+	sc.SetMachineRate(mr)
 	// The measuring loop and its report.
 	res, err := sc.Measure(ctx, scenario.Plan{Modes: []scenario.Mode{scenario.Direct, scenario.Chain}, Sizes: sizes[:1], Runs: 2})
 	if err != nil {
@@ -118,7 +136,7 @@ func TestDemoWorld(t *testing.T) {
 	if err := res.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(res.MS[scenario.Chain][sizes[0]]); n != 2 || !strings.Contains(md.String(), "Dublin > ") || !strings.Contains(md.String(), "fetch model ms") ||
+	if n := len(res.MS[scenario.Chain][sizes[0]]); n != 2 || res.Machine != mr || !strings.Contains(md.String(), "Dublin > ") || !strings.Contains(md.String(), "fetch model ms") || !strings.Contains(md.String(), "Machine limit") ||
 		!strings.Contains(md.String(), "Fetch model vs measured, every mode") {
 		t.Errorf("Measure: %d chain samples, report:\n%s", n, md.String())
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"net/http"
@@ -33,6 +34,10 @@ type Client struct {
 	Reuse bool
 	// Header adds request headers.
 	Header http.Header
+	// MarkAt, when positive, makes a fetch record in Result.Mark when the
+	// body's first MarkAt bytes had arrived (a rate over the rest of the
+	// body is then (Size - MarkAt) / (Total - Mark)).
+	MarkAt int64
 
 	conn net.Conn
 	br   *bufio.Reader
@@ -47,6 +52,7 @@ type Result struct {
 	Connect   time.Duration // time to open the connection; 0 when reused
 	FirstByte time.Duration // from the start of the fetch to the first response byte
 	Total     time.Duration // from the start of the fetch to the last body byte
+	Mark      time.Duration // from the start to the body's Client.MarkAt-th byte; 0: not reached or not asked
 	Header    http.Header   // response header
 }
 
@@ -144,9 +150,12 @@ func (c *Client) get(ctx context.Context, target string) (res Result, sum [32]by
 	}
 	res.FirstByte = c.tr.first.Sub(start)
 	res.Header = resp.Header
-	h := sha256.New()
+	h := &markWriter{w: sha256.New(), at: c.MarkAt}
 	n, err := io.CopyBuffer(h, resp.Body, make([]byte, 64<<10))
 	res.Total = time.Since(start)
+	if !h.mark.IsZero() {
+		res.Mark = h.mark.Sub(start)
+	}
 	res.Size = n
 	resp.Body.Close()
 	if err != nil {
@@ -158,7 +167,7 @@ func (c *Client) get(ctx context.Context, target string) (res Result, sum [32]by
 	if resp.Close {
 		c.Close()
 	}
-	h.Sum(sum[:0])
+	h.w.Sum(sum[:0])
 	ok = true
 	return res, sum, nil
 }
@@ -168,6 +177,23 @@ func (c *Client) ioErr(ctx context.Context, what string, err error) error {
 		return fmt.Errorf("%s via %s: %w", what, c.Addr, ctx.Err())
 	}
 	return fmt.Errorf("%s via %s: %w", what, c.Addr, err)
+}
+
+// markWriter passes writes to w and records when the bytes written reached
+// at (at > 0).
+type markWriter struct {
+	w    hash.Hash
+	at   int64
+	n    int64
+	mark time.Time
+}
+
+func (m *markWriter) Write(p []byte) (int, error) {
+	m.n += int64(len(p))
+	if m.at > 0 && m.mark.IsZero() && m.n >= m.at {
+		m.mark = time.Now()
+	}
+	return m.w.Write(p)
 }
 
 // timedReader records when the first byte after a reset arrived.

@@ -115,6 +115,38 @@ func TestClientColdAndWarm(t *testing.T) {
 	}
 }
 
+func TestClientMark(t *testing.T) {
+	testenv.CheckLeaks(t)
+	addr := startOrigin(t)
+	ctx := context.Background()
+	tests := []struct {
+		name       string
+		markAt     int64
+		size       int64
+		wantMarked bool
+	}{
+		{"not asked", 0, 1_000_000, false},
+		{"inside the body", 400_000, 1_000_000, true},
+		{"last byte", 1_000_000, 1_000_000, true},
+		{"beyond the body", 2_000_000, 1_000_000, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Client{Addr: addr, MarkAt: tc.markAt}
+			res, err := c.Object(ctx, tc.size, 1)
+			if err != nil {
+				t.Fatalf("Object(%d): %v", tc.size, err)
+			}
+			if (res.Mark > 0) != tc.wantMarked {
+				t.Fatalf("MarkAt %d of %d bytes: Mark = %v; want marked %v", tc.markAt, tc.size, res.Mark, tc.wantMarked)
+			}
+			if tc.wantMarked && (res.Mark < res.FirstByte || res.Mark > res.Total) {
+				t.Errorf("Mark %v outside first byte %v .. total %v", res.Mark, res.FirstByte, res.Total)
+			}
+		})
+	}
+}
+
 // fakeServer answers every request with reply and then closes (or hangs).
 func fakeServer(t *testing.T, reply string, hang bool) string {
 	t.Helper()
