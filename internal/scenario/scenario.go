@@ -630,6 +630,11 @@ func (s *Scenario) Fetch(ctx context.Context, mode Mode, size int64, seed uint64
 		}
 	}
 	if mode == CDNDefault {
+		// The sysctl first: its process start-up counts into the idle,
+		// not on top of it.
+		if err := s.originSSAI(ctx, "1"); err != nil {
+			return Sample{}, err
+		}
 		idle := s.cfg.CDNIdle
 		if idle == 0 {
 			idle = 5 * time.Second
@@ -639,9 +644,7 @@ func (s *Scenario) Fetch(ctx context.Context, mode Mode, size int64, seed uint64
 			wait = DefaultCDNDefaultIdle
 		}
 		if err := sleepCtx(ctx, time.Until(s.lastCDN.Add(min(wait, idle*2/3)))); err != nil {
-			return Sample{}, err
-		}
-		if err := s.originSSAI(ctx, "1"); err != nil {
+			s.originSSAI(context.WithoutCancel(ctx), s.ssai)
 			return Sample{}, err
 		}
 	}
