@@ -18,5 +18,8 @@
 // untouched flows are forwarded as they are. When no listener is there (the
 // relay died), a steered SYN either passes untouched (FailOpen, the
 // default: nft's tproxy finds no socket and the packet goes on) or is
-// refused with a reset (FailClosed).
+// refused with a reset (FailClosed). With NoSACK the rules also strip the
+// SACK-permitted option from both legs' SYNs (the client's as it is
+// steered, the relay's own towards the server in the output hook), so the
+// legs detect loss by duplicate ACKs with an adaptive reordering threshold.
 package intercept
