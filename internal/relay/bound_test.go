@@ -309,3 +309,49 @@ func TestBoundsFixed(t *testing.T) {
 	}
 	p.unbound()
 }
+
+// TestBoundFastLeg: a direction whose held bytes drain within minDrainTime
+// at the out-leg's rate is ready to pause whatever its RTT bound (a veth
+// leg's 64 KB floor is microseconds there).
+func TestBoundFastLeg(t *testing.T) {
+	_, down := tcpPair(t)
+	up, origin := tcpPair(t)
+	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{}}
+	// 1 MB waits in the origin's leg (up -> down).
+	if err := up.SetReadBuffer(4 << 20); err != nil {
+		t.Fatal(err)
+	}
+	origin.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := origin.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q, ok := readQueues(up)
+		if ok && q.inq >= 1<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("1 MB never arrived (%+v)", q)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var o offloader
+	// 16 Gbit/s at 50 us: one RTT is 100 KB, far below the 1 MB held, which
+	// drains in 0.5 ms.
+	leg := ccSample{rtt: 50 * time.Microsecond, deliveryRate: 2e9}
+	st := watchState{prev: [2]ccSample{leg, leg}}
+	o.bound(p, &st)
+	if !o.bound(p, &st) {
+		t.Error("a fast leg holding 1 MB (0.5 ms at its rate) was not ready on the second sample")
+	}
+	p.unbound()
+	// The same 1 MB on a 100 Mbit/s leg: not ready.
+	slow := ccSample{rtt: 50 * time.Microsecond, deliveryRate: 12.5e6}
+	st = watchState{prev: [2]ccSample{slow, slow}}
+	o.bound(p, &st)
+	if o.bound(p, &st) {
+		t.Error("a 100 Mbit/s leg holding 1 MB (80 ms) was ready on the second sample")
+	}
+	p.unbound()
+}
