@@ -22,8 +22,10 @@ const MachineRateSize = 12_000_000
 // state no rate, but every byte crosses the emulator once per emulated
 // link, and the relays and both ends' TCP stacks share the machine's cores.
 type MachineRates struct {
-	// Chain is the rate along the chain's data path: the client's segment,
-	// the hops, the EgP's origin connection, three or more relays.
+	// Chain is the rate along the chain's data path from the InP on: the
+	// hops, the EgP's origin connection, the relays (the client's access
+	// segment is left out: a lossy or rate-limited access would be
+	// counted twice, in the rate and in the model's loss and rate terms).
 	Chain float64
 	// Link is the rate over one emulated link (the origin to the EgP, when
 	// they are less than 2 ms apart), with the origin and the measuring
@@ -35,10 +37,11 @@ type MachineRates struct {
 // MeasureMachineRate measures MachineRates: for each, the median over n
 // fetches of MachineRateSize bytes of the second half of the body over the
 // time it took (Chain through the InP's service of the largest size class,
-// Link from the EgP's namespace to the origin directly). The fetches are
-// not samples of any mode. Chain needs windows that hold the fetch in one
-// round (route initcwnd/initrwnd levers of about 10000 segments), else its
-// second half is also bound by rounds and the rate is too low.
+// from the InP's namespace; Link from the EgP's namespace to the origin
+// directly). The fetches are not samples of any mode. Chain needs windows
+// that hold the fetch in one round (route initcwnd/initrwnd levers of
+// about 10000 segments), else its second half is also bound by rounds and
+// the rate is too low.
 func (s *Scenario) MeasureMachineRate(ctx context.Context, n int) (MachineRates, error) {
 	var mr MachineRates
 	if n < 1 {
@@ -48,7 +51,11 @@ func (s *Scenario) MeasureMachineRate(ctx context.Context, n int) (MachineRates,
 	if err != nil {
 		return mr, err
 	}
-	if mr.Chain, err = s.secondHalfRate(ctx, &transfer.Client{Addr: c.Addr, Dial: c.Dial}, n, true); err != nil {
+	inp := s.roles.InP
+	fromInP := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return s.w.Dial(ctx, inp, network, addr)
+	}
+	if mr.Chain, err = s.secondHalfRate(ctx, &transfer.Client{Addr: c.Addr, Dial: fromInP}, n, true); err != nil {
 		return mr, fmt.Errorf("scenario: machine rate along the chain: %w", err)
 	}
 	egp, o := s.roles.EgP, s.roles.Origin
