@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mosto-net/mosto/internal/report"
 )
 
 // Config selects what Run measures. Zero fields take the defaults below.
@@ -68,9 +70,8 @@ const (
 	DefaultIdleConns    = 5000
 	DefaultLatConns     = 2000
 	DefaultConnCPU      = 0.5
-	// DefaultCoreHour is seed 001's price: an EC2 m4.large (2 cores) at
-	// $0.108 an hour.
-	DefaultCoreHour    = 0.108 / 2
+	// DefaultCoreHour is seed 001's price of a core-hour (report.DefaultCoreHour).
+	DefaultCoreHour    = report.DefaultCoreHour
 	debianStreamModule = "/usr/lib/nginx/modules/ngx_stream_module.so"
 )
 

@@ -7,14 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// Seed 001's cost figures (dollars per terabit): CloudFront's request price
-// at 500 KB per request, and three relay VMs that forward 10 Gbit/s per
-// core.
-const (
-	seedCloudFrontPerTb = 0.1875
-	seedRelaysPerTb     = 0.009
+	"github.com/mosto-net/mosto/internal/report"
 )
 
 func (r *Report) find(mode string) *Result {
@@ -122,10 +116,6 @@ func num(v float64, format string) string {
 	return fmt.Sprintf(format, v)
 }
 
-// DollarsPerTB turns relay CPU seconds per GB into dollars per delivered
-// terabyte at price dollars per core-hour.
-func DollarsPerTB(cpuPerGB, price float64) float64 { return cpuPerGB * 1000 / 3600 * price }
-
 // Figures read from a Result.
 var (
 	fGbps     figure = func(r *Result) []float64 { return r.Gbps }
@@ -195,7 +185,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	for _, res := range r.Results {
 		g, cpu := median(res.Gbps), median(res.CPUPerGB)
 		rg, rc := r.ref(res.Mode, fGbps, true), r.ref(res.Mode, fCPUPerGB, false)
-		cpuS, cpuR, cpuP, cost := num(cpu, "%.3f"), rc.vs(cpu), paired(res.CPUPerGB, rc.runs), num(DollarsPerTB(cpu, c.CoreHour), "%.4f")
+		cpuS, cpuR, cpuP, cost := num(cpu, "%.3f"), rc.vs(cpu), paired(res.CPUPerGB, rc.runs), num(report.DollarsPerTB(cpu, c.CoreHour), "%.4f")
 		if res.Mode == ModeDirect {
 			cpuS, cpuR, cpuP, cost = "(no relay)", "-", "-", "-"
 		}
@@ -208,7 +198,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		"Load generator: this process (the client and the sink) per GB; machine CPUs busy: the average over each run from /proc/stat, "+
 		"of %d CPUs: where it is near all of them, client, relay and sink share a saturated machine and Gbit/s is about CPUs / (relay + load generator CPU s/GB), "+
 		"not the relay's own limit.\n\n",
-		seedCloudFrontPerTb, seedCloudFrontPerTb*8, seedRelaysPerTb, seedRelaysPerTb*8, runtime.NumCPU())
+		report.SeedCloudFrontPerTb, report.SeedCloudFrontPerTb*8, report.SeedRelaysPerTb, report.SeedRelaysPerTb*8, runtime.NumCPU())
 
 	fmt.Fprintln(w, "| mode | conn/s (median) | runs | vs best peer | per-run ratio | failed | relay CPU s per 1k conns | vs best peer | context switches per conn | vs best peer |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -371,7 +361,7 @@ func (r *Report) writeHeadline(w io.Writer) {
 		cost := r.ref(mode, fCPUPerGB, false)
 		if c := median(res.CPUPerGB); c > 0 && cost.name != "" {
 			fmt.Fprintf(w, "| relay CPU cost per delivered TB at $%.3f/core-hour | $%.4f | %s $%.4f | - | seed 001: relay VMs $%.3f/TB, CloudFront $%.2f/TB | - |\n",
-				r.Config.CoreHour, DollarsPerTB(c, r.Config.CoreHour), cost.name, DollarsPerTB(cost.med, r.Config.CoreHour), seedRelaysPerTb*8, seedCloudFrontPerTb*8)
+				r.Config.CoreHour, report.DollarsPerTB(c, r.Config.CoreHour), cost.name, report.DollarsPerTB(cost.med, r.Config.CoreHour), report.SeedRelaysPerTb*8, report.SeedCloudFrontPerTb*8)
 		}
 		fmt.Fprintln(w)
 	}
