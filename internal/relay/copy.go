@@ -6,7 +6,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -35,6 +34,7 @@ type pipe struct {
 	upBytes  byteCounter
 	dnBytes  byteCounter
 	bufs     *sync.Pool // of *[]byte of smallCopy bytes; nil: always splice
+	pipes    *pipePool  // splice pipes for bulk mode; nil: one per direction
 	// abortOnEnd: both connections have SO_LINGER 0 (reset if the process
 	// dies); a direction that ends normally clears it on its destination
 	// before passing the EOF on (tproxy.go).
@@ -228,10 +228,8 @@ func (p *pipe) halfClose(dst *net.TCPConn) error {
 // pooled buffer, done inside the runtime poller's callback (the buffer is
 // taken only once data is there, so an idle flow holds none), then one
 // write. A read that fills the buffer switches the direction to bulk mode
-// for good: it waits without holding a splice pipe (SIOCINQ, then a
-// MSG_PEEK to tell EOF) and splices exactly the queued bytes with
-// io.CopyN between the two *net.TCPConn (Go's splice path); small queues
-// still go through a pooled buffer.
+// for good (spliceBulk: splice(2) through a pooled pipe, given back before
+// each wait, so an idle bulk flow holds no pipe either).
 func (p *pipe) copyData(dst, src *net.TCPConn, bytes byteCounter) error {
 	rc, err := src.SyscallConn()
 	if err != nil {
@@ -239,48 +237,23 @@ func (p *pipe) copyData(dst, src *net.TCPConn, bytes byteCounter) error {
 	}
 	r := smallReader{bufs: p.bufs}
 	r.fn = r.read
-	bulk := p.bufs == nil
-	for {
-		var n int64
-		switch {
-		case !bulk:
-			bp, nr, err := r.next(rc)
-			if err != nil {
-				return err
-			}
-			if nr == 0 {
-				return nil // EOF
-			}
-			_, err = dst.Write((*bp)[:nr])
-			bulk = nr == len(*bp)
-			p.bufs.Put(bp)
-			if err != nil {
-				return err
-			}
-			n = int64(nr)
-		default:
-			avail, err := waitReadable(rc)
-			switch {
-			case err != nil:
-			case avail == 0:
-				return nil // EOF
-			case avail < smallCopy && p.bufs != nil:
-				n, err = p.copySmall(dst, src, avail)
-			default:
-				n, err = io.CopyN(dst, src, int64(avail))
-			}
-			p.progress(bytes, n)
-			switch {
-			case err == nil:
-			case errors.Is(err, io.EOF):
-				return nil
-			default:
-				return err
-			}
-			continue
+	for bulk := p.bufs == nil; !bulk; {
+		bp, nr, err := r.next(rc)
+		if err != nil {
+			return err
 		}
-		p.progress(bytes, n)
+		if nr == 0 {
+			return nil // EOF
+		}
+		_, err = dst.Write((*bp)[:nr])
+		bulk = nr == len(*bp)
+		p.bufs.Put(bp)
+		if err != nil {
+			return err
+		}
+		p.progress(bytes, int64(nr))
 	}
+	return p.spliceBulk(dst, src, bytes)
 }
 
 // progress counts n relayed bytes and, with an idle timeout, notes the time.
@@ -343,25 +316,8 @@ func (r *smallReader) read(fd uintptr) bool {
 	}
 }
 
-// smallCopy is the size of the pooled buffers, and the queued-byte count
-// below which read+write through one replaces splice: the same two
-// syscalls, without taking a pipe (and without creating one when the pool
-// is empty).
+// smallCopy is the size of the pooled buffers of small mode.
 const smallCopy = 16 << 10
-
-// copySmall moves avail queued bytes from src to dst through a pooled buffer.
-func (p *pipe) copySmall(dst, src *net.TCPConn, avail int) (int64, error) {
-	bp := p.bufs.Get().(*[]byte)
-	defer p.bufs.Put(bp)
-	nr, err := src.Read((*bp)[:avail])
-	if nr > 0 {
-		nw, werr := dst.Write((*bp)[:nr])
-		if werr != nil {
-			return int64(nw), werr
-		}
-	}
-	return int64(nr), err
-}
 
 // waitReadable blocks (in the runtime poller, honouring the read deadline)
 // until the socket has queued bytes or reached EOF, and returns the number
@@ -529,7 +485,7 @@ func (s *Server) relay(role role, down, up *net.TCPConn, learn sizeKeys, before 
 // newPipe is the copy of a flow between down and up, its bytes counted
 // under its role's rm.
 func (s *Server) newPipe(rm *roleMetrics, down, up *net.TCPConn) *pipe {
-	return &pipe{down: down, up: up, idle: s.flows.idle, upBytes: rm.up, dnBytes: rm.down, bufs: &s.flows.bufs}
+	return &pipe{down: down, up: up, idle: s.flows.idle, upBytes: rm.up, dnBytes: rm.down, bufs: &s.flows.bufs, pipes: s.flows.pipes}
 }
 
 // runPipe runs p to its outcome: aborted, whatever the copy saw, when a

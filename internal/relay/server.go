@@ -61,7 +61,8 @@ type flowState struct {
 	cancel  context.CancelFunc
 	forcing atomic.Bool // the drain timed out: reset every flow
 	idle    time.Duration
-	bufs    sync.Pool      // small-copy buffers, see copySmall
+	bufs    sync.Pool      // small-copy buffers, see copyData
+	pipes   *pipePool      // splice pipes of bulk directions (splice.go)
 	wg      sync.WaitGroup // every per-connection goroutine
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{} // open connections, for the forced close
@@ -101,6 +102,7 @@ func newServer(cfg *Config, log *slog.Logger, bind bool) (*Server, error) {
 	s.lookups = newLookupMetrics(s.m.reg)
 	s.offloadMetrics()
 	s.flows.bufs.New = newSmallBuf
+	s.flows.pipes = newPipePool(pipePoolSize)
 	s.sizes = newSizeLearner(cfg.SizeLearning)
 	sizes := s.sizes
 	s.m.reg.GaugeFunc(metrics.Opts{Name: "mosto_relay_size_keys",
@@ -312,6 +314,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	close(s.workers.stop)
 	s.workers.wg.Wait()
+	s.flows.pipes.drain()
 	s.flows.cancel()
 	s.log.Info("proxy stopped")
 	return runErr
