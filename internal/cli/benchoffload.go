@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/offloadbench"
+	"github.com/mosto-net/mosto/internal/proxybench"
 	"github.com/mosto-net/mosto/internal/report"
 )
 
@@ -142,10 +144,11 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 
 func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench offload veth")
-	modes := fs.String("modes", "direct,splice,offload,haproxy", "modes: direct (routed), splice (mosto proxy), offload (mosto proxy, offload after 1 MB), haproxy")
+	modes := fs.String("modes", "direct,splice,offload,haproxy,nginx", "modes: direct (routed), splice (mosto proxy), offload (mosto proxy, offload after 1 MB), haproxy and nginx (tuned as in bench proxy)")
+	threads := fs.Int("threads", 0, "threads of every relay: mosto's GOMAXPROCS, HAProxy's nbthread, nginx's workers (default: one per CPU)")
 	dur := fs.Duration("duration", 5*time.Second, "iperf3 time per mode")
 	streams := fs.Int("streams", 1, "parallel flows")
-	rounds := fs.Int("rounds", 1, "rounds of all modes, interleaved")
+	rounds := fs.Int("rounds", 1, "rounds of all modes, interleaved (round k starts with the k-th mode)")
 	hops := fs.Int("hops", 1, "relays in the chain (each offloads its own flow; direct is routed through the same namespaces)")
 	mosto := fs.String("mosto", "", "mosto binary (default: this executable)")
 	pos, err := parseFlags(fs, args)
@@ -161,17 +164,38 @@ func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
 		}
 	}
 	hap, _ := exec.LookPath("haproxy")
-	tab := report.Table{Header: []string{"round", "mode", "Gbit/s", "vs direct", "relay CPU s/GB", "eBPF s/GB", "total s/GB", "joined per relay"},
-		Align: []report.Align{report.Right, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Left}}
+	ngx, _ := exec.LookPath("nginx")
+	mod := ""
+	if _, err := os.Stat(proxybench.DebianStreamModule); err == nil {
+		mod = proxybench.DebianStreamModule
+	}
+	tab := report.Table{Header: []string{"round", "mode", "Gbit/s", "vs direct", "vs best peer", "relay CPU s/GB", "eBPF s/GB", "total s/GB", "vs best peer", "joined per relay"},
+		Align: []report.Align{report.Right, report.Left, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Right, report.Left}}
+	ms := strings.Split(*modes, ",")
 	for round := 1; round <= *rounds; round++ {
-		res, err := offloadbench.RunVeth(ctx, offloadbench.VethConfig{Mosto: *mosto, HAProxy: hap, Duration: *dur, Streams: *streams, Hops: *hops, Modes: strings.Split(*modes, ",")})
+		// Round k starts with the k-th mode, so no mode always follows
+		// the same one.
+		k := (round - 1) % len(ms)
+		order := append(slices.Clone(ms[k:]), ms[:k]...)
+		res, err := offloadbench.RunVeth(ctx, offloadbench.VethConfig{Mosto: *mosto, HAProxy: hap, Nginx: ngx, NginxMod: mod, Threads: *threads, Duration: *dur, Streams: *streams, Hops: *hops, Modes: order})
 		if err != nil {
 			return err
 		}
-		direct := 0.0
+		// The best tuned peer of the round, per figure: the most Gbit/s,
+		// the least CPU per GB.
+		direct, peerGbps, peerCPU := 0.0, 0.0, 0.0
 		for _, r := range res {
-			if r.Mode == offloadbench.VethDirect && r.Err == nil {
+			if r.Err != nil || r.Bytes <= 0 {
+				continue
+			}
+			if r.Mode == offloadbench.VethDirect {
 				direct = r.Gbps
+			}
+			if slices.Contains(offloadbench.VethPeers, r.Mode) {
+				peerGbps = max(peerGbps, r.Gbps)
+				if c := (r.RelayCPU + r.ProgCPU).Seconds() / (float64(r.Bytes) / 1e9); peerCPU == 0 || c < peerCPU {
+					peerCPU = c
+				}
 			}
 		}
 		for _, r := range res {
@@ -184,6 +208,14 @@ func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
 				ratio = fmt.Sprintf("%.2f", r.Gbps/direct)
 			}
 			gb := float64(r.Bytes) / 1e9
+			total := (r.RelayCPU + r.ProgCPU).Seconds() / gb
+			vsGbps, vsCPU := "-", "-"
+			if peerGbps > 0 && r.Mode != offloadbench.VethDirect {
+				vsGbps = fmt.Sprintf("%.2fx", r.Gbps/peerGbps)
+			}
+			if peerCPU > 0 && r.Mode != offloadbench.VethDirect {
+				vsCPU = fmt.Sprintf("%.2fx", total/peerCPU)
+			}
 			joined := "-"
 			if r.Joined != nil {
 				js := make([]string, len(r.Joined))
@@ -195,10 +227,10 @@ func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
 				}
 				joined = strings.Join(js, "/")
 			}
-			tab.AddRow(fmt.Sprint(round), r.Mode, fmt.Sprintf("%.2f", r.Gbps), ratio,
-				fmt.Sprintf("%.3f", r.RelayCPU.Seconds()/gb), fmt.Sprintf("%.4f", r.ProgCPU.Seconds()/gb), fmt.Sprintf("%.3f", (r.RelayCPU+r.ProgCPU).Seconds()/gb), joined)
+			tab.AddRow(fmt.Sprint(round), r.Mode, fmt.Sprintf("%.2f", r.Gbps), ratio, vsGbps,
+				fmt.Sprintf("%.3f", r.RelayCPU.Seconds()/gb), fmt.Sprintf("%.4f", r.ProgCPU.Seconds()/gb), fmt.Sprintf("%.3f", total), vsCPU, joined)
 		}
 	}
-	fmt.Fprintf(env.Stdout, "peer2 -> %d relay(s) -> peer1 over veths, iperf3 -R, %d flow(s), %v per mode; relay CPU and eBPF summed over all relays\n\n", *hops, *streams, *dur)
+	fmt.Fprintf(env.Stdout, "peer2 -> %d relay(s) -> peer1 over veths, iperf3 -R, %d flow(s), %v per mode; relay CPU (with child processes) and eBPF summed over all relays; vs best peer: to the better tuned peer (haproxy, nginx) of the same round, Gbit/s and total CPU per GB each\n\n", *hops, *streams, *dur)
 	return tab.WriteMarkdown(env.Stdout)
 }

@@ -9,11 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/mosto-net/mosto/internal/proxybench"
 )
 
 // Veth modes.
@@ -21,13 +24,21 @@ const (
 	VethDirect  = "direct"  // peer1 -> peer2 routed by the relay namespace
 	VethSplice  = "splice"  // mosto proxy, offload off (Go splice relay)
 	VethOffload = "offload" // mosto proxy, offload after 1 MB
-	VethHAProxy = "haproxy" // HAProxy 2.6, mode tcp, splice-auto
+	VethHAProxy = "haproxy" // HAProxy 2.6 tuned as in bench proxy (proxybench.HAProxyConf)
+	VethNginx   = "nginx"   // nginx stream tuned as in bench proxy (proxybench.NginxConf)
 )
+
+// VethPeers are the modes of the tuned peers, the reference of the
+// "vs best peer" ratios.
+var VethPeers = []string{VethHAProxy, VethNginx}
 
 // VethConfig is one `bench offload veth` run.
 type VethConfig struct {
 	Mosto    string        // mosto binary
 	HAProxy  string        // haproxy binary ("" skips the mode)
+	Nginx    string        // nginx binary ("" skips the mode)
+	NginxMod string        // nginx's stream module to load ("": built in)
+	Threads  int           // every relay's threads (mosto's GOMAXPROCS, HAProxy's nbthread, nginx's workers; 0: one per CPU)
 	Duration time.Duration // per iperf3 run
 	Streams  int           // parallel flows
 	Hops     int           // relays in the line (0: 1); each relay offloads its own flow
@@ -39,7 +50,7 @@ type VethResult struct {
 	Mode       string
 	Gbps       float64
 	Bytes      int64
-	RelayCPU   time.Duration // user+system of the relay processes (all hops)
+	RelayCPU   time.Duration // user+system of the relay processes and their children (all hops)
 	ProgCPU    time.Duration // the eBPF programs' run time (kernel.bpf_stats_enabled)
 	RelayPerGB time.Duration
 	TotalPerGB time.Duration
@@ -161,6 +172,10 @@ func RunVeth(ctx context.Context, cfg VethConfig) ([]VethResult, error) {
 
 func runVethMode(ctx context.Context, cfg VethConfig, l *vethLine, dir string, res *VethResult) error {
 	target := l.p2Addr
+	threads := cfg.Threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
 	var relays []*exec.Cmd // relay i+1's process, in line order
 	for i, r := range l.relays {
 		origin := l.p2Addr
@@ -192,28 +207,35 @@ func runVethMode(ctx context.Context, cfg VethConfig, l *vethLine, dir string, r
 				return err
 			}
 			relay = exec.CommandContext(ctx, "ip", "netns", "exec", r.ns, cfg.Mosto, "proxy", "--config", path)
+			relay.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", threads))
 		case VethHAProxy:
 			if cfg.HAProxy == "" {
 				return errors.New("haproxy not installed")
 			}
 			path := filepath.Join(dir, fmt.Sprintf("haproxy-%d.cfg", i+1))
-			conf := fmt.Sprintf(`global
-  maxconn 4000
-  nbthread 2
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 10m
-  timeout server 10m
-  option splice-auto
-listen b
-  bind %s:5201
-  server s %s:5201
-`, r.addrIn, origin)
+			conf := proxybench.HAProxyConf(true, 4000, threads, r.addrIn+":5201", origin+":5201")
 			if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 				return err
 			}
 			relay = exec.CommandContext(ctx, "ip", "netns", "exec", r.ns, cfg.HAProxy, "-f", path, "-db")
+		case VethNginx:
+			if cfg.Nginx == "" {
+				return errors.New("nginx not installed")
+			}
+			ndir := filepath.Join(dir, fmt.Sprintf("nginx-%d", i+1))
+			if err := os.MkdirAll(ndir, 0o755); err != nil {
+				return err
+			}
+			load := ""
+			if cfg.NginxMod != "" {
+				load = fmt.Sprintf("load_module %s;\n", cfg.NginxMod)
+			}
+			path := filepath.Join(ndir, "nginx.conf")
+			conf := proxybench.NginxConf(true, load, 8100, 4000, threads, ndir, r.addrIn+":5201", origin+":5201")
+			if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+				return err
+			}
+			relay = exec.CommandContext(ctx, "ip", "netns", "exec", r.ns, cfg.Nginx, "-p", ndir, "-e", filepath.Join(ndir, "error.log"), "-c", path)
 		default:
 			return fmt.Errorf("unknown mode %q", res.Mode)
 		}
@@ -342,27 +364,52 @@ func waitListen(ns, addr string, d time.Duration) error {
 	return fmt.Errorf("%s not listening after %v", addr, d)
 }
 
-// procCPU is the user+system time of processes (and their threads).
+// procCPU is the user+system time of processes, their threads and their
+// children (nginx's workers).
 func procCPU(cs ...*exec.Cmd) time.Duration {
 	var t time.Duration
 	for _, c := range cs {
 		if c == nil || c.Process == nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
-		if err != nil {
-			continue
+		for _, pid := range procTree(c.Process.Pid) {
+			t += pidCPU(pid)
 		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		t += time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
 	}
 	return t
+}
+
+// procTree is pid and its descendants (/proc/PID/task/TID/children).
+func procTree(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", out[i]))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, c := range strings.Fields(string(b)) {
+				if p, err := strconv.Atoi(c); err == nil {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// pidCPU is the user+system time of one process (all its threads).
+func pidCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
 }
 
 // progRuntime sums the run time of the xlate programs loaded on this host

@@ -71,8 +71,10 @@ const (
 	DefaultLatConns     = 2000
 	DefaultConnCPU      = 0.5
 	// DefaultCoreHour is seed 001's price of a core-hour (report.DefaultCoreHour).
-	DefaultCoreHour    = report.DefaultCoreHour
-	debianStreamModule = "/usr/lib/nginx/modules/ngx_stream_module.so"
+	DefaultCoreHour = report.DefaultCoreHour
+	// DebianStreamModule is where Debian's libnginx-mod-stream puts
+	// nginx's stream module.
+	DebianStreamModule = "/usr/lib/nginx/modules/ngx_stream_module.so"
 )
 
 // Result is everything measured for one mode.
@@ -164,8 +166,8 @@ func (c *Config) fill() {
 		c.Nginx, _ = exec.LookPath("nginx")
 	}
 	if c.NginxMod == "" {
-		if _, err := os.Stat(debianStreamModule); err == nil {
-			c.NginxMod = debianStreamModule
+		if _, err := os.Stat(DebianStreamModule); err == nil {
+			c.NginxMod = DebianStreamModule
 		}
 	}
 	if c.Log == nil {

@@ -195,8 +195,8 @@ func TestWriteMarkdownBestPeer(t *testing.T) {
 // TestPeerConfigs: the tuned peers get the levers their experts would set;
 // the default ones do not.
 func TestPeerConfigs(t *testing.T) {
-	tuned := haproxyConf(true, 1000, 3, "127.0.0.1:1", "127.0.0.1:2")
-	def := haproxyConf(false, 1000, 3, "127.0.0.1:1", "127.0.0.1:2")
+	tuned := HAProxyConf(true, 1000, 3, "127.0.0.1:1", "127.0.0.1:2")
+	def := HAProxyConf(false, 1000, 3, "127.0.0.1:1", "127.0.0.1:2")
 	for _, want := range []string{"nbthread 3\n", "tune.pipesize 1048576\n", "option splice-auto\n", "bind 127.0.0.1:1\n", "server next 127.0.0.1:2\n"} {
 		if !strings.Contains(tuned, want) {
 			t.Errorf("tuned haproxy config lacks %q:\n%s", want, tuned)
@@ -207,13 +207,13 @@ func TestPeerConfigs(t *testing.T) {
 			t.Errorf("default haproxy config has %q:\n%s", not, def)
 		}
 	}
-	ng := nginxConf(true, "", 100, 50, 3, "/d", "127.0.0.1:1", "127.0.0.1:2")
+	ng := NginxConf(true, "", 100, 50, 3, "/d", "127.0.0.1:1", "127.0.0.1:2")
 	for _, want := range []string{"worker_processes 3;", "listen 127.0.0.1:1 reuseport", "proxy_buffer_size 256k;", "proxy_pass 127.0.0.1:2;"} {
 		if !strings.Contains(ng, want) {
 			t.Errorf("tuned nginx config lacks %q:\n%s", want, ng)
 		}
 	}
-	ngd := nginxConf(false, "", 100, 50, 3, "/d", "127.0.0.1:1", "127.0.0.1:2")
+	ngd := NginxConf(false, "", 100, 50, 3, "/d", "127.0.0.1:1", "127.0.0.1:2")
 	for _, not := range []string{"reuseport", "proxy_buffer_size", "worker_processes 3"} {
 		if strings.Contains(ngd, not) {
 			t.Errorf("default nginx config has %q:\n%s", not, ngd)

@@ -28,7 +28,7 @@ const (
 	// -1`): every flow on goroutines, the path before the loops.
 	ModeMosto1G = "mosto1g"
 	// ModeHAProxy is HAProxy configured as its experts would for this
-	// test (haproxyConf): 1 MiB splice pipes, splice-auto, one thread per
+	// test (HAProxyConf): 1 MiB splice pipes, splice-auto, one thread per
 	// mosto thread.
 	ModeHAProxy = "haproxy"
 	// ModeHAProxyDefault is HAProxy with the minimal configuration a TCP
@@ -37,7 +37,7 @@ const (
 	// ModeHAProxy3 chains three tuned HAProxy processes, for comparison
 	// with mosto3.
 	ModeHAProxy3 = "haproxy3"
-	// ModeNginx is nginx stream tuned (nginxConf): larger proxy buffers,
+	// ModeNginx is nginx stream tuned (NginxConf): larger proxy buffers,
 	// reuseport listeners, one worker per mosto thread.
 	ModeNginx = "nginx"
 	// ModeNginxDefault is nginx stream with its defaults (16 KiB buffers,
@@ -331,7 +331,7 @@ func (s *setup) startHAProxy(ctx context.Context, mode string, n int) (*relay, e
 		if err != nil {
 			return nil, err
 		}
-		conf := haproxyConf(mode != ModeHAProxyDefault, s.maxconn, s.threads, entry, next)
+		conf := HAProxyConf(mode != ModeHAProxyDefault, s.maxconn, s.threads, entry, next)
 		path := filepath.Join(s.dir, fmt.Sprintf("%s-%d.cfg", mode, i))
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			return nil, err
@@ -346,7 +346,7 @@ func (s *setup) startHAProxy(ctx context.Context, mode string, n int) (*relay, e
 	return r, nil
 }
 
-// haproxyConf is one HAProxy relaying listen to next. Tuned, it is what
+// HAProxyConf is one HAProxy relaying listen to next. Tuned, it is what
 // HAProxy's documentation recommends for a TCP relay moving bulk data and
 // short connections: kernel splicing through 1 MiB pipes (tune.pipesize;
 // the kernel's default pipe is 64 KiB, 16 pages), splice-auto (splice
@@ -354,7 +354,7 @@ func (s *setup) startHAProxy(ctx context.Context, mode string, n int) (*relay, e
 // connections are not spliced: the same adaptation mosto makes), and
 // threads equal to mosto's. The default is the minimal configuration of
 // a TCP proxy: buffered copies, default threads (one per CPU).
-func haproxyConf(tuned bool, maxconn, threads int, listen, next string) string {
+func HAProxyConf(tuned bool, maxconn, threads int, listen, next string) string {
 	global, opts := "", ""
 	if tuned {
 		global = fmt.Sprintf("    nbthread %d\n    tune.pipesize 1048576\n", threads)
@@ -376,14 +376,14 @@ backend next
 `, maxconn, global, opts, listen, next)
 }
 
-// nginxConf is nginx stream relaying listen to origin. Tuned: one worker
+// NginxConf is nginx stream relaying listen to origin. Tuned: one worker
 // per mosto thread, a reuseport listener per worker (the kernel spreads
 // new connections instead of waking every worker), a large accept
 // backlog, 256 KiB proxy buffers (16 KiB by default: one read and one
 // write per 16 KiB of a bulk flow), multi_accept. Default: nginx's own
 // defaults (worker_processes auto as Debian ships it); the connection
 // limits are raised in both, or the idle-flow test could not run.
-func nginxConf(tuned bool, load string, nofile, maxconn, threads int, dir, listen, origin string) string {
+func NginxConf(tuned bool, load string, nofile, maxconn, threads int, dir, listen, origin string) string {
 	workers, events, opts, server := "auto", "", "", ""
 	if tuned {
 		workers = fmt.Sprint(threads)
@@ -424,7 +424,7 @@ func (s *setup) startNginx(ctx context.Context, mode string) (*relay, error) {
 	if s.nginxMod != "" {
 		load = fmt.Sprintf("load_module %s;\n", s.nginxMod)
 	}
-	conf := nginxConf(mode == ModeNginx, load, 2*s.maxconn+100, s.maxconn, s.threads, dir, entry, s.origin)
+	conf := NginxConf(mode == ModeNginx, load, 2*s.maxconn+100, s.maxconn, s.threads, dir, entry, s.origin)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, err
