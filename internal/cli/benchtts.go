@@ -39,6 +39,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	relaySysctl := fs.String("relay-sysctl", "", "sysctls set only in the relay hosts (their own legs), comma-separated, after --sysctl (e.g. net.ipv4.tcp_sack=0)")
 	relayNoSACK := fs.Bool("relay-nosack", false, "the tproxy entry's no_sack: the legs of intercepted flows run without SACK (dupACK loss detection with adaptive reordering; for the jitter rows)")
 	netemLimit := fs.Bool("netem-limit", false, "tables: each link direction holds at most 1000 packets queued and delayed together, as netem's limit on the seed's Mininet links (default: a 1000-packet queue, the delay line unbounded)")
+	merge := fs.String("merge", "", "build the tables from per-transfer results files instead of running (comma-separated trials.jsonl files of earlier runs; trials of the same setup and size are pooled)")
 	pepsal := fs.String("pepsal", "", "path of a PEPsal binary (github.com/CNES/pepsal, built by you) for the pepsal mode: the peer on the relay host behind its own TPROXY rules")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench tts [--trials N] [--only tables,grid] [flags]\n\nNeeds root. See docs/tts.md.")
@@ -50,6 +51,9 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	}
 	if len(pos) > 0 {
 		return usageErrorf("unexpected arguments %q", pos)
+	}
+	if *merge != "" {
+		return mergeTTS(env, splitList(*merge), *out)
 	}
 	if *trials < 1 {
 		return usageErrorf("--trials must be at least 1")
@@ -176,6 +180,43 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	env.Stdout.Write(md.Bytes())
 	fmt.Fprintf(env.Stdout, "\nresults in %s (results.md, tables.svg, grid.svg, proxy configs and logs)\n", dir)
 	return nil
+}
+
+// mergeTTS pools the trials of several results files into the seed's
+// tables (stdout, and results.md in out when given).
+func mergeTTS(env *Env, files []string, out string) error {
+	var all []ttsbench.Trial
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			return err
+		}
+		ts, err := ttsbench.ReadTrials(r)
+		r.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		all = append(all, ts...)
+	}
+	p, err := ttsbench.MergeTrials(all)
+	if err != nil {
+		return err
+	}
+	var md bytes.Buffer
+	fmt.Fprintf(&md, "`mosto bench tts --merge %s`: %d transfers from %d files\n", strings.Join(files, ","), len(all), len(files))
+	if err := p.WriteMarkdown(&md); err != nil {
+		return err
+	}
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "results.md"), md.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	_, err = env.Stdout.Write(md.Bytes())
+	return err
 }
 
 func parseFloats(s string) ([]float64, error) {

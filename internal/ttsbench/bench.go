@@ -376,6 +376,13 @@ func shuffled[T any](xs []T) []T {
 	return out
 }
 
+// shuffledWith is shuffled with the given source (a run's recorded seed).
+func shuffledWith[T any](r *rand.Rand, xs []T) []T {
+	out := append([]T(nil), xs...)
+	r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
 func secs(d time.Duration) float64 { return d.Seconds() }
 
 func nan() float64 { return math.NaN() }

@@ -3,6 +3,8 @@ package ttsbench_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -54,6 +56,34 @@ func TestTablesSmall(t *testing.T) {
 	}
 	if !strings.Contains(md.String(), "lossy L2=1%") || !strings.Contains(md.String(), "E2E vs TTS") {
 		t.Errorf("report lacks the row or the mode:\n%s", md.String())
+	}
+	// Every transfer is in the results file, and the file alone rebuilds
+	// the same samples.
+	f, err := os.Open(filepath.Join(cfg.Dir, ttsbench.TrialsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	trials, err := ttsbench.ReadTrials(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(trials) != 2*2*3 {
+		t.Fatalf("%d trials in the results file; want 12", len(trials))
+	}
+	pooled, err := ttsbench.MergeTrials(trials)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pooled.Groups) != 1 {
+		t.Fatalf("%d groups; want 1", len(pooled.Groups))
+	}
+	for _, cc := range []string{"cubic", "bbr"} {
+		want, _ := res.Compare(cc, 0, ttsbench.TTS)
+		got, ok := pooled.Groups[0].Result.Compare(cc, 0, ttsbench.TTS)
+		if !ok || got.E2E.Mean != want.E2E.Mean || got.Other.Mean != want.Other.Mean {
+			t.Errorf("%s from the file: %+v; want %+v", cc, got, want)
+		}
 	}
 }
 

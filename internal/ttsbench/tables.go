@@ -3,7 +3,9 @@ package ttsbench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -73,15 +75,20 @@ func RunTables(ctx context.Context, cfg Config) (*TableResult, error) {
 		return nil, err
 	}
 	res := &TableResult{Size: cfg.Size, Rows: cfg.Rows, CCs: cfg.CCs, Modes: cfg.Modes, Sample: map[key][]float64{}, Failed: map[key]int{}}
+	tl, err := openTrialLog(filepath.Join(cfg.Dir, TrialsFile))
+	if err != nil {
+		return nil, err
+	}
+	defer tl.close()
 	for _, cc := range cfg.CCs {
-		if err := runTablesCC(ctx, &cfg, cc, res); err != nil {
+		if err := runTablesCC(ctx, &cfg, cc, res, tl); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
 }
 
-func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) error {
+func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult, tl *trialLog) error {
 	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
 	if err != nil {
 		return err
@@ -116,6 +123,9 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 		Split:  split[0],
 		PEPsal: netip.AddrPortFrom(s, portPEPsal),
 	}
+	seed := rand.Uint64()
+	order := rand.New(rand.NewPCG(seed, seed>>1))
+	setup := cfg.setup()
 	for ri, row := range cfg.Rows {
 		if err := w.SetLink("c", "r1", row.link(cfg, true)); err != nil {
 			return err
@@ -127,20 +137,26 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult) 
 		for trial := range cfg.Trials {
 			var line strings.Builder
 			fmt.Fprintf(&line, "tables: %s %s trial %d:", cc, row.Name, trial+1)
-			for _, m := range shuffled(cfg.Modes) {
+			for _, m := range shuffledWith(order, cfg.Modes) {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 				d, err := l.fetch(ctx, target[m])
 				k := key{cc, ri, m}
+				rec := Trial{UTC: time.Now().UTC(), Run: w.RunID(), World: "tables", Setup: setup, CC: cc, Row: row.spec(), Mode: m, Size: cfg.Size, Trial: trial + 1, Seed: seed, Load: loadAvg()}
 				if err != nil {
 					res.Failed[k]++
 					cfg.Log.Warn("transfer failed", "cc", cc, "row", row.Name, "mode", m, "err", err)
 					fmt.Fprintf(&line, " %s failed", m)
-					continue
+					rec.Err = err.Error()
+				} else {
+					res.Sample[k] = append(res.Sample[k], secs(d))
+					fmt.Fprintf(&line, " %s %.3f s", m, secs(d))
+					rec.Secs = secs(d)
 				}
-				res.Sample[k] = append(res.Sample[k], secs(d))
-				fmt.Fprintf(&line, " %s %.3f s", m, secs(d))
+				if err := tl.add(rec); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(cfg.Progress, line.String())
 		}
