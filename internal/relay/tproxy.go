@@ -44,6 +44,15 @@ type TProxyConfig struct {
 	// dupACK threshold adapts instead (docs/tts.md, row 6). Not for lossy
 	// segments.
 	NoSACK bool `yaml:"no_sack"`
+	// Congestion is the congestion control of both legs of intercepted
+	// flows (TCP_CONGESTION on the transparent listener, whose accepted
+	// connections inherit it, and on the upstream dial); empty: the
+	// proxy's socket.congestion. Only the relay's own sending is
+	// affected: its leg towards the client on downloads (towards the
+	// server on uploads); the end hosts keep theirs. On long legs (200 ms
+	// in the seed's jitter rows) CUBIC's HyStart leaves the relay's leg
+	// below the link's rate (docs/tts.md, rows 4-5 at 70 MB): bbr there.
+	Congestion string `yaml:"congestion"`
 	// Mark and RouteTable of the policy route; 0: intercept's defaults.
 	Mark       uint32 `yaml:"mark"`
 	RouteTable int    `yaml:"route_table"`
@@ -102,10 +111,21 @@ func tableName(id string) string {
 	return b.String()
 }
 
+// socket returns the proxy's socket options with the entry's own.
+func (c *TProxyConfig) socket(sc SocketConfig) SocketConfig {
+	if c.Congestion != "" {
+		sc.Congestion = c.Congestion
+	}
+	return sc
+}
+
 // validate checks the entry (Config.Validate calls it).
 func (c *TProxyConfig) validate(cfg *Config) error {
 	if c.Listen == "" {
 		return errors.New("listen: missing")
+	}
+	if len(c.Congestion) > 15 {
+		return fmt.Errorf("congestion: %q is too long", c.Congestion)
 	}
 	if err := checkHostPort(c.Listen, true); err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -123,7 +143,7 @@ func (s *Server) bindTProxy() error {
 	if c == nil {
 		return nil
 	}
-	ln, err := intercept.ListenTransparent(context.Background(), c.Listen, s.cfg.Socket.control(sockListen))
+	ln, err := intercept.ListenTransparent(context.Background(), c.Listen, c.socket(s.cfg.Socket).control(sockListen))
 	if err != nil {
 		return fmt.Errorf("listen tproxy: %w", err)
 	}
@@ -205,7 +225,7 @@ func (s *Server) dialTransparent(in Intent) (*net.TCPConn, error) {
 	// No deferred SYN (TCP_FASTOPEN_CONNECT): a server that speaks first
 	// must see the connection at once.
 	d := s.out.dialer
-	d.Control = s.cfg.Socket.control(sockPoolDial)
+	d.Control = s.cfg.TProxy.socket(s.cfg.Socket).control(sockPoolDial)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.flows.ctx, d.Timeout)
 	defer cancel()

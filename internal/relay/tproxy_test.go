@@ -123,7 +123,9 @@ func TestTProxyEntry(t *testing.T) {
 	w := tproxyWorld(t)
 	ctx := context.Background()
 	s := w.Addr("s")
-	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\"}\ntimeouts: {drain: 1s}\n", emu.Prefix)
+	// The legs' congestion control is the entry's (reno), not the proxy's
+	// socket.congestion (cubic).
+	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
 	child := startTProxyChild(t, w, conf)
 
 	// Echo server on 8080 (in scope) and 9090 (out of scope), recording
@@ -162,6 +164,7 @@ func TestTProxyEntry(t *testing.T) {
 		c.SetDeadline(time.Now().Add(60 * time.Second))
 		return c.(*net.TCPConn)
 	}
+	relayUp := true // the proxy runs: in-scope flows are split
 	// sameSeq sends 10 bytes, waits for the echo and compares the client's
 	// send sequence with the server's receive sequence.
 	check := func(port uint16) (split bool) {
@@ -194,6 +197,14 @@ func TestTProxyEntry(t *testing.T) {
 		}
 		if got := c.RemoteAddr().(*net.TCPAddr).AddrPort(); got != netip.AddrPortFrom(s, port) {
 			t.Errorf("port %d: client sees the server as %v", port, got)
+		}
+		if port == 8080 && relayUp {
+			// Both of the relay's legs of this flow run tproxy.congestion.
+			p := c.LocalAddr().(*net.TCPAddr).Port
+			out, err := w.Command(ctx, "r", "ss", "-tin", "state", "established", fmt.Sprintf("( sport = :8080 or dport = :8080 ) and ( sport = :%d or dport = :%d )", p, p)).CombinedOutput()
+			if n := strings.Count(string(out), " reno "); err != nil || n != 2 {
+				t.Errorf("relay legs: %d with reno (err %v); want both:\n%s", n, err, out)
+			}
 		}
 		snd, err1 := testenv.TCPQueueSeq(c, testenv.SendQueue)
 		rcv, err2 := testenv.TCPQueueSeq(sv.conn, testenv.RecvQueue)
@@ -269,11 +280,13 @@ func TestTProxyEntry(t *testing.T) {
 		t.Errorf("tables after SIGKILL = %v; want the leftover", ts)
 	}
 	// Fail-open while it is down: a new flow passes untouched.
+	relayUp = false
 	if check(8080) {
 		t.Error("proxy dead (fail-open): flow not untouched")
 	}
 	// Restart: rules replaced, flows split again; SIGTERM removes them.
 	child = startTProxyChild(t, w, conf)
+	relayUp = true
 	if ts, _ := intercept.Tables(ctx, w.NetNS("r")); len(ts) != 1 {
 		t.Errorf("tables after restart = %v; want one", ts)
 	}

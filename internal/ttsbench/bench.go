@@ -84,6 +84,9 @@ type Config struct {
 	// RelayNoSACK runs the legs of intercepted flows without SACK (the
 	// tproxy entry's no_sack); the explicit split relay's legs keep it.
 	RelayNoSACK bool
+	// TProxyCC is the tproxy entry's congestion control (the intercepted
+	// legs only; after RelayCC); default: none (the proxy's).
+	TProxyCC string
 	// PEPsal is the path of a PEPsal binary (github.com/CNES/pepsal,
 	// built by the user; none is shipped), needed by the pepsal mode.
 	PEPsal   string
@@ -351,7 +354,7 @@ func (l *lab) hostOf(a netip.Addr) string {
 // proxyConf is the config of the proxy of an on-path host: the tproxy
 // entry for ports (empty: none) and, when split is set, a service entry
 // whose origin is the server's out-of-scope port.
-func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSACK bool) string {
+func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSACK bool, tproxyCC string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "id: %s\ndestinations: {allow: [\"%v\"]}\n", id, emu.Prefix)
 	if len(ports) > 0 {
@@ -359,7 +362,11 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSA
 		for i, p := range ports {
 			ps[i] = fmt.Sprint(p)
 		}
-		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\", no_sack: %v}\n", portTP, strings.Join(ps, ","), noSACK)
+		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\", no_sack: %v", portTP, strings.Join(ps, ","), noSACK)
+		if tproxyCC != "" {
+			fmt.Fprintf(&b, ", congestion: %s", tproxyCC)
+		}
+		b.WriteString("}\n")
 	}
 	if split != nil {
 		fmt.Fprintf(&b, "services: [{name: split, listen: \"%v\", origin: \"%v\"}]\n", split[0], split[1])

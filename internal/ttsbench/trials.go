@@ -83,6 +83,7 @@ func (c *Config) setup() string {
 	if c.RelayNoSACK {
 		add("relay-nosack", "true")
 	}
+	add("tproxy-cc", c.TProxyCC)
 	if c.JitterGSO {
 		add("jitter-gso", "true")
 	}
