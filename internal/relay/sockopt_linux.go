@@ -2,6 +2,7 @@ package relay
 
 import (
 	"fmt"
+	"net"
 	"syscall"
 	"time"
 
@@ -81,6 +82,30 @@ func (c SocketConfig) apply(fd int) error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, int(c.NotSentLowat)); err != nil {
 			return fmt.Errorf("set TCP_NOTSENT_LOWAT: %w", err)
 		}
+	}
+	return nil
+}
+
+// unpacedCap is the SO_MAX_PACING_RATE (bytes/s) setPacing sets: any value
+// but ~0 turns TCP's internal pacing on; this one (about 34 Gbit/s) never
+// caps a flow.
+const unpacedCap = 0xFFFFFFFE
+
+// setPacing turns on TCP's internal pacing on c (the kernel paces from
+// cwnd and srtt; no qdisc needed).
+func setPacing(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, unpacedCap)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("set SO_MAX_PACING_RATE: %w", serr)
 	}
 	return nil
 }

@@ -53,6 +53,16 @@ type TProxyConfig struct {
 	// in the seed's jitter rows) CUBIC's HyStart leaves the relay's leg
 	// below the link's rate (docs/tts.md, rows 4-5 at 70 MB): bbr there.
 	Congestion string `yaml:"congestion"`
+	// Pacing turns on TCP's internal pacing on both legs
+	// (SO_MAX_PACING_RATE set to an unreachable cap: without an fq qdisc
+	// the kernel then paces in TCP, at 2x cwnd/srtt in slow start and
+	// 1.2x after). Besides smoothing bursts into the next link's queue,
+	// it makes CUBIC's HyStart wait for a full RTT of ACK train instead of
+	// half (tcp_cubic: the threshold is halved only for unpaced sockets),
+	// so on long legs (200 ms) the relay's leg leaves slow start near the
+	// path's BDP instead of ~10% below it (docs/tts.md, rows 4-5 at
+	// 70 MB). Off by default.
+	Pacing bool `yaml:"pacing"`
 	// Mark and RouteTable of the policy route; 0: intercept's defaults.
 	Mark       uint32 `yaml:"mark"`
 	RouteTable int    `yaml:"route_table"`
@@ -212,6 +222,13 @@ func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) (*net.TCPCo
 	}
 	intercept.AbortOnClose(c, true)
 	intercept.AbortOnClose(up, true)
+	if s.cfg.TProxy.Pacing {
+		for _, conn := range []*net.TCPConn{c, up} {
+			if err := setPacing(conn); err != nil {
+				s.log.Debug("tproxy pacing", "err", err)
+			}
+		}
+	}
 	return up, in.learn
 }
 

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -124,8 +125,8 @@ func TestTProxyEntry(t *testing.T) {
 	ctx := context.Background()
 	s := w.Addr("s")
 	// The legs' congestion control is the entry's (reno), not the proxy's
-	// socket.congestion (cubic).
-	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
+	// socket.congestion (cubic), and they pace (pacing).
+	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno, pacing: true}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
 	child := startTProxyChild(t, w, conf)
 
 	// Echo server on 8080 (in scope) and 9090 (out of scope), recording
@@ -204,6 +205,11 @@ func TestTProxyEntry(t *testing.T) {
 			out, err := w.Command(ctx, "r", "ss", "-tin", "state", "established", fmt.Sprintf("( sport = :8080 or dport = :8080 ) and ( sport = :%d or dport = :%d )", p, p)).CombinedOutput()
 			if n := strings.Count(string(out), " reno "); err != nil || n != 2 {
 				t.Errorf("relay legs: %d with reno (err %v); want both:\n%s", n, err, out)
+			}
+			// ... and pace (tproxy.pacing: ss shows the max pacing rate
+			// after the pacing rate: "pacing_rate Xbps/Ybps").
+			if n := len(regexp.MustCompile(`pacing_rate \d+bps/\d+bps`).FindAllString(string(out), -1)); n != 2 {
+				t.Errorf("relay legs: %d with a max pacing rate; want both:\n%s", n, out)
 			}
 		}
 		snd, err1 := testenv.TCPQueueSeq(c, testenv.SendQueue)

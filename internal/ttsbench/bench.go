@@ -87,6 +87,9 @@ type Config struct {
 	// TProxyCC is the tproxy entry's congestion control (the intercepted
 	// legs only; after RelayCC); default: none (the proxy's).
 	TProxyCC string
+	// TProxyPacing sets the tproxy entry's pacing (TCP-internal pacing on
+	// the intercepted legs).
+	TProxyPacing bool
 	// PEPsal is the path of a PEPsal binary (github.com/CNES/pepsal,
 	// built by the user; none is shipped), needed by the pepsal mode.
 	PEPsal   string
@@ -354,7 +357,7 @@ func (l *lab) hostOf(a netip.Addr) string {
 // proxyConf is the config of the proxy of an on-path host: the tproxy
 // entry for ports (empty: none) and, when split is set, a service entry
 // whose origin is the server's out-of-scope port.
-func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSACK bool, tproxyCC string) string {
+func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSACK bool, tproxyCC string, pacing bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "id: %s\ndestinations: {allow: [\"%v\"]}\n", id, emu.Prefix)
 	if len(ports) > 0 {
@@ -365,6 +368,9 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSA
 		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\", no_sack: %v", portTP, strings.Join(ps, ","), noSACK)
 		if tproxyCC != "" {
 			fmt.Fprintf(&b, ", congestion: %s", tproxyCC)
+		}
+		if pacing {
+			b.WriteString(", pacing: true")
 		}
 		b.WriteString("}\n")
 	}

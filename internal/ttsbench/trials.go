@@ -84,6 +84,9 @@ func (c *Config) setup() string {
 		add("relay-nosack", "true")
 	}
 	add("tproxy-cc", c.TProxyCC)
+	if c.TProxyPacing {
+		add("tproxy-pacing", "true")
+	}
 	if c.JitterGSO {
 		add("jitter-gso", "true")
 	}
