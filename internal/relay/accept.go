@@ -25,8 +25,12 @@ type listener struct {
 	ln      *net.TCPListener
 	kind    entryKind
 	service *ServiceConfig // kindService
-	allow   []matcher      // kindSOCKS5, kindConnect
-	looped  bool           // served by the event loops, not acceptLoop
+	// origin is service.Origin parsed (once: every flow of the listener
+	// goes there); originErr is why it did not parse (Validate checks it).
+	origin    Target
+	originErr error
+	allow     []matcher // kindSOCKS5, kindConnect
+	looped    bool      // served by the event loops, not acceptLoop
 }
 
 type entryKind uint8
@@ -74,7 +78,9 @@ func (s *Server) bind() error {
 	}
 	for i := range s.cfg.Services {
 		svc := &s.cfg.Services[i]
-		if err := listen(svc.Listen, &listener{kind: kindService, service: svc}); err != nil {
+		l := &listener{kind: kindService, service: svc}
+		l.origin, l.originErr = ParseTarget(svc.Origin)
+		if err := listen(svc.Listen, l); err != nil {
 			return err
 		}
 	}

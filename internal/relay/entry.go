@@ -56,7 +56,7 @@ func (s *Server) serveEntry(l *listener, c *net.TCPConn, src netip.AddrPort) (*n
 	in := Intent{Client: src, Local: addrPort(c.LocalAddr())}
 	switch l.kind {
 	case kindService:
-		t, err := ParseTarget(l.service.Origin)
+		t, err := l.origin, l.originErr
 		if err != nil { // Validate checked it; keep serving anyway
 			s.refuse(refuseEntryProto, c, src, err)
 			return nil, sizeKeys{}

@@ -160,7 +160,7 @@ func (lh loopHandler) Open(tag any, fd int, src netip.AddrPort) (evloop.Upstream
 	if isHop {
 		return s.openHop(l, fd, src)
 	}
-	t, err := ParseTarget(l.service.Origin)
+	t, err := l.origin, l.originErr
 	if err != nil { // Validate checked it
 		s.m.refusals.WithLabelValues(refuseEntryProto).Inc()
 		s.loopRelease(src, false)
@@ -277,10 +277,12 @@ func (s *Server) loopOriginDial(fl *loopFlow, plain bool) (evloop.Upstream, erro
 		prefix = hop.AppendPlainV2(nil, fl.in.Client, fl.in.Local)
 	}
 	fl.peer = "origin"
-	if u, ok := s.loopPooled(s.out.originPool, dst.String(), prefix); ok {
-		fl.pooled = true
-		s.m.upstream.WithLabelValues("origin", "pool").Inc()
-		return u, nil
+	if s.out.originPool != nil {
+		if u, ok := s.loopPooled(s.out.originPool, dst.String(), prefix); ok {
+			fl.pooled = true
+			s.m.upstream.WithLabelValues("origin", "pool").Inc()
+			return u, nil
+		}
 	}
 	if s.cfg.Socket.FastOpen && !plain {
 		fl.dialTo, fl.prefix = dst, prefix
