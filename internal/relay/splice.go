@@ -5,6 +5,7 @@ package relay
 // runtime poller's callbacks.
 
 import (
+	"io"
 	"net"
 	"os"
 
@@ -99,13 +100,12 @@ func (pp *pipePool) drain() {
 // otherwise keeps at its 20 us tick (profile: about 7% of the relay's
 // CPU in sysmon's usleep, issue 18).
 type splicer struct {
-	pool     *pipePool
-	sp       *splicePipe
-	src, dst int
-	eof      bool
-	err      error
-	fillFn   func(fd uintptr) bool
-	pumpFn   func(fd uintptr) bool
+	pool   *pipePool
+	sp     *splicePipe
+	eof    bool
+	err    error
+	fillFn func(fd uintptr) bool
+	pumpFn func(fd uintptr) bool
 }
 
 // fill splices what src has queued into the pipe. Called from the poller
@@ -127,7 +127,7 @@ func (s *splicer) fill(fd uintptr) bool {
 			continue
 		case e == unix.EAGAIN:
 			if s.sp.n > 0 {
-				return true // the pipe is full: pump it first
+				return true // bytes from an earlier call: pump them first
 			}
 			s.pool.put(s.sp)
 			s.sp = nil
@@ -160,6 +160,10 @@ func (s *splicer) pump(fd uintptr) bool {
 			return false
 		case e != 0:
 			s.err = os.NewSyscallError("splice", e)
+			return true
+		case n == 0:
+			// Never with bytes in the pipe; do not spin if it happens.
+			s.err = io.ErrNoProgress
 			return true
 		}
 		s.sp.n -= int(n)
