@@ -92,15 +92,19 @@ func (c SocketConfig) apply(fd int) error {
 const unpacedCap = 0xFFFFFFFE
 
 // setPacing turns on TCP's internal pacing on c (the kernel paces from
-// cwnd and srtt; no qdisc needed).
-func setPacing(c *net.TCPConn) error {
+// cwnd and srtt; no qdisc needed), capped at mbit Mbit/s when > 0.
+func setPacing(c *net.TCPConn, mbit float64) error {
+	limit := uint64(unpacedCap)
+	if mbit > 0 {
+		limit = max(uint64(mbit*1e6/8), 1)
+	}
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, unpacedCap)
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, int(limit))
 	}); err != nil {
 		return err
 	}

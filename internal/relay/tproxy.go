@@ -54,15 +54,19 @@ type TProxyConfig struct {
 	// below the link's rate (docs/tts.md, rows 4-5 at 70 MB): bbr there.
 	Congestion string `yaml:"congestion"`
 	// Pacing turns on TCP's internal pacing on both legs
-	// (SO_MAX_PACING_RATE set to an unreachable cap: without an fq qdisc
-	// the kernel then paces in TCP, at 2x cwnd/srtt in slow start and
-	// 1.2x after). Besides smoothing bursts into the next link's queue,
-	// it makes CUBIC's HyStart wait for a full RTT of ACK train instead of
-	// half (tcp_cubic: the threshold is halved only for unpaced sockets),
-	// so on long legs (200 ms) the relay's leg leaves slow start near the
-	// path's BDP instead of ~10% below it (docs/tts.md, rows 4-5 at
-	// 70 MB). Off by default.
-	Pacing bool `yaml:"pacing"`
+	// (SO_MAX_PACING_RATE: without an fq qdisc the kernel then paces in
+	// TCP, at 2x cwnd/srtt in slow start and 1.2x after), and PacingMbit,
+	// when > 0, caps the legs' sending at that rate (Mbit/s of TCP
+	// payload and headers; it implies Pacing). Uncapped pacing makes
+	// CUBIC's HyStart wait for a full RTT of ACK train instead of half
+	// (tcp_cubic halves it only for unpaced sockets), so a long leg leaves
+	// slow start at or past its BDP rather than ~10% below it, but then
+	// overshoots a shallow queue; a cap at the leg's bottleneck rate keeps
+	// the queue empty however far cwnd grows (docs/tts.md, rows 4-5 at
+	// 70 MB). Off by default: a cap below the path's rate slows every
+	// intercepted flow down to it.
+	Pacing     bool    `yaml:"pacing"`
+	PacingMbit float64 `yaml:"pacing_mbit"`
 	// Mark and RouteTable of the policy route; 0: intercept's defaults.
 	Mark       uint32 `yaml:"mark"`
 	RouteTable int    `yaml:"route_table"`
@@ -136,6 +140,9 @@ func (c *TProxyConfig) validate(cfg *Config) error {
 	}
 	if len(c.Congestion) > 15 {
 		return fmt.Errorf("congestion: %q is too long", c.Congestion)
+	}
+	if !(c.PacingMbit >= 0 && c.PacingMbit*1e6/8 < unpacedCap) {
+		return fmt.Errorf("pacing_mbit: %v is not in [0, 34000)", c.PacingMbit)
 	}
 	if err := checkHostPort(c.Listen, true); err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -222,9 +229,9 @@ func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) (*net.TCPCo
 	}
 	intercept.AbortOnClose(c, true)
 	intercept.AbortOnClose(up, true)
-	if s.cfg.TProxy.Pacing {
+	if t := s.cfg.TProxy; t.Pacing || t.PacingMbit > 0 {
 		for _, conn := range []*net.TCPConn{c, up} {
-			if err := setPacing(conn); err != nil {
+			if err := setPacing(conn, t.PacingMbit); err != nil {
 				s.log.Debug("tproxy pacing", "err", err)
 			}
 		}

@@ -38,6 +38,7 @@ func TestTProxyConfig(t *testing.T) {
 		{"bad name", "tproxy: {listen: \":15001\", name: \"a b\"}", "bad name"},
 		{"workers", "workers: 2\ntproxy: {listen: \":15001\"}", "workers"},
 		{"unknown key", "tproxy: {listen: \":15001\", bogus: 1}", "bogus"},
+		{"pacing", "tproxy: {listen: \":15001\", pacing_mbit: -1}", "pacing_mbit"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseConfig(strings.NewReader(base+tt.yaml), ".")
@@ -125,8 +126,8 @@ func TestTProxyEntry(t *testing.T) {
 	ctx := context.Background()
 	s := w.Addr("s")
 	// The legs' congestion control is the entry's (reno), not the proxy's
-	// socket.congestion (cubic), and they pace (pacing).
-	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno, pacing: true}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
+	// socket.congestion (cubic), and they pace (pacing_mbit).
+	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno, pacing_mbit: 80}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
 	child := startTProxyChild(t, w, conf)
 
 	// Echo server on 8080 (in scope) and 9090 (out of scope), recording
@@ -206,9 +207,9 @@ func TestTProxyEntry(t *testing.T) {
 			if n := strings.Count(string(out), " reno "); err != nil || n != 2 {
 				t.Errorf("relay legs: %d with reno (err %v); want both:\n%s", n, err, out)
 			}
-			// ... and pace (tproxy.pacing: ss shows the max pacing rate
-			// after the pacing rate: "pacing_rate Xbps/Ybps").
-			if n := len(regexp.MustCompile(`pacing_rate \d+bps/\d+bps`).FindAllString(string(out), -1)); n != 2 {
+			// ... and pace at most at 80 Mbit/s (tproxy.pacing_mbit: ss
+			// shows the cap after the pacing rate, in bit/s).
+			if n := len(regexp.MustCompile(`pacing_rate \d+bps/80000000bps`).FindAllString(string(out), -1)); n != 2 {
 				t.Errorf("relay legs: %d with a max pacing rate; want both:\n%s", n, out)
 			}
 		}

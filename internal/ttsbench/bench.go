@@ -90,6 +90,9 @@ type Config struct {
 	// TProxyPacing sets the tproxy entry's pacing (TCP-internal pacing on
 	// the intercepted legs).
 	TProxyPacing bool
+	// TProxyPacingMbit caps the intercepted legs' pacing (tproxy
+	// pacing_mbit); 0: no cap.
+	TProxyPacingMbit float64
 	// PEPsal is the path of a PEPsal binary (github.com/CNES/pepsal,
 	// built by the user; none is shipped), needed by the pepsal mode.
 	PEPsal   string
@@ -357,7 +360,7 @@ func (l *lab) hostOf(a netip.Addr) string {
 // proxyConf is the config of the proxy of an on-path host: the tproxy
 // entry for ports (empty: none) and, when split is set, a service entry
 // whose origin is the server's out-of-scope port.
-func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSACK bool, tproxyCC string, pacing bool) string {
+func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSACK bool, tproxyCC string, pacing bool, pacingMbit float64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "id: %s\ndestinations: {allow: [\"%v\"]}\n", id, emu.Prefix)
 	if len(ports) > 0 {
@@ -371,6 +374,9 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSA
 		}
 		if pacing {
 			b.WriteString(", pacing: true")
+		}
+		if pacingMbit > 0 {
+			fmt.Fprintf(&b, ", pacing_mbit: %g", pacingMbit)
 		}
 		b.WriteString("}\n")
 	}

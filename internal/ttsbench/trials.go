@@ -87,6 +87,9 @@ func (c *Config) setup() string {
 	if c.TProxyPacing {
 		add("tproxy-pacing", "true")
 	}
+	if c.TProxyPacingMbit > 0 {
+		add("tproxy-pacing-mbit", strconv.FormatFloat(c.TProxyPacingMbit, 'g', -1, 64))
+	}
 	if c.JitterGSO {
 		add("jitter-gso", "true")
 	}
