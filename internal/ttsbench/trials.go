@@ -240,6 +240,7 @@ func MergeTrials(trials []Trial) (*Pooled, error) {
 		g.Loads = append(g.Loads, t.Load[0])
 	}
 	for i := range p.Groups {
+		sortRows(p.Groups[i].Result)
 		m := p.Groups[i].Result.Modes
 		slices.SortStableFunc(m, func(a, b Mode) int {
 			switch {
@@ -254,6 +255,37 @@ func MergeTrials(trials []Trial) (*Pooled, error) {
 		})
 	}
 	return p, nil
+}
+
+// sortRows puts r's rows in the seed's order (rows not in the seed after
+// them, in their order), moving the samples with them.
+func sortRows(r *TableResult) {
+	seed := SeedRows()
+	rank := func(x Row) int {
+		if i := slices.IndexFunc(seed, func(s Row) bool { return s.spec() == x.spec() }); i >= 0 {
+			return i
+		}
+		return len(seed)
+	}
+	order := make([]int, len(r.Rows)) // new position -> old index
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return rank(r.Rows[a]) - rank(r.Rows[b]) })
+	newIdx := make([]int, len(order)) // old index -> new position
+	rows := make([]Row, len(order))
+	for n, o := range order {
+		newIdx[o] = n
+		rows[n] = r.Rows[o]
+	}
+	sample, failed := map[key][]float64{}, map[key]int{}
+	for k, v := range r.Sample {
+		sample[key{k.CC, newIdx[k.Row], k.Mode}] = v
+	}
+	for k, v := range r.Failed {
+		failed[key{k.CC, newIdx[k.Row], k.Mode}] = v
+	}
+	r.Rows, r.Sample, r.Failed = rows, sample, failed
 }
 
 // WriteMarkdown writes every group's tables with where they come from.

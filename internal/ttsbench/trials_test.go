@@ -79,6 +79,19 @@ func TestMergeTrials(t *testing.T) {
 	if c2, _ := p.Groups[1].Result.Compare("cubic", 0, ttsbench.TTS); c2.Other.N != 1 || c2.Other.Mean != 6 {
 		t.Errorf("second setup: %+v; want its one TTS transfer alone", c2)
 	}
+	// Rows come in the seed's order, whatever order the files had.
+	row1 := ttsbench.SeedRows()[0]
+	late := tr("d", "rate=100", ttsbench.E2E, 20, 0.1)
+	late.Row = ttsbench.RowSpec{Name: row1.Name, D1: row1.D1, J1: row1.J1, L1: row1.L1, D2: row1.D2, J2: row1.J2, L2: row1.L2}
+	p2, err := ttsbench.MergeTrials(append(all, late))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p2.Groups[0].Result; len(r.Rows) != 2 || r.Rows[0].Name != row1.Name {
+		t.Errorf("rows %v; want %q first", r.Rows, row1.Name)
+	} else if c, _ := r.Compare("cubic", 1, ttsbench.TTS); c.Other.N != 3 || c.Other.Mean != 8 {
+		t.Errorf("row 4 after sorting: %+v; want its 3 TTS transfers", c)
+	}
 	var md bytes.Buffer
 	if err := p.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
