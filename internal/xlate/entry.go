@@ -56,6 +56,13 @@ type Entry struct {
 	// the first packet sets them.
 	Marks        bool
 	SeqHi, AckHi uint32
+	// Tail: the relay's socket on the leg this entry's packets arrive
+	// from still has bytes to send or to see acknowledged (an early join,
+	// Handover): the program also passes each pure ACK of In to this
+	// host's stack, untranslated, until one acknowledges TailEnd (that
+	// socket's write_seq at the join).
+	Tail    bool
+	TailEnd uint32
 }
 
 // SockState is what a join needs to know about one established connection
@@ -86,6 +93,10 @@ type SockState struct {
 	LastDataRecv time.Duration
 	RTT          time.Duration
 	OutQ         int // bytes written and not acknowledged (unsent included)
+	// MinRTT is the connection's minimum RTT, DeliveryRate its latest
+	// delivery rate sample (bytes/s); 0 when the kernel does not say.
+	MinRTT       time.Duration
+	DeliveryRate uint64
 }
 
 // TCPState is a Linux TCP state (include/net/tcp_states.h).
@@ -146,9 +157,14 @@ func refuse(r Reason, format string, args ...any) error {
 // and b (this host <-> peer2): ab turns peer1's packets on a into packets of
 // b, ba the reverse. It checks the options are compatible and both legs are
 // quiescent; ifindexes are left 0.
-func Pair(a, b SockState) (ab, ba Entry, err error) {
-	for _, s := range []SockState{a, b} {
-		if s.Unacked != 0 || s.InQ != 0 || s.OutQ != 0 {
+func Pair(a, b SockState) (ab, ba Entry, err error) { return pairTail(a, b, false, false) }
+
+// pairTail is Pair where a leg with tail set may still have bytes unsent or
+// unacknowledged (its socket stays alive to deliver them: Entry.Tail).
+func pairTail(a, b SockState, tailA, tailB bool) (ab, ba Entry, err error) {
+	for i, s := range []SockState{a, b} {
+		tail := []bool{tailA, tailB}[i]
+		if s.InQ != 0 || !tail && (s.Unacked != 0 || s.OutQ != 0) {
 			return ab, ba, refuse(ReasonBusy, "%s: %d segments unacknowledged, %d bytes unread, %d bytes unacknowledged or unsent",
 				s.Local, s.Unacked, s.InQ, s.OutQ)
 		}
@@ -204,6 +220,12 @@ func Pair(a, b SockState) (ab, ba Entry, err error) {
 		Marks:      true,
 		SeqHi:      b.RcvNxt,
 		AckHi:      b.SndNxt,
+	}
+	if tailA && (a.OutQ != 0 || a.Unacked != 0) {
+		ab.Tail, ab.TailEnd = true, a.SndNxt
+	}
+	if tailB && (b.OutQ != 0 || b.Unacked != 0) {
+		ba.Tail, ba.TailEnd = true, b.SndNxt
 	}
 	return ab, ba, nil
 }

@@ -222,6 +222,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				}
 			}
 			allStopped := ok
+			var tail [2]bool
 			for i := range legs {
 				if !ok {
 					break
@@ -231,8 +232,18 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				// it sent nothing for two RTTs of this leg.
 				stopped := legs[i].eof || in.RcvWnd == 0 || in.LastDataRecv > max(2*in.RTT, 2*time.Millisecond)
 				allStopped = allStopped && stopped
-				if in.InQ != 0 || !stopped || out.OutQ != 0 || out.Unacked != 0 {
+				if in.InQ != 0 || !stopped {
 					ok = false
+				}
+				if out.OutQ != 0 || out.Unacked != 0 {
+					// The out-leg still delivers what it was given: join
+					// now if that lasts about as long as the stopped
+					// sender needs to resume through the join (an early
+					// join, see tailReady), else wait for it.
+					if s.cfg.NoTail || legs[1-i].eof || !tailReady(in, out) {
+						ok = false
+					}
+					tail[1-i] = true
 				}
 			}
 			if allStopped && ph.Stopped == 0 {
@@ -253,9 +264,10 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					}
 					l.restoreRcvbuf()
 				}
-				sp, err := s.lockedJoin(a, b, legs[0].fwd, legs[1].fwd)
+				sp, err := s.lockedJoin(a, b, legs[0].fwd, legs[1].fwd, tail)
 				if err == nil {
 					ph.Joined = time.Since(t0)
+					ph.Tail = s.finishTails(sp)
 					sp.Phases = ph
 					return sp, nil
 				}
@@ -285,15 +297,74 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 // senders had stopped (window used up, FIN or idle), until the quiescent
 // point (everything forwarded and acknowledged) and until the join; Attempts
 // counts joins tried at the quiescent point (a raced one is retried).
+// Tail is the time from the join until the relay sockets that still
+// delivered their tails (an early join) had them acknowledged.
 type Phases struct {
 	Stopped, Quiet, Joined time.Duration
 	Attempts               int
+	Tail                   time.Duration
 }
 
-func (s *Splicer) lockedJoin(a, b *net.TCPConn, fwdA, fwdB int) (*Splice, error) {
+func (s *Splicer) lockedJoin(a, b *net.TCPConn, fwdA, fwdB int, tail [2]bool) (*Splice, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.join(a, b, fwdA, fwdB)
+	return s.join(a, b, fwdA, fwdB, tail)
+}
+
+// tailReady says whether a join may leave the out-leg's socket delivering
+// what it holds (an early join): in is the leg whose sender has stopped,
+// out the leg the relay forwards it to. After the join, the stopped sender
+// resumes after about half the joined RTT (the window probe to it, its data
+// back to here); the out-leg's queue, drained at its delivery rate, should
+// cover that time, and no more: what is left of it then shares the
+// out-leg's path with the resumed sender. Before Session 11 the handover
+// waited for the queue to be empty and acknowledged, which left the
+// receiver about one joined RTT with nothing arriving (Fig. 3).
+func tailReady(in, out SockState) bool {
+	if out.DeliveryRate == 0 || in.MinRTT == 0 || out.MinRTT == 0 {
+		return false
+	}
+	half := (in.MinRTT + out.MinRTT) / 2
+	drain := time.Duration(float64(out.OutQ) / float64(out.DeliveryRate) * float64(time.Second))
+	return drain <= half+half/8
+}
+
+// tailWait bounds how long Handover waits for a tail to be acknowledged;
+// the flow is joined already, the wait only keeps the socket that
+// retransmits the tail.
+const tailWait = 30 * time.Second
+
+// finishTails waits until every tail socket of sp has its send queue
+// acknowledged (the program passes it the peer's ACKs), then closes it in
+// repair mode (silently), and returns how long that took. A socket whose
+// tail is not acknowledged within tailWait, or that fails, is closed the
+// same way.
+func (s *Splicer) finishTails(sp *Splice) time.Duration {
+	if len(sp.tails) == 0 {
+		return 0
+	}
+	t0 := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for _, c := range sp.tails {
+		fd, err := connFD(c)
+		for err == nil && time.Since(t0) < tailWait {
+			n, e := unix.IoctlGetInt(fd, unix.SIOCOUTQ)
+			if e != nil || n == 0 {
+				break
+			}
+			<-tick.C
+		}
+		if err == nil {
+			if n, _ := unix.IoctlGetInt(fd, unix.SIOCOUTQ); n != 0 {
+				s.log.Warn("xlate: a tail was not acknowledged; closing its socket", "outq", n, "after", time.Since(t0))
+			}
+			setRepair(fd, 1)
+		}
+		c.Close()
+	}
+	sp.tails = nil
+	return time.Since(t0)
 }
 
 // connFD returns the descriptor of c; it stays valid while c is open.

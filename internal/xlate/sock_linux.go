@@ -74,6 +74,10 @@ func readState(fd int, repair bool) (SockState, error) {
 	st.AdvMSS = ne.Uint32(info[84:])
 	st.LastDataRecv = time.Duration(ne.Uint32(info[52:])) * time.Millisecond
 	st.RTT = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
+	if n >= 168 { // tcpi_min_rtt, tcpi_delivery_rate
+		st.MinRTT = time.Duration(ne.Uint32(info[148:])) * time.Microsecond
+		st.DeliveryRate = ne.Uint64(info[160:])
+	}
 	st.RcvWnd = -1
 	if n >= 236 { // tcpi_rcv_wnd, Linux 6.2+
 		st.RcvWnd = int64(ne.Uint32(info[232:]))

@@ -41,6 +41,14 @@ struct tuple {
                         // placement): what still arrives here is counted
 #define F_MARKS 128     // seq_hi and ack_hi hold values (else the first
                         // packet sets them)
+#define F_TAIL 256      // the relay's socket of the other leg still sends
+                        // its tail (bytes before tail_end): pure ACKs up
+                        // to tail_end also go to it, untranslated
+
+// The mark of a packet the program passed to this host's stack itself (a
+// clone of an ACK for a relay socket's tail): when it comes back through
+// the ingress hook it is not translated again.
+#define TAIL_MARK 0x786c7431 // "xlt1"
 
 // One direction of a join: packets whose tuple is the map key are rewritten
 // into packets of out and sent from ifindex.
@@ -65,6 +73,10 @@ struct entry {
 	// cross this host (docs/router.md, surrogate-side placement).
 	__u32 seq_hi;
 	__u32 ack_hi;
+	// With F_TAIL: the relay socket's next sequence number (its write_seq
+	// at the join, in In's ACK space). ACKs before it, and the first at or
+	// after it, are cloned to the stack for that socket; then F_TAIL goes.
+	__u32 tail_end;
 	__u64 last_ns;   // bpf_ktime_get_ns of the last packet
 	__u64 packets;
 	__u64 bytes;     // TCP payload bytes
@@ -99,6 +111,7 @@ enum ctr {
 	C_EGRESS,  // packets translated by an egress program
 	C_REMOTE,  // packets of an F_REMOTE entry that arrived here
 	C_REMOTE_DATA, // those of them with a payload (a lost race's answer)
+	C_TAIL,    // ACKs cloned to a relay socket's tail (F_TAIL)
 	C_MAX,
 };
 
@@ -204,6 +217,11 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 	struct tcphdr *tcp = data + toff;
 	if ((void *)(tcp + 1) > data_end)
 		return NEXT;
+	if (!egress && skb->mark == TAIL_MARK) {
+		// Our own clone for a relay socket (see F_TAIL): to the stack.
+		skb->mark = 0;
+		return NEXT;
+	}
 	key.sport = tcp->source;
 	key.dport = tcp->dest;
 
@@ -235,6 +253,25 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 	if (doff < 20 || doff > 60 || iplen < doff) {
 		count(C_SHORT, 1);
 		return TC_ACT_OK;
+	}
+	// The relay's socket of the other leg still owns a tail of bytes it
+	// sent (or has yet to send) before the join: it needs this peer's
+	// ACKs for them, to retransmit what is lost and to send what is left.
+	// A pure ACK goes to it as well (a clone, untranslated), until one
+	// acknowledges the whole tail. Segments with a payload are not cloned:
+	// the socket would acknowledge data that belongs to the joined flow.
+	if (!egress && (e->flags & F_TAIL) && iplen == doff && !(tcp->syn || tcp->fin || tcp->rst) && tcp->ack) {
+		__u32 ack = bpf_ntohl(tcp->ack_seq);
+		__u32 mark = skb->mark;
+		skb->mark = TAIL_MARK;
+		if (bpf_clone_redirect(skb, skb->ifindex, BPF_F_INGRESS) == 0)
+			count(C_TAIL, 1);
+		else
+			count(C_ERRORS, 1);
+		skb->mark = mark;
+		if ((__s32)(ack - e->tail_end) >= 0)
+			__sync_fetch_and_and(&e->flags, ~F_TAIL);
+		// (Packet pointers are invalid after a clone: none is used below.)
 	}
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratchmap, &zero);

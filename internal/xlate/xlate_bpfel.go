@@ -28,6 +28,8 @@ type xlateEntry struct {
 	Flags     uint32
 	SeqHi     uint32
 	AckHi     uint32
+	TailEnd   uint32
+	_         [4]byte
 	LastNs    uint64
 	Packets   uint64
 	Bytes     uint64

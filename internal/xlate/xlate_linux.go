@@ -56,6 +56,13 @@ type Config struct {
 	// hold plus a margin for the window already offered, so each sender
 	// stops soon after the handover starts (Handover, capRcvbuf).
 	NoRcvbufCap bool
+	// NoTail makes a handover wait until each leg's send queue is
+	// acknowledged before the join (for experiments; before session 11).
+	// By default it joins while a leg still delivers a tail of about half
+	// the joined RTT (an early join: that socket stays open until its tail
+	// is acknowledged, the program passing it the peer's ACKs), so the
+	// stopped sender's new data arrives as the tail ends.
+	NoTail bool
 	// PinDir, when set, pins the maps and the tcx links there (on a bpffs;
 	// below DefaultBPFFS it is mounted when absent): joined flows then
 	// survive the process, and Open adopts the pins an earlier process
@@ -352,6 +359,7 @@ const (
 	fHold     = 32
 	fRemote   = 64
 	fMarks    = 128
+	fTail     = 256
 )
 
 func tupleKey(t Tuple) xlateTuple {
@@ -409,6 +417,10 @@ func (e Entry) value() xlateEntry {
 	}
 	if e.Remote {
 		v.Flags |= fRemote
+	}
+	if e.Tail {
+		v.Flags |= fTail
+		v.TailEnd = e.TailEnd
 	}
 	return v
 }
@@ -516,6 +528,9 @@ type Splice struct {
 	// Phases of the handover that made it (zero after a plain Join).
 	Phases Phases
 	s      *Splicer
+	// tails are relay sockets still delivering their tails (an early
+	// join): Handover waits for them and closes them silently.
+	tails []*net.TCPConn
 }
 
 // EntryStats are the counters of one entry.
@@ -562,8 +577,10 @@ type Stats struct {
 	// From the program, summed over CPUs. Egress counts the packets
 	// translated by the egress program, Remote those that arrived at an
 	// entry translated at the sender's egress (Entry.Remote: translated
-	// here too), RemoteData those of them with a payload.
-	Packets, Bytes, Redirected, Passed, Errors, Latched, Egress, Remote, RemoteData uint64
+	// here too), RemoteData those of them with a payload. Tail counts
+	// ACKs also passed to a relay socket still sending its tail after an
+	// early join (Entry.Tail).
+	Packets, Bytes, Redirected, Passed, Errors, Latched, Egress, Remote, RemoteData, Tail uint64
 }
 
 // Stats returns the counters.
@@ -578,7 +595,7 @@ func (s *Splicer) Stats() Stats {
 	st.Adopted, st.Held = s.adopted, len(s.held)
 	s.mu.Unlock()
 	st.ReserveFailed = s.reserveFailed.Load()
-	vals := make([]uint64, 9)
+	vals := make([]uint64, 10)
 	for i := range vals {
 		var per []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &per); err == nil {
@@ -587,7 +604,7 @@ func (s *Splicer) Stats() Stats {
 			}
 		}
 	}
-	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched, st.Egress, st.Remote, st.RemoteData = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8]
+	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched, st.Egress, st.Remote, st.RemoteData, st.Tail = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9]
 	return st
 }
 
@@ -609,7 +626,7 @@ func (s *Splicer) count(err error) error {
 func (s *Splicer) Join(a, b *net.TCPConn) (*Splice, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sp, err := s.join(a, b, 0, 0)
+	sp, err := s.join(a, b, 0, 0, [2]bool{})
 	if err != nil {
 		return nil, s.count(err)
 	}
@@ -619,8 +636,10 @@ func (s *Splicer) Join(a, b *net.TCPConn) (*Splice, error) {
 
 // join joins a and b; fwdA and fwdB are bytes still in a's and b's
 // receive queues that the caller already forwarded (peeked and written to
-// the other leg).
-func (s *Splicer) join(a, b *net.TCPConn, fwdA, fwdB int) (*Splice, error) {
+// the other leg). A leg with tail set may still have bytes to send or to
+// see acknowledged: its socket is then left open, out of repair mode, in
+// Splice.tails (Handover waits for it and closes it silently).
+func (s *Splicer) join(a, b *net.TCPConn, fwdA, fwdB int, tail [2]bool) (*Splice, error) {
 	ra, err := a.SyscallConn()
 	if err != nil {
 		return nil, refuse(ReasonSocket, "%v", err)
@@ -635,7 +654,7 @@ func (s *Splicer) join(a, b *net.TCPConn, fwdA, fwdB int) (*Splice, error) {
 	// Hold both fds for the whole sequence.
 	cerr := ra.Control(func(fa uintptr) {
 		cerr := rb.Control(func(fb uintptr) {
-			joinErr = s.joinFDs(int(fa), int(fb), fwdA, fwdB, &sa, &sb, &ab, &ba)
+			joinErr = s.joinFDs(int(fa), int(fb), fwdA, fwdB, tail, &sa, &sb, &ab, &ba)
 			if joinErr == nil {
 				s.hold(ab.In, int(fa))
 				s.hold(ba.In, int(fb))
@@ -651,14 +670,24 @@ func (s *Splicer) join(a, b *net.TCPConn, fwdA, fwdB int) (*Splice, error) {
 	if joinErr != nil {
 		return nil, joinErr
 	}
-	// Both sockets are in repair mode: close sends neither FIN nor RST.
-	a.Close()
-	b.Close()
-	s.log.Debug("joined", "a", ab.In, "b", ba.In)
-	return &Splice{AB: ab, BA: ba, s: s}, nil
+	// Both sockets are in repair mode (but a tail's): close sends neither
+	// FIN nor RST.
+	sp := &Splice{AB: ab, BA: ba, s: s}
+	for _, l := range []struct {
+		c    *net.TCPConn
+		tail bool
+	}{{a, ab.Tail}, {b, ba.Tail}} {
+		if l.tail {
+			sp.tails = append(sp.tails, l.c)
+		} else {
+			l.c.Close()
+		}
+	}
+	s.log.Debug("joined", "a", ab.In, "b", ba.In, "tails", len(sp.tails))
+	return sp, nil
 }
 
-func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Entry) (err error) {
+func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, tail [2]bool, sa, sb *SockState, ab, ba *Entry) (err error) {
 	// A first look without repair mode: cheap refusals leave no trace.
 	if *sa, err = readForwarded(fa, false, fwdA); err != nil {
 		return err
@@ -666,7 +695,7 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 	if *sb, err = readForwarded(fb, false, fwdB); err != nil {
 		return err
 	}
-	if _, _, err := Pair(*sa, *sb); err != nil {
+	if _, _, err := pairTail(*sa, *sb, tail[0], tail[1]); err != nil {
 		return err
 	}
 	// Freeze: repair mode, then the sequence numbers.
@@ -685,7 +714,7 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 		*sb, err = readForwarded(fb, true, fwdB)
 	}
 	if err == nil {
-		*ab, *ba, err = Pair(*sa, *sb)
+		*ab, *ba, err = pairTail(*sa, *sb, tail[0], tail[1])
 	}
 	if err == nil {
 		err = s.installHeld(*ab, *ba, true)
@@ -703,6 +732,14 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 	// sequence spaces apart: the flow stalled until reset.)
 	a2, err1 := readForwarded(fa, true, fwdA)
 	b2, err2 := readForwarded(fb, true, fwdB)
+	// A tail's send queue may shrink meanwhile (ACKs of it): its write_seq,
+	// which the entries use, cannot move.
+	if ab.Tail {
+		a2.OutQ = 0
+	}
+	if ba.Tail {
+		b2.OutQ = 0
+	}
 	if err1 != nil || err2 != nil || a2.RcvNxt != sa.RcvNxt || b2.RcvNxt != sb.RcvNxt ||
 		a2.SndNxt != sa.SndNxt || b2.SndNxt != sb.SndNxt || a2.InQ+b2.InQ+a2.OutQ+b2.OutQ != 0 {
 		s.removePair(ab.In, ba.In)
@@ -720,9 +757,15 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 	// handover drains it that way) resumes after one trip instead of
 	// waiting for its persist timer. Then back into repair mode for a
 	// silent close.
-	for _, l := range []struct{ fd, fwd int }{{fa, fwdA}, {fb, fwdB}} {
-		if s.cfg.NoKick {
-			break
+	//
+	// A tail's socket leaves repair mode for good: it goes on sending its
+	// tail, and the program passes it the peer's ACKs (Entry.Tail).
+	for _, l := range []struct {
+		fd, fwd int
+		tail    bool
+	}{{fa, fwdA, ab.Tail}, {fb, fwdB, ba.Tail}} {
+		if s.cfg.NoKick && !l.tail {
+			continue
 		}
 		if l.fwd > 0 && !s.cfg.NoReopen && setRepair(l.fd, unix.TCP_REPAIR_OFF_NO_WP) == nil {
 			// Out of repair mode, drop what was forwarded: the window
@@ -730,7 +773,11 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, sa, sb *SockState, ab, ba *Ent
 			unix.SetsockoptInt(l.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, -1)
 			dropQueued(l.fd, l.fwd)
 		}
-		if setRepair(l.fd, unix.TCP_REPAIR_OFF) == nil {
+		off := unix.TCP_REPAIR_OFF
+		if s.cfg.NoKick {
+			off = unix.TCP_REPAIR_OFF_NO_WP
+		}
+		if setRepair(l.fd, off) == nil && !l.tail {
 			setRepair(l.fd, 1)
 		}
 	}
