@@ -30,13 +30,14 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench offload fig3")
 	rtts := fs.String("rtt", "50ms,100ms", "end-to-end RTTs (each leg has half)")
 	ccs := fs.String("cc", "cubic,bbr", "congestion controls")
-	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), probe (window probes at the join), now (probes carrying the reopened windows), mosto (the relay's policy: wait while a window would limit the joined flow, then as now), mosto-nobound (mosto without the drain bound)")
+	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), probe (window probes at the join), now (probes carrying the reopened windows), mosto (the relay's policy: wait while a window would limit the joined flow, then as now), mosto-nobound (mosto without the drain bound), mosto-notail (mosto with the handover draining to empty before the join: before session 11), mosto-raise (mosto with the join's probes offering the other peer's free window)")
 	dur := fs.Duration("duration", 8*time.Second, "flow duration")
 	at := fs.Duration("at", 4*time.Second, "offload time")
 	rate := fs.Float64("rate", 200, "rate of both links, Mbit/s (0: unlimited)")
 	queue := fs.Float64("queue-ms", 20, "queue of both links, ms at rate")
 	loss := fs.Float64("loss", 0, "random loss on both links each way, percent")
 	verbose := fs.Bool("v", false, "print every trace")
+	traceSender := fs.Bool("trace-sender", false, "print peer2's TCP_INFO (cwnd, window, limits) at every interval")
 	svg := fs.String("svg", "", "write the goodput traces as SVG, one file per RTT and cc: PREFIX-<rtt>-<cc>.svg")
 	pos, err := parseFlags(fs, args[1:])
 	if err != nil {
@@ -60,7 +61,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 		for _, cc := range strings.Split(*ccs, ",") {
 			for _, mode := range strings.Split(*modes, ",") {
 				cfg := offloadbench.Fig3Config{RTT: rtt, CC: strings.TrimSpace(cc), Mode: strings.TrimSpace(mode),
-					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss, Log: env.Log}
+					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss, TraceSender: *traceSender, Log: env.Log}
 				tr, err := offloadbench.RunFig3(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("fig3 %v %s %s: %w", rtt, cc, mode, err)
@@ -75,6 +76,22 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 					}
 					fmt.Fprintln(env.Stderr)
 				}
+				if *traceSender {
+					fmt.Fprintf(env.Stderr, "%v %s %s: sender per interval (t ms: state cwnd/ssthresh segs, srtt ms, in flight segs, peer window KB, not sent KB, retrans, rwnd-/sndbuf-limited/busy ms in the interval, pacing/delivery Mbit/s)\n", rtt, cfg.CC, cfg.Mode)
+					var prev offloadbench.SenderSample
+					for i, x := range tr.Sender {
+						ms := func(d time.Duration) int64 { return d.Milliseconds() }
+						mark := ""
+						if i == tr.OffloadIdx {
+							mark = " |"
+						}
+						fmt.Fprintf(env.Stderr, "  %5d%s: %d %d/%d %d %d %d %d %d %d/%d/%d %.0f/%.0f\n", (i+1)*int(tr.Cfg.Interval/time.Millisecond), mark,
+							x.CaState, x.Cwnd, x.Ssthresh, ms(x.SRTT), x.Unacked, x.SndWnd>>10, x.NotSent>>10, x.Retrans,
+							ms(x.RwndLimited-prev.RwndLimited), ms(x.SndbufLimited-prev.SndbufLimited), ms(x.Busy-prev.Busy),
+							float64(x.PacingRate)*8/1e6, float64(x.DeliveryRate)*8/1e6)
+						prev = x
+					}
+				}
 				rtos := fmt.Sprint(tr.RTOs)
 				if tr.RTOs < 0 {
 					rtos = "?"
@@ -87,9 +104,12 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 				if tr.Phases.Joined > 0 {
 					ms := func(d time.Duration) string { return fmt.Sprint(d.Milliseconds()) }
 					phases = fmt.Sprintf("%s / %s / %s ms (%d)", ms(tr.Phases.Stopped), ms(tr.Phases.Quiet), ms(tr.Phases.Joined), tr.Phases.Attempts)
+					if tr.Phases.Tail > 0 {
+						phases += fmt.Sprintf(", tail %s ms", ms(tr.Phases.Tail))
+					}
 				}
 				waited := "-"
-				if cfg.Mode == offloadbench.ModeMosto || cfg.Mode == offloadbench.ModeNoBound {
+				if cfg.Mode == offloadbench.ModeMosto || cfg.Mode == offloadbench.ModeNoBound || cfg.Mode == offloadbench.ModeNoTail || cfg.Mode == offloadbench.ModeRaise {
 					waited = tr.Waited.Round(time.Millisecond).String()
 					if tr.Held != "" {
 						waited += " (" + tr.Held + ", not offloaded)"

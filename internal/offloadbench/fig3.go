@@ -27,6 +27,8 @@ const (
 	ModeNow     = "now"           // offloaded at once, with the join's window probes carrying reopened windows
 	ModeMosto   = "mosto"         // the relay's default policy: wait while a window would limit the joined flow (relay.OffloadWatcher: the rules, then the drain bound), then as ModeNow
 	ModeNoBound = "mosto-nobound" // ModeMosto without the drain bound (offload.no_bound)
+	ModeNoTail  = "mosto-notail"  // ModeMosto with the handover draining to empty before the join (xlate.Config.NoTail; before session 11)
+	ModeRaise   = "mosto-raise"   // ModeMosto with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
 	ModeGradual = "gradual"       // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
 )
 
@@ -41,7 +43,26 @@ type Fig3Config struct {
 	QueueMS   float64       // queue of both links
 	LossPct   float64       // random loss on every link, each way
 	Interval  time.Duration // goodput interval
-	Log       *slog.Logger
+	// TraceSender samples peer2's TCP_INFO at every interval (Trace.Sender).
+	TraceSender bool
+	Log         *slog.Logger
+}
+
+// SenderSample is peer2's (the sender's) TCP_INFO at the end of one
+// interval: what limits it after a join.
+type SenderSample struct {
+	CaState        uint8 // 0 open, 1 disorder, 2 CWR, 3 recovery, 4 loss
+	Cwnd, Ssthresh uint32
+	SRTT           time.Duration
+	SndWnd         uint32 // the receiver's window as peer2 sees it (bytes)
+	Unacked        uint32 // segments in flight
+	NotSent        uint32 // bytes written, not sent
+	Retrans        uint32 // total retransmitted segments so far
+	RwndLimited    time.Duration
+	SndbufLimited  time.Duration
+	Busy           time.Duration
+	PacingRate     uint64 // bytes/s
+	DeliveryRate   uint64 // bytes/s
 }
 
 // Trace is the goodput of one run.
@@ -65,6 +86,8 @@ type Trace struct {
 	// Held is its reason when the flow was never offloaded.
 	Waited time.Duration
 	Held   string
+	// Sender has one sample per interval with Fig3Config.TraceSender.
+	Sender []SenderSample
 }
 
 const relayPort, serverPort = 9100, 9101
@@ -102,7 +125,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	var sp *xlate.Splicer
 	if cfg.Mode != ModeRelay {
 		if err := w.Do("relay", func() (err error) {
-			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Log: cfg.Log})
+			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, NoTail: cfg.Mode == ModeNoTail, RaiseWindow: cfg.Mode == ModeRaise, Log: cfg.Log})
 			return err
 		}); err != nil {
 			return tr, err
@@ -179,6 +202,9 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		case <-tick.C:
 		}
 		cur := got.Load()
+		if cfg.TraceSender {
+			tr.Sender = append(tr.Sender, senderSample(snd))
+		}
 		tr.Mbps = append(tr.Mbps, float64(cur-last)*8/cfg.Interval.Seconds()/1e6)
 		last = cur
 		if ramp && i+1 >= rampStart && i+1 < offIdx && (i+1-rampStart)%stepEvery == 0 {
@@ -193,7 +219,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		}
 		if i+1 == offIdx && cfg.Mode != ModeRelay {
 			go func() {
-				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound {
+				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound || cfg.Mode == ModeNoTail || cfg.Mode == ModeRaise {
 					// The relay's watcher, due from now on: its rules hold
 					// the offload back while a window would limit the joined
 					// flow, then it bounds what the relay holds; up to the
@@ -345,6 +371,40 @@ func senderStats(c *net.TCPConn) (rtos, retrans int) {
 		if n >= 244 {
 			rtos = int(binary.NativeEndian.Uint16(info[240:]))
 		}
+	})
+	return
+}
+
+// senderSample reads c's TCP_INFO (Linux 6.2+ layout).
+func senderSample(c *net.TCPConn) (s SenderSample) {
+	if c == nil {
+		return
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	raw.Control(func(fd uintptr) {
+		var info [512]byte
+		n := uint32(len(info))
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 || n < 232 {
+			return
+		}
+		ne := binary.NativeEndian
+		s.CaState = info[1]
+		s.Unacked = ne.Uint32(info[24:])
+		s.SRTT = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
+		s.Ssthresh = ne.Uint32(info[76:])
+		s.Cwnd = ne.Uint32(info[80:])
+		s.Retrans = ne.Uint32(info[100:])
+		s.PacingRate = ne.Uint64(info[104:])
+		s.NotSent = ne.Uint32(info[144:])
+		s.DeliveryRate = ne.Uint64(info[160:])
+		s.Busy = time.Duration(ne.Uint64(info[168:])) * time.Microsecond
+		s.RwndLimited = time.Duration(ne.Uint64(info[176:])) * time.Microsecond
+		s.SndbufLimited = time.Duration(ne.Uint64(info[184:])) * time.Microsecond
+		s.SndWnd = ne.Uint32(info[228:])
 	})
 	return
 }

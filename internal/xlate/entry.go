@@ -93,6 +93,7 @@ type SockState struct {
 	LastDataRecv time.Duration
 	RTT          time.Duration
 	OutQ         int // bytes written and not acknowledged (unsent included)
+	Unsent       int // bytes written and not sent yet
 	// MinRTT is the connection's minimum RTT, DeliveryRate its latest
 	// delivery rate sample (bytes/s); 0 when the kernel does not say.
 	MinRTT       time.Duration

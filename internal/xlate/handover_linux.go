@@ -240,7 +240,15 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					// now if that lasts about as long as the stopped
 					// sender needs to resume through the join (an early
 					// join, see tailReady), else wait for it.
-					if s.cfg.NoTail || legs[1-i].eof || !tailReady(in, out) {
+					// Only a receiver that sends no data of its own can keep
+					// the tail's socket going: the program passes it pure
+					// ACKs only (a segment with data would make it
+					// acknowledge bytes of the joined flow), so the tail of a
+					// leg whose peer sends (an upload's return direction,
+					// stopped only by the relay's window) would wait for
+					// its ACKs until tailWait.
+					idle := out.LastDataRecv > max(2*out.RTT, 2*time.Millisecond)
+					if s.cfg.NoTail || legs[1-i].eof || !idle || !tailReady(in, out) {
 						ok = false
 					}
 					tail[1-i] = true
@@ -313,20 +321,21 @@ func (s *Splicer) lockedJoin(a, b *net.TCPConn, fwdA, fwdB int, tail [2]bool) (*
 
 // tailReady says whether a join may leave the out-leg's socket delivering
 // what it holds (an early join): in is the leg whose sender has stopped,
-// out the leg the relay forwards it to. After the join, the stopped sender
-// resumes after about half the joined RTT (the window probe to it, its data
-// back to here); the out-leg's queue, drained at its delivery rate, should
-// cover that time, and no more: what is left of it then shares the
-// out-leg's path with the resumed sender. Before Session 11 the handover
-// waited for the queue to be empty and acknowledged, which left the
-// receiver about one joined RTT with nothing arriving (Fig. 3).
+// out the leg the relay forwards it to. After the join the stopped sender
+// resumes one in-leg RTT later at the relay (the window probe to it, its
+// data back), translated onto the out-leg; what the out-leg has not sent
+// yet should last that long at its delivery rate, and not much longer:
+// what is left then shares the out-leg's path with the resumed sender. A
+// queue that is shorter already is joined at once (its gap is what is left
+// of the in-leg RTT). Before session 11 the handover waited for the queue
+// to be sent and acknowledged, which left the receiver about one joined
+// RTT with nothing arriving (Fig. 3).
 func tailReady(in, out SockState) bool {
-	if out.DeliveryRate == 0 || in.MinRTT == 0 || out.MinRTT == 0 {
+	if out.DeliveryRate == 0 || in.MinRTT == 0 {
 		return false
 	}
-	half := (in.MinRTT + out.MinRTT) / 2
-	drain := time.Duration(float64(out.OutQ) / float64(out.DeliveryRate) * float64(time.Second))
-	return drain <= half+half/8
+	drain := time.Duration(float64(out.Unsent) / float64(out.DeliveryRate) * float64(time.Second))
+	return drain <= in.MinRTT+in.MinRTT/8
 }
 
 // tailWait bounds how long Handover waits for a tail to be acknowledged;

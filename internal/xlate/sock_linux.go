@@ -88,6 +88,9 @@ func readState(fd int, repair bool) (SockState, error) {
 	if st.OutQ, err = unix.IoctlGetInt(fd, unix.SIOCOUTQ); err != nil {
 		return st, refuse(ReasonSocket, "SIOCOUTQ: %v", err)
 	}
+	if st.Unsent, err = unix.IoctlGetInt(fd, unix.SIOCOUTQNSD); err != nil {
+		return st, refuse(ReasonSocket, "SIOCOUTQNSD: %v", err)
+	}
 	if st.Timestamps {
 		ts, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP)
 		if err != nil {
@@ -196,4 +199,29 @@ func routeIfindex(dst netip.Addr) (int, error) {
 		}
 	}
 	return 0, errors.New("route to " + dst.String() + ": no output device")
+}
+
+// repairWindow is struct tcp_repair_window (TCP_REPAIR_WINDOW).
+type repairWindow struct {
+	SndWl1, SndWnd, MaxWindow, RcvWnd, RcvWup uint32
+}
+
+// getRepairWindow reads a socket's windows (it must be in repair mode).
+func getRepairWindow(fd int) (repairWindow, error) {
+	var w repairWindow
+	n := uint32(unsafe.Sizeof(w))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW,
+		uintptr(unsafe.Pointer(&w)), uintptr(unsafe.Pointer(&n)), 0); e != 0 {
+		return w, e
+	}
+	return w, nil
+}
+
+// setRepairWindow sets a socket's windows (it must be in repair mode).
+func setRepairWindow(fd int, w repairWindow) error {
+	if _, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW,
+		uintptr(unsafe.Pointer(&w)), unsafe.Sizeof(w), 0); e != 0 {
+		return e
+	}
+	return nil
 }
