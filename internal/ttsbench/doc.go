@@ -7,5 +7,8 @@
 // by the loss-aware chain model (pathcomp.LossModel), next to its
 // predictions. It runs in an emulated world (internal/emu, routes through
 // on-path hosts) with the relays as `mosto proxy` processes; it owns the
-// worlds and processes it starts and removes them.
+// worlds and processes it starts and removes them. The tables' transfers
+// are appended to a results file as they end (TrialsFile, one Trial per
+// line), and MergeTrials pools the files of several runs into the tables,
+// so the seed's 200 trials can accumulate over many short runs.
 package ttsbench
