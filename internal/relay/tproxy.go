@@ -49,9 +49,9 @@ type TProxyConfig struct {
 	// connections inherit it, and on the upstream dial); empty: the
 	// proxy's socket.congestion. Only the relay's own sending is
 	// affected: its leg towards the client on downloads (towards the
-	// server on uploads); the end hosts keep theirs. On long legs (200 ms
-	// in the seed's jitter rows) CUBIC's HyStart leaves the relay's leg
-	// below the link's rate (docs/tts.md, rows 4-5 at 70 MB): bbr there.
+	// server on uploads); the end hosts keep theirs. (On the seed's 200 ms
+	// legs with 1000-packet queues bbr overfilled the queue and was no
+	// better than CUBIC: docs/tts.md, rows 4-5 at 70 MB.)
 	Congestion string `yaml:"congestion"`
 	// Pacing turns on TCP's internal pacing on both legs
 	// (SO_MAX_PACING_RATE: without an fq qdisc the kernel then paces in
