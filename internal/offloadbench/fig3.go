@@ -27,8 +27,8 @@ const (
 	ModeNow     = "now"           // offloaded at once, with the join's window probes carrying reopened windows
 	ModeMosto   = "mosto"         // the relay's default policy: wait while a window would limit the joined flow (relay.OffloadWatcher: the rules, then the drain bound), then as ModeNow
 	ModeNoBound = "mosto-nobound" // ModeMosto without the drain bound (offload.no_bound)
-	ModeNoTail  = "mosto-notail"  // ModeMosto with the handover draining to empty before the join (xlate.Config.NoTail; before session 11)
-	ModeRaise   = "mosto-raise"   // ModeMosto with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
+	ModeTail    = "mosto-tail"    // ModeMosto with the early join (xlate.Config.Tail)
+	ModeRaise   = "mosto-raise"   // ModeTail with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
 	ModeGradual = "gradual"       // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
 )
 
@@ -125,7 +125,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	var sp *xlate.Splicer
 	if cfg.Mode != ModeRelay {
 		if err := w.Do("relay", func() (err error) {
-			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, NoTail: cfg.Mode == ModeNoTail, RaiseWindow: cfg.Mode == ModeRaise, Log: cfg.Log})
+			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Tail: cfg.Mode == ModeTail || cfg.Mode == ModeRaise, RaiseWindow: cfg.Mode == ModeRaise, Log: cfg.Log})
 			return err
 		}); err != nil {
 			return tr, err
@@ -219,7 +219,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		}
 		if i+1 == offIdx && cfg.Mode != ModeRelay {
 			go func() {
-				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound || cfg.Mode == ModeNoTail || cfg.Mode == ModeRaise {
+				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound || cfg.Mode == ModeTail || cfg.Mode == ModeRaise {
 					// The relay's watcher, due from now on: its rules hold
 					// the offload back while a window would limit the joined
 					// flow, then it bounds what the relay holds; up to the

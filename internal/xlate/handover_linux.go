@@ -248,7 +248,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					// stopped only by the relay's window) would wait for
 					// its ACKs until tailWait.
 					idle := out.LastDataRecv > max(2*out.RTT, 2*time.Millisecond)
-					if s.cfg.NoTail || legs[1-i].eof || !idle || !tailReady(in, out) {
+					if !s.cfg.Tail || legs[1-i].eof || !idle || !tailReady(in, out) {
 						ok = false
 					}
 					tail[1-i] = true

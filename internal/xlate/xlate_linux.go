@@ -56,14 +56,17 @@ type Config struct {
 	// hold plus a margin for the window already offered, so each sender
 	// stops soon after the handover starts (Handover, capRcvbuf).
 	NoRcvbufCap bool
-	// NoTail makes a handover wait until each leg's send queue is
-	// acknowledged before the join (for experiments; before session 11).
-	// By default it joins while a leg still delivers a tail (an early
-	// join: at most about one RTT of the stopped sender's leg still to
-	// send, see tailReady; that socket stays open until its tail is
-	// acknowledged, the program passing it the peer's ACKs), so the
-	// stopped sender's new data arrives about as the tail ends.
-	NoTail bool
+	// Tail lets a handover join while a leg still delivers a tail (an
+	// early join: at most about one RTT of the stopped sender's leg still
+	// to send, see tailReady; that socket stays open until its tail is
+	// acknowledged, the program passing it the peer's pure ACKs), so the
+	// stopped sender's new data arrives about as the tail ends. Opt-in
+	// (session 11): it shortened Fig. 3's BBR stall 2-4x but did not meet
+	// the 0.9x target, and Handover waits (up to 30 s) for a pure ACK of
+	// the tail, which a peer that starts sending data after the join may
+	// not give. Without it, a handover waits until each leg's send queue
+	// is acknowledged before the join.
+	Tail bool
 	// RaiseWindow makes each of the join's window probes offer the other
 	// peer's free window (past the relay's tail) instead of what the
 	// relay's socket computes (its receive buffer, cut during the
