@@ -115,7 +115,7 @@ func TestHandoverLossy(t *testing.T) {
 		}
 	}()
 
-	const n = 256 << 10
+	const n = lossyFlowBytes
 	start := time.Now()
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, 64)
@@ -158,6 +158,23 @@ func TestHandoverLossy(t *testing.T) {
 	}
 }
 
+// lossyFlowBytes is the size of each echoed flow of TestHandoverLossy.
+const lossyFlowBytes = 256 << 10
+
+// copyCount copies src to dst, closing reached once k bytes have passed
+// (or src ended before that).
+func copyCount(dst, src *net.TCPConn, k int64, reached chan<- struct{}, done chan<- error) {
+	_, err := io.CopyN(dst, src, k)
+	close(reached)
+	switch {
+	case errors.Is(err, io.EOF):
+		err = nil
+	case err == nil:
+		_, err = io.Copy(dst, src)
+	}
+	done <- err
+}
+
 // relayThenOffload relays a (from peer1) to a new connection to peer2's
 // echo server, then after a random delay hands the pair over; a refused
 // handover resumes relaying to the end.
@@ -168,11 +185,15 @@ func relayThenOffload(ctx context.Context, w *emu.World, s *Splicer, a *net.TCPC
 		return false, err
 	}
 	b := bc.(*net.TCPConn)
+	// The pause comes after a random number of peer1's bytes (up to half
+	// the flow), not after a random time: a timer let fast runs finish
+	// most flows before their pause, so fewer handovers were tried.
 	copies := make(chan error, 2)
-	go copyHalf(b, a, copies)
+	reached := make(chan struct{})
+	go copyCount(b, a, mrand.Int64N(lossyFlowBytes/2), reached, copies)
 	go copyHalf(a, b, copies)
 	select {
-	case <-time.After(time.Duration(mrand.IntN(300)) * time.Millisecond):
+	case <-reached:
 	case <-ctx.Done():
 	}
 	a.SetReadDeadline(time.Now())
