@@ -353,58 +353,56 @@ func copyHalf(dst, src *net.TCPConn, done chan<- error) {
 // senderStats reads tcpi_total_rto (Linux 6.7+) and tcpi_total_retrans.
 func senderStats(c *net.TCPConn) (rtos, retrans int) {
 	rtos, retrans = -1, -1
-	if c == nil {
+	info, n := tcpInfo(c)
+	if n < 104 {
 		return
+	}
+	retrans = int(binary.NativeEndian.Uint32(info[100:]))
+	if n >= 244 {
+		rtos = int(binary.NativeEndian.Uint16(info[240:]))
+	}
+	return
+}
+
+// tcpInfo reads c's struct tcp_info as the kernel returns it, and how many
+// bytes of it the kernel filled (0 when c is nil or the read failed).
+func tcpInfo(c *net.TCPConn) (info [512]byte, n uint32) {
+	if c == nil {
+		return info, 0
 	}
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return
+		return info, 0
 	}
 	raw.Control(func(fd uintptr) {
-		var info [512]byte
-		n := uint32(len(info))
+		l := uint32(len(info))
 		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
-			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 {
-			return
-		}
-		retrans = int(binary.NativeEndian.Uint32(info[100:]))
-		if n >= 244 {
-			rtos = int(binary.NativeEndian.Uint16(info[240:]))
+			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&l)), 0); e == 0 {
+			n = l
 		}
 	})
-	return
+	return info, n
 }
 
 // senderSample reads c's TCP_INFO (Linux 6.2+ layout).
 func senderSample(c *net.TCPConn) (s SenderSample) {
-	if c == nil {
+	info, n := tcpInfo(c)
+	if n < 232 {
 		return
 	}
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return
-	}
-	raw.Control(func(fd uintptr) {
-		var info [512]byte
-		n := uint32(len(info))
-		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
-			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 || n < 232 {
-			return
-		}
-		ne := binary.NativeEndian
-		s.CaState = info[1]
-		s.Unacked = ne.Uint32(info[24:])
-		s.SRTT = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
-		s.Ssthresh = ne.Uint32(info[76:])
-		s.Cwnd = ne.Uint32(info[80:])
-		s.Retrans = ne.Uint32(info[100:])
-		s.PacingRate = ne.Uint64(info[104:])
-		s.NotSent = ne.Uint32(info[144:])
-		s.DeliveryRate = ne.Uint64(info[160:])
-		s.Busy = time.Duration(ne.Uint64(info[168:])) * time.Microsecond
-		s.RwndLimited = time.Duration(ne.Uint64(info[176:])) * time.Microsecond
-		s.SndbufLimited = time.Duration(ne.Uint64(info[184:])) * time.Microsecond
-		s.SndWnd = ne.Uint32(info[228:])
-	})
+	ne := binary.NativeEndian
+	s.CaState = info[1]
+	s.Unacked = ne.Uint32(info[24:])
+	s.SRTT = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
+	s.Ssthresh = ne.Uint32(info[76:])
+	s.Cwnd = ne.Uint32(info[80:])
+	s.Retrans = ne.Uint32(info[100:])
+	s.PacingRate = ne.Uint64(info[104:])
+	s.NotSent = ne.Uint32(info[144:])
+	s.DeliveryRate = ne.Uint64(info[160:])
+	s.Busy = time.Duration(ne.Uint64(info[168:])) * time.Microsecond
+	s.RwndLimited = time.Duration(ne.Uint64(info[176:])) * time.Microsecond
+	s.SndbufLimited = time.Duration(ne.Uint64(info[184:])) * time.Microsecond
+	s.SndWnd = ne.Uint32(info[228:])
 	return
 }
