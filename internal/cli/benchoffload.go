@@ -211,7 +211,7 @@ func runBenchOffloadVeth(ctx context.Context, env *Env, args []string) error {
 			if r.Mode == offloadbench.VethDirect {
 				direct = r.Gbps
 			}
-			if slices.Contains(offloadbench.VethPeers, r.Mode) {
+			if offloadbench.IsVethPeer(r.Mode) {
 				peerGbps = max(peerGbps, r.Gbps)
 				if c := (r.RelayCPU + r.ProgCPU).Seconds() / (float64(r.Bytes) / 1e9); peerCPU == 0 || c < peerCPU {
 					peerCPU = c

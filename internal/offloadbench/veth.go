@@ -28,9 +28,9 @@ const (
 	VethNginx   = "nginx"   // nginx stream tuned as in bench proxy (proxybench.NginxConf)
 )
 
-// VethPeers are the modes of the tuned peers, the reference of the
-// "vs best peer" ratios.
-var VethPeers = []string{VethHAProxy, VethNginx}
+// IsVethPeer reports whether mode is a tuned peer's, the reference of
+// the "vs best peer" ratios.
+func IsVethPeer(mode string) bool { return mode == VethHAProxy || mode == VethNginx }
 
 // VethConfig is one `bench offload veth` run.
 type VethConfig struct {
