@@ -84,6 +84,11 @@ type SockState struct {
 	TSOffset uint32
 	AdvMSS   uint32 // MSS this host announced
 	SndMSS   uint32 // current send MSS (options excluded)
+	// PeerMSS is the MSS the peer announced (the socket's mss_clamp: what
+	// the peer accepts), readable only in TCP_REPAIR mode (0: unknown);
+	// PathMSS is the largest segment the route's path MTU carries
+	// (tcpi_pmtu less the IP and TCP headers; 0: unknown).
+	PeerMSS, PathMSS uint32
 	Unacked  uint32 // segments sent and not acknowledged
 	InQ      int    // bytes received and not read
 	// RcvWnd is the window this host offers (bytes; -1 when the kernel
@@ -187,14 +192,9 @@ func pairTail(a, b SockState, tailA, tailB bool) (ab, ba Entry, err error) {
 	if a.SACK != b.SACK {
 		return ab, ba, refuse(ReasonSACK, "SACK on one leg only (%v, %v)", a.SACK, b.SACK)
 	}
-	// peer1 sends segments of up to a.AdvMSS payload (+options); they must fit
-	// the segments b's path takes, and the reverse.
-	opt := uint32(0)
-	if a.Timestamps {
-		opt = 12
-	}
-	if a.AdvMSS > b.SndMSS+opt || b.AdvMSS > a.SndMSS+opt {
-		return ab, ba, refuse(ReasonMSS, "advertised %d/%d, send MSS %d/%d", a.AdvMSS, b.AdvMSS, a.SndMSS, b.SndMSS)
+	if !mssFits(a, b) || !mssFits(b, a) {
+		return ab, ba, refuse(ReasonMSS, "advertised %d/%d, peers accept %d/%d, path MSS %d/%d, send MSS %d/%d",
+			a.AdvMSS, b.AdvMSS, a.PeerMSS, b.PeerMSS, a.PathMSS, b.PathMSS, a.SndMSS, b.SndMSS)
 	}
 	ab = Entry{
 		In:         Tuple{Src: a.Remote, Dst: a.Local},
@@ -229,4 +229,29 @@ func pairTail(a, b SockState, tailA, tailB bool) (ab, ba Entry, err error) {
 		ba.Tail, ba.TailEnd = true, b.SndNxt
 	}
 	return ab, ba, nil
+}
+
+// mssFits says whether the segments the peer of in may send after a join fit
+// the leg out: that peer sends at most the MSS this host announced on in
+// (in.AdvMSS, plus the timestamp option's 12 bytes, which Linux takes off
+// tcpi_advmss on one side of a connection only); after the join they cross
+// out's path to out's peer, so they must fit what that peer accepts (the MSS
+// it announced, out.PeerMSS) and out's path MTU (out.PathMSS). This host's
+// own send MSS on out does not matter: on lo it is capped at half the peer's
+// largest window (32768 of 65483), not by what the peer accepts, which
+// refused every join there before session 12. When PeerMSS is unknown (a
+// state read outside repair mode) the send MSS stands in for it, as before.
+func mssFits(in, out SockState) bool {
+	opt := uint32(0)
+	if in.Timestamps {
+		opt = 12
+	}
+	limit := out.PeerMSS
+	if limit == 0 {
+		limit = out.SndMSS
+	}
+	if out.PathMSS != 0 {
+		limit = min(limit, out.PathMSS)
+	}
+	return in.AdvMSS <= limit+opt
 }

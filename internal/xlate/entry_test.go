@@ -26,6 +26,8 @@ func TestPairRefusals(t *testing.T) {
 		{"sack one leg", func(a, b *SockState) { a.SACK = false }, ReasonSACK},
 		{"family", func(a, b *SockState) { b.Local = ap("[fd00::2]:2000"); b.Remote = ap("[fd00::1]:80") }, ReasonFamily},
 		{"mss", func(a, b *SockState) { b.SndMSS = 1200 }, ReasonMSS},
+		{"peer accepts less", func(a, b *SockState) { b.PeerMSS = 1000; b.PathMSS = 1460 }, ReasonMSS},
+		{"path MTU smaller", func(a, b *SockState) { a.PeerMSS = 1460; a.PathMSS = 1240; b.PeerMSS = 1460 }, ReasonMSS},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -41,5 +43,14 @@ func TestPairRefusals(t *testing.T) {
 	a, b := base()
 	if _, _, err := Pair(a, b); err != nil {
 		t.Errorf("compatible legs refused: %v", err)
+	}
+	// lo: the send MSS is capped at half the peer's largest window; what
+	// the peers accept and the path carry is what counts.
+	a, b = base()
+	for _, s := range []*SockState{&a, &b} {
+		s.AdvMSS, s.SndMSS, s.PeerMSS, s.PathMSS = 65483, 32768, 65483, 65496
+	}
+	if _, _, err := Pair(a, b); err != nil {
+		t.Errorf("loopback legs refused: %v", err)
 	}
 }

@@ -43,8 +43,17 @@ func openIn(t *testing.T, ns string, cfg Config) *Splicer {
 // relay, as a relay would before offloading.
 func relayPair(t *testing.T, l *xlatetest.Line) relayed {
 	t.Helper()
+	return relayPairLC(t, l, &net.ListenConfig{})
+}
+
+// relayPairLC is relayPair with peer2 listening through lc.
+func relayPairLC(t *testing.T, l *xlatetest.Line, lc *net.ListenConfig) relayed {
+	t.Helper()
 	var ln2, lnr net.Listener
-	xlatetest.MustIn(t, l.P2, func() (err error) { ln2, err = net.Listen("tcp", net.JoinHostPort(l.P2Addr, "80")); return })
+	xlatetest.MustIn(t, l.P2, func() (err error) {
+		ln2, err = lc.Listen(context.Background(), "tcp", net.JoinHostPort(l.P2Addr, "80"))
+		return
+	})
 	defer ln2.Close()
 	xlatetest.MustIn(t, l.R, func() (err error) { lnr, err = net.Listen("tcp", net.JoinHostPort(l.RAddr1, "8080")); return })
 	defer lnr.Close()

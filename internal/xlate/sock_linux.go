@@ -72,6 +72,15 @@ func readState(fd int, repair bool) (SockState, error) {
 	st.SndMSS = ne.Uint32(info[16:])
 	st.Unacked = ne.Uint32(info[24:])
 	st.AdvMSS = ne.Uint32(info[84:])
+	if pmtu := ne.Uint32(info[60:]); pmtu > 0 {
+		hdr := uint32(20 + 20)
+		if !st.Local.Addr().Is4() {
+			hdr = 40 + 20
+		}
+		if pmtu > hdr {
+			st.PathMSS = pmtu - hdr
+		}
+	}
 	st.LastDataRecv = time.Duration(ne.Uint32(info[52:])) * time.Millisecond
 	st.RTT = time.Duration(ne.Uint32(info[68:])) * time.Microsecond
 	if n >= 168 { // tcpi_min_rtt, tcpi_delivery_rate
@@ -97,6 +106,14 @@ func readState(fd int, repair bool) (SockState, error) {
 			return st, refuse(ReasonSocket, "TCP_TIMESTAMP: %v", err)
 		}
 		st.TSOffset = uint32(ts) - uint32(monoNow()/time.Millisecond)
+	}
+	// In repair mode (TCP_REPAIR_WINDOW is readable only then, whether
+	// this call or the caller entered it) TCP_MAXSEG reads mss_clamp: the
+	// MSS the peer announced.
+	if _, err := getRepairWindow(fd); err == nil {
+		if v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG); err == nil && v > 0 {
+			st.PeerMSS = uint32(v)
+		}
 	}
 	if repair {
 		for _, q := range []struct {

@@ -167,7 +167,9 @@ func Open(ctx context.Context, cfg Config) (*Splicer, error) {
 	}
 	keep := map[string]bool{}
 	for _, ifi := range ifs {
-		l3 := len(ifi.HardwareAddr) == 0
+		// No link-layer address: a TUN device (L3). lo has none either
+		// (all zeros) but carries an Ethernet header.
+		l3 := len(ifi.HardwareAddr) == 0 && ifi.Flags&net.FlagLoopback == 0
 		prog := s.objs.XlateEth
 		if l3 {
 			prog = s.objs.XlateL3
@@ -621,6 +623,12 @@ func (s *Splicer) Stats() Stats {
 	return st
 }
 
+// isRefusal says whether err is a refusal for reason r.
+func isRefusal(err error, r Reason) bool {
+	var re *RefusedError
+	return errors.As(err, &re) && re.Reason == r
+}
+
 func (s *Splicer) count(err error) error {
 	var re *RefusedError
 	if errors.As(err, &re) {
@@ -708,7 +716,10 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, tail [2]bool, sa, sb *SockStat
 	if *sb, err = readForwarded(fb, false, fwdB); err != nil {
 		return err
 	}
-	if _, _, err := pairTail(*sa, *sb, tail[0], tail[1]); err != nil {
+	// (The MSS check waits for repair mode, where the peers' MSS can be
+	// read: outside it only the send MSS stands in, which refuses joins on
+	// lo; see mssFits.)
+	if _, _, err := pairTail(*sa, *sb, tail[0], tail[1]); err != nil && !isRefusal(err, ReasonMSS) {
 		return err
 	}
 	// Freeze: repair mode, then the sequence numbers.

@@ -101,3 +101,19 @@ func MustIn(t testing.TB, ns string, fn func() error) {
 		t.Fatal(err)
 	}
 }
+
+// NewLoopback builds a Line whose three parties share one new namespace
+// and talk over its lo only (127.0.0.1 or ::1; they differ by port), and
+// removes it at cleanup. The caller checked privileges.
+func NewLoopback(t testing.TB, v6 bool) *Line {
+	t.Helper()
+	ns := fmt.Sprintf("xo%d%04d", os.Getpid()%1000, rand.IntN(10000))
+	Sh(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	Sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	a := "127.0.0.1"
+	if v6 {
+		a = "::1"
+	}
+	return &Line{P1: ns, R: ns, P2: ns, P1Addr: a, RAddr1: a, RAddr2: a, P2Addr: a}
+}
