@@ -19,6 +19,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench proxy")
 	modes := fs.String("modes", strings.Join(proxybench.AllModes, ","), "comma-separated modes to measure")
 	size := fs.String("bytes", "2GB", "bytes per single-flow throughput run (decimal units: 500MB, 2GB)")
+	offloadAfter := fs.String("offload-after", "64MiB", "mosto1off: bytes a flow is relayed before it is offloaded (its join by the xlate eBPF program)")
 	runs := fs.Int("runs", proxybench.DefaultRuns, "throughput runs per mode, interleaved across modes")
 	connDur := fs.Duration("conn-duration", proxybench.DefaultConnDuration, "duration of the connections-per-second test per mode")
 	parallel := fs.Int("parallel", proxybench.DefaultConnParallel, "parallel clients in the connections-per-second test")
@@ -49,6 +50,10 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	if err != nil || n <= 0 {
 		return usageErrorf("-bytes %q: want a positive size", *size)
 	}
+	after, err := pathcomp.ParseSize(*offloadAfter)
+	if err != nil || after <= 0 {
+		return usageErrorf("-offload-after %q: want a positive size", *offloadAfter)
+	}
 	if *runs < 1 || *parallel < 1 || *payload < 1 || *connDur <= 0 {
 		return usageErrorf("-runs, -parallel, -payload and -conn-duration must be positive")
 	}
@@ -77,7 +82,7 @@ func runBenchProxy(ctx context.Context, env *Env, args []string) error {
 	}
 	rep, err := proxybench.Run(ctx, proxybench.Config{
 		Modes: list, Mosto: *mosto, HAProxy: *haproxy, Nginx: *nginx,
-		Bytes: n, Runs: *runs, ConnDuration: *connDur, ConnParallel: *parallel, ConnPayload: *payload,
+		Bytes: n, OffloadAfter: after, Runs: *runs, ConnDuration: *connDur, ConnParallel: *parallel, ConnPayload: *payload,
 		ConnCPU: *connCPU, CapPeriod: *capPeriod, Threads: *threads, CoreHour: *coreHour, LatConns: *lat, IdleConns: *idle, Dir: *dir, Log: env.Log,
 	})
 	if rep == nil {

@@ -27,6 +27,9 @@ type Config struct {
 	NginxMod string // stream module to load; "" uses the Debian path if present
 
 	Bytes int64 // bytes per single-flow throughput run (default 2 GB)
+	// OffloadAfter is where mosto1off offloads a flow (bytes relayed;
+	// default DefaultOffloadAfter).
+	OffloadAfter int64
 	Runs  int   // throughput runs per mode, interleaved (default 3)
 
 	ConnDuration time.Duration // per mode (default 3s)
@@ -63,6 +66,7 @@ type Config struct {
 // Defaults.
 const (
 	DefaultBytes        = 2_000_000_000
+	DefaultOffloadAfter = 64 << 20
 	DefaultRuns         = 3
 	DefaultConnDuration = 3 * time.Second
 	DefaultConnParallel = 16
@@ -132,6 +136,9 @@ func (c *Config) fill() {
 	if c.Runs <= 0 {
 		c.Runs = DefaultRuns
 	}
+	if c.OffloadAfter <= 0 {
+		c.OffloadAfter = DefaultOffloadAfter
+	}
 	if c.ConnDuration <= 0 {
 		c.ConnDuration = DefaultConnDuration
 	}
@@ -200,7 +207,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer sk.close()
 	st := &setup{dir: cfg.Dir, origin: sk.addr(), mosto: cfg.Mosto, haproxy: cfg.HAProxy,
-		nginx: cfg.Nginx, nginxMod: cfg.NginxMod, maxconn: raiseFileLimit(), threads: cfg.Threads, log: cfg.Log}
+		nginx: cfg.Nginx, nginxMod: cfg.NginxMod, maxconn: raiseFileLimit(), threads: cfg.Threads, offloadAfter: cfg.OffloadAfter, log: cfg.Log}
 
 	relays := map[string]*relay{}
 	defer func() {

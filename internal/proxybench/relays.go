@@ -27,6 +27,13 @@ const (
 	// ModeMosto1G is one mosto proxy with its event loops off (`loops:
 	// -1`): every flow on goroutines, the path before the loops.
 	ModeMosto1G = "mosto1g"
+	// ModeMosto1Off is mosto1 with offload on (`offload: {mode: bytes}`
+	// after Config.OffloadAfter bytes, program on lo, not pinned): a flow
+	// that reaches it leaves the relay's data path, joined by the xlate
+	// eBPF program (issue 14). Its program sees every loopback packet of
+	// the run while it is up (a hash lookup that misses for the other
+	// modes' packets), so every mode measured beside it pays that.
+	ModeMosto1Off = "mosto1off"
 	// ModeHAProxy is HAProxy configured as its experts would for this
 	// test (HAProxyConf): 1 MiB splice pipes, splice-auto, one thread per
 	// mosto thread.
@@ -46,7 +53,7 @@ const (
 )
 
 // AllModes lists every mode in report order.
-var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto1G, ModeMosto3, ModeHAProxy, ModeHAProxyDefault, ModeHAProxy3, ModeNginx, ModeNginxDefault}
+var AllModes = []string{ModeDirect, ModeMosto1, ModeMosto1G, ModeMosto1Off, ModeMosto3, ModeHAProxy, ModeHAProxyDefault, ModeHAProxy3, ModeNginx, ModeNginxDefault}
 
 // tunedPeers are the single-relay peers mosto1 is compared with: in every
 // run the better of them for each figure is "the best peer".
@@ -141,6 +148,8 @@ type setup struct {
 	nginxMod string
 	maxconn  int // connection limit that fits the file descriptor limit
 	threads  int // threads of every relay (mosto loops and GOMAXPROCS, HAProxy nbthread, nginx workers)
+	// offloadAfter is mosto1off's offload threshold (bytes).
+	offloadAfter int64
 	log      *slog.Logger
 }
 
@@ -158,7 +167,7 @@ func (s *setup) start(ctx context.Context, mode string) (*relay, error) {
 	switch mode {
 	case ModeDirect:
 		return &relay{mode: mode, entry: s.origin, log: &syncBuffer{}}, nil
-	case ModeMosto1, ModeMosto1G:
+	case ModeMosto1, ModeMosto1G, ModeMosto1Off:
 		return s.startMosto(ctx, mode, 1)
 	case ModeMosto3:
 		return s.startMosto(ctx, mode, 3)
@@ -233,6 +242,8 @@ type mostoConf struct {
 	Pool   map[string]int  `json:"pool"`
 	Socket map[string]bool `json:"socket"`
 	Loops  int             `json:"loops,omitempty"`
+	// Offload is relay.OffloadConfig (mosto1off).
+	Offload map[string]any `json:"offload,omitempty"`
 }
 
 func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, error) {
@@ -284,6 +295,9 @@ func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, err
 		c.Loops = s.threads
 		if mode == ModeMosto1G {
 			c.Loops = -1
+		}
+		if mode == ModeMosto1Off {
+			c.Offload = map[string]any{"mode": "bytes", "after_bytes": s.offloadAfter, "interfaces": []string{"lo"}, "pin_dir": "off"}
 		}
 		ready := []string{}
 		if n > 1 {

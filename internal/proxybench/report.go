@@ -322,7 +322,7 @@ func (r *Report) writeHeadline(w io.Writer) {
 		{"idle RSS (MB)", func(res *Result) []float64 { return scalar(float64(res.IdleRSS) / 1e6) }, false, 1.0, "%.1f"},
 		{"RSS per idle flow (KB)", func(res *Result) []float64 { return scalar(res.PerConn / 1e3) }, false, 1.0, "%.1f"},
 	}
-	for _, mode := range []string{ModeMosto1, ModeMosto1G} {
+	for _, mode := range []string{ModeMosto1, ModeMosto1G, ModeMosto1Off} {
 		res := r.find(mode)
 		if res == nil || res.Err != "" {
 			continue
