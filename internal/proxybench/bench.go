@@ -30,7 +30,7 @@ type Config struct {
 	// OffloadAfter is where mosto1off offloads a flow (bytes relayed;
 	// default DefaultOffloadAfter).
 	OffloadAfter int64
-	Runs  int   // throughput runs per mode, interleaved (default 3)
+	Runs         int // throughput runs per mode, interleaved (default 3)
 
 	ConnDuration time.Duration // per mode (default 3s)
 	ConnParallel int           // parallel clients (default 16)

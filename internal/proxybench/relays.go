@@ -150,7 +150,7 @@ type setup struct {
 	threads  int // threads of every relay (mosto loops and GOMAXPROCS, HAProxy nbthread, nginx workers)
 	// offloadAfter is mosto1off's offload threshold (bytes).
 	offloadAfter int64
-	log      *slog.Logger
+	log          *slog.Logger
 }
 
 // freePort returns a loopback address that was free a moment ago.

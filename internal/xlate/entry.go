@@ -89,8 +89,8 @@ type SockState struct {
 	// PathMSS is the largest segment the route's path MTU carries
 	// (tcpi_pmtu less the IP and TCP headers; 0: unknown).
 	PeerMSS, PathMSS uint32
-	Unacked  uint32 // segments sent and not acknowledged
-	InQ      int    // bytes received and not read
+	Unacked          uint32 // segments sent and not acknowledged
+	InQ              int    // bytes received and not read
 	// RcvWnd is the window this host offers (bytes; -1 when the kernel
 	// does not say), LastDataRecv the time since data last arrived, RTT the
 	// smoothed round-trip time.
