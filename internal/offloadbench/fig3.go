@@ -29,6 +29,7 @@ const (
 	ModeNoBound = "mosto-nobound" // ModeMosto without the drain bound (offload.no_bound)
 	ModeTail    = "mosto-tail"    // ModeMosto with the early join (xlate.Config.Tail)
 	ModeRaise   = "mosto-raise"   // ModeTail with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
+	ModeFreeze  = "mosto-freeze"  // ModeTail with the handover's frozen window edge (xlate.Config.Freeze)
 	ModeGradual = "gradual"       // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
 )
 
@@ -125,7 +126,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	var sp *xlate.Splicer
 	if cfg.Mode != ModeRelay {
 		if err := w.Do("relay", func() (err error) {
-			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Tail: cfg.Mode == ModeTail || cfg.Mode == ModeRaise, RaiseWindow: cfg.Mode == ModeRaise, Log: cfg.Log})
+			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Tail: cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze, RaiseWindow: cfg.Mode == ModeRaise, Freeze: cfg.Mode == ModeFreeze, Log: cfg.Log})
 			return err
 		}); err != nil {
 			return tr, err
@@ -219,7 +220,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		}
 		if i+1 == offIdx && cfg.Mode != ModeRelay {
 			go func() {
-				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound || cfg.Mode == ModeTail || cfg.Mode == ModeRaise {
+				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound || cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze {
 					// The relay's watcher, due from now on: its rules hold
 					// the offload back while a window would limit the joined
 					// flow, then it bounds what the relay holds; up to the

@@ -120,7 +120,21 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 			return nil, refuse(ReasonSocket, "SO_PEEK_OFF: %v", err)
 		}
 	}
-	if !s.cfg.NoRcvbufCap {
+	// The legs' states at the start: the freeze's keys and scales.
+	var st0 [2]SockState
+	if s.cfg.Freeze {
+		for i, l := range legs {
+			st, err := readState(l.fd, false)
+			if err != nil {
+				return nil, err
+			}
+			st0[i] = st
+			if err := s.freeze(st); err != nil {
+				return nil, err
+			}
+			defer s.thaw(st)
+		}
+	} else if !s.cfg.NoRcvbufCap {
 		for _, l := range legs {
 			l.capRcvbuf()
 		}
@@ -231,6 +245,12 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				// The sender into leg i has stopped: its window is used up, or
 				// it sent nothing for two RTTs of this leg.
 				stopped := legs[i].eof || in.RcvWnd == 0 || in.LastDataRecv > max(2*in.RTT, 2*time.Millisecond)
+				if s.cfg.Freeze {
+					// Frozen: every byte up to the edge arrived.
+					if _, reached, _ := s.frozenState(st0[i]); reached {
+						stopped = true
+					}
+				}
 				allStopped = allStopped && stopped
 				if in.InQ != 0 || !stopped {
 					ok = false
@@ -285,7 +305,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					consume()
 					return nil, err
 				}
-				if !s.cfg.NoRcvbufCap {
+				if !s.cfg.Freeze && !s.cfg.NoRcvbufCap {
 					for _, l := range legs {
 						l.capRcvbuf()
 					}

@@ -250,11 +250,22 @@ func copyClose(dst, src *net.TCPConn, done chan<- error) {
 
 // TestHandoverBulk offloads a relay in the middle of bulk transfers both
 // ways: the copies stop, Handover drains to the quiescent point and joins,
-// and every byte arrives once, in order.
+// and every byte arrives once, in order. Freeze: the same with the
+// senders stopped at the window edge of the handover's start (the program
+// lowering the relay's offered windows at egress).
 func TestHandoverBulk(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{{"drain", Config{}}, {"freeze", Config{Freeze: true}}} {
+		t.Run(c.name, func(t *testing.T) { testHandoverBulk(t, c.cfg) })
+	}
+}
+
+func testHandoverBulk(t *testing.T, cfg Config) {
 	testenv.RequirePrivileged(t)
 	l := xlatetest.NewLine(t, false)
-	s := openIn(t, l.R, Config{})
+	s := openIn(t, l.R, cfg)
 	defer s.Close()
 	r := relayPair(t, l)
 
@@ -314,7 +325,22 @@ func TestHandoverBulk(t *testing.T) {
 	if !ok || ba.Bytes == 0 || !ba.FIN {
 		t.Errorf("entry stats %+v %+v %v: want peer2's bytes and FIN translated", ab, ba, ok)
 	}
-	t.Logf("after the handover: %d bytes peer2->peer1, %d bytes peer1->peer2 translated", ba.Bytes, ab.Bytes)
+	t.Logf("after the handover (%+v): %d bytes peer2->peer1, %d bytes peer1->peer2 translated", sp.Phases, ba.Bytes, ab.Bytes)
+	if cfg.Freeze {
+		var n int
+		xlatetest.MustIn(t, l.R, func() error {
+			it := s.objs.Freezes.Iterate()
+			var k xlateTuple
+			var v xlateFreeze
+			for it.Next(&k, &v) {
+				n++
+			}
+			return it.Err()
+		})
+		if n != 0 {
+			t.Errorf("%d freezes left after the handover", n)
+		}
+	}
 }
 
 // notifyConn closes ch once more than after bytes were read.

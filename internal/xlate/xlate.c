@@ -100,6 +100,29 @@ struct {
 	__type(value, __u8);
 } holds SEC(".maps");
 
+// A frozen window (Handover with Config.Freeze): the relay's own packets
+// on one of its sockets, as they leave (egress), offer at most up to the
+// right edge latched from the first of them (ack + window << wscale), so
+// the sender into that socket stops within about one RTT at the edge
+// offered when the handover began, instead of being fed small windows by a
+// receive buffer that still has room. Never shrinks an edge already
+// offered (the first packet's is kept; Linux never offers less itself).
+struct freeze {
+	__u32 edge;   // latched right edge (sequence space of the peer's data)
+	__u32 ack;    // highest ACK the relay sent since (bytes received)
+	__u8 wscale;  // the shift the relay applies to the windows it sends
+	__u8 set;     // edge latched
+	__u16 pad;
+	__u32 clamped; // packets whose window was lowered
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct tuple);
+	__type(value, struct freeze);
+} freezes SEC(".maps");
+
 // Counters indexed by enum ctr (per CPU).
 enum ctr {
 	C_PACKETS = 0,
@@ -224,6 +247,37 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 	}
 	key.sport = tcp->source;
 	key.dport = tcp->dest;
+
+	if (egress && tcp->ack) {
+		struct freeze *f = bpf_map_lookup_elem(&freezes, &key);
+		if (f) {
+			__u32 ack = bpf_ntohl(tcp->ack_seq);
+			__u16 w16 = bpf_ntohs(tcp->window);
+			__u32 edge = ack + ((__u32)w16 << (f->wscale & 15));
+			if (!f->set) {
+				f->edge = edge;
+				f->ack = ack;
+				f->set = 1;
+			} else {
+				raise(&f->ack, ack);
+				if ((__s32)(edge - f->edge) > 0) {
+					__u32 room = (__s32)(f->edge - ack) > 0 ? f->edge - ack : 0;
+					__u16 nw = room >> (f->wscale & 15);
+					__be16 oldw = tcp->window, neww = bpf_htons(nw);
+					// (The window field: 14 bytes into the TCP header.)
+					if (bpf_skb_store_bytes(skb, toff + 14, &neww, 2, 0) < 0 ||
+					    bpf_l4_csum_replace(skb, toff + 16, oldw, neww, 2) < 0) {
+						count(C_ERRORS, 1);
+						return TC_ACT_SHOT;
+					}
+					__sync_fetch_and_add(&f->clamped, 1);
+				}
+			}
+			// (Packet pointers are invalid after a store: none is used
+			// below; a frozen socket is not joined at the same time.)
+			return NEXT;
+		}
+	}
 
 	struct entry *e = bpf_map_lookup_elem(&joins, &key);
 	if (!e)

@@ -35,6 +35,16 @@ type xlateEntry struct {
 	Bytes     uint64
 }
 
+type xlateFreeze struct {
+	_       structs.HostLayout
+	Edge    uint32
+	Ack     uint32
+	Wscale  uint8
+	Set     uint8
+	Pad     uint16
+	Clamped uint32
+}
+
 type xlateScratch struct {
 	_     structs.HostLayout
 	Old   [64]uint8
@@ -106,6 +116,7 @@ type xlateProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlateMapSpecs struct {
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
+	Freezes    *ebpf.MapSpec `ebpf:"freezes"`
 	Holds      *ebpf.MapSpec `ebpf:"holds"`
 	Joins      *ebpf.MapSpec `ebpf:"joins"`
 	Scratchmap *ebpf.MapSpec `ebpf:"scratchmap"`
@@ -138,6 +149,7 @@ func (o *xlateObjects) Close() error {
 // It can be passed to loadXlateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlateMaps struct {
 	Counters   *ebpf.Map `ebpf:"counters"`
+	Freezes    *ebpf.Map `ebpf:"freezes"`
 	Holds      *ebpf.Map `ebpf:"holds"`
 	Joins      *ebpf.Map `ebpf:"joins"`
 	Scratchmap *ebpf.Map `ebpf:"scratchmap"`
@@ -146,6 +158,7 @@ type xlateMaps struct {
 func (m *xlateMaps) Close() error {
 	return _XlateClose(
 		m.Counters,
+		m.Freezes,
 		m.Holds,
 		m.Joins,
 		m.Scratchmap,

@@ -2,7 +2,7 @@
 
 package xlate
 
-//go:generate go tool bpf2go -tags linux -target bpfel -type tuple -type entry xlate xlate.c -- -mcpu=v3 -O2 -g -Wall -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -tags linux -target bpfel -type tuple -type entry -type freeze xlate xlate.c -- -mcpu=v3 -O2 -g -Wall -I/usr/include/x86_64-linux-gnu
 
 import (
 	"context"
@@ -76,6 +76,19 @@ type Config struct {
 	// Fig. 3 a BBR sender given the large window at once ran at 0.35-0.65x
 	// after the join in 2 of 2 runs without a tail.
 	RaiseWindow bool
+	// Freeze makes a handover stop each sender at the right edge of the
+	// window the relay offered when it began (session 12): the program,
+	// attached at egress too, lowers the window of the relay's own packets
+	// on both legs so that ack + window never passes the edge of the first
+	// of them (it never shrinks an offered edge), until the join's window
+	// probes. Without it the handover cuts the receive buffers
+	// (capRcvbuf), and the kernel goes on offering small windows from the
+	// room left: a BBR sender was fed 56 -> 2 KB steps for ~600 ms, its
+	// delivery samples collapsed for ~12 rounds and its max filter forgot
+	// its rate (Fig. 3, session 11). A frozen sender stops within about one
+	// RTT and, with nothing delivered, BBR's rounds and filters stand
+	// still. Opt-in; not with PinDir.
+	Freeze bool
 	// PinDir, when set, pins the maps and the tcx links there (on a bpffs;
 	// below DefaultBPFFS it is mounted when absent): joined flows then
 	// survive the process, and Open adopts the pins an earlier process
@@ -138,8 +151,8 @@ func Open(ctx context.Context, cfg Config) (*Splicer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Egress && cfg.PinDir != "" {
-		return nil, errors.New("xlate: Egress with PinDir is not supported")
+	if (cfg.Egress || cfg.Freeze) && cfg.PinDir != "" {
+		return nil, errors.New("xlate: Egress or Freeze with PinDir is not supported")
 	}
 	spec, err := loadXlate()
 	if err != nil {
@@ -187,7 +200,7 @@ func Open(ctx context.Context, cfg Config) (*Splicer, error) {
 		}
 		s.links = append(s.links, l)
 		s.ifaces[ifi.Index] = l3
-		if cfg.Egress {
+		if cfg.Egress || cfg.Freeze {
 			eprog := s.objs.XlateEthEgress
 			if l3 {
 				eprog = s.objs.XlateL3Egress
@@ -787,6 +800,10 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, tail [2]bool, sa, sb *SockStat
 	//
 	// With Config.RaiseWindow each probe offers the other peer's free
 	// window (past the relay's tail) in this leg's sequence space.
+	// Frozen windows (Config.Freeze) end here: the probes below carry
+	// the sockets' own windows.
+	s.thaw(*sa)
+	s.thaw(*sb)
 	wins := [2]uint32{}
 	for i, fd := range []int{fa, fb} {
 		w, err := getRepairWindow(fd)
@@ -905,4 +922,37 @@ func readForwarded(fd int, repair bool, fwd int) (SockState, error) {
 		st.InQ -= fwd
 	}
 	return st, nil
+}
+
+// freezeKey is the tuple of a socket's own packets as they leave.
+func freezeKey(st SockState) xlateTuple { return tupleKey(Tuple{Src: st.Local, Dst: st.Remote}) }
+
+// freeze starts freezing the window st's socket offers (Config.Freeze):
+// the program latches the right edge of its next packet and keeps every
+// later one within it.
+func (s *Splicer) freeze(st SockState) error {
+	k := freezeKey(st)
+	v := xlateFreeze{Wscale: st.RcvWScale}
+	if err := s.objs.Freezes.Update(&k, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("xlate: freeze %s: %w", st.Local, err)
+	}
+	return nil
+}
+
+// frozenState reads a freeze: whether its edge is latched, and whether the
+// socket acknowledged every byte up to it (the sender has nothing left to
+// send before the join).
+func (s *Splicer) frozenState(st SockState) (latched, reached bool, clamped uint32) {
+	k := freezeKey(st)
+	var v xlateFreeze
+	if s.objs.Freezes.Lookup(&k, &v) != nil || v.Set == 0 {
+		return false, false, 0
+	}
+	return true, int32(v.Ack-v.Edge) >= 0, v.Clamped
+}
+
+// thaw ends a freeze (none: no-op).
+func (s *Splicer) thaw(st SockState) {
+	k := freezeKey(st)
+	s.objs.Freezes.Delete(&k)
 }

@@ -1,0 +1,56 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package xlate
+
+import "testing"
+
+// TestProgramFreeze: a frozen socket's own packets (egress) keep ack +
+// window within the edge latched from the first of them, never raise the
+// window of one that offers less, and checksums stay right (decodePkt
+// checks them); the freeze says when every byte up to the edge was
+// acknowledged. Packets of other tuples are not touched.
+func TestProgramFreeze(t *testing.T) {
+	s := loadTest(t, 16)
+	for _, v6 := range []bool{false, true} {
+		_, b := testPair(v6) // b: relay (Local) <-> peer2, relay's window scale 10
+		if err := s.freeze(b); err != nil {
+			t.Fatal(err)
+		}
+		ack := func(a uint32, win uint16, payload int) testPkt {
+			return testPkt{Src: b.Local, Dst: b.Remote, Seq: 1, Ack: a, Flags: tcpACK, Win: win, TS: true, TSval: 7, TSecr: 8,
+				Payload: make([]byte, payload)}
+		}
+		base := uint32(0xffff_f000) // the edge wraps 2^32
+		edge := base + 100<<10
+		steps := []struct {
+			name    string
+			in      testPkt
+			wantWin uint16
+		}{
+			{"first packet latches its edge", ack(base, 100, 0), 100},
+			{"a later larger edge is lowered", ack(base+40<<10, 100, 0), 60},
+			{"data packets too", ack(base+50<<10, 200, 300), 50},
+			{"less than the edge is kept", ack(base+60<<10, 10, 0), 10},
+			{"at the edge: zero window", ack(edge, 30, 0), 0},
+		}
+		for i, st := range steps {
+			ret, out := run(t, s.objs.XlateEthEgress, st.in)
+			if ret != tcxNext || out.Win != st.wantWin || out.Ack != st.in.Ack || out.Src != st.in.Src {
+				t.Errorf("v6=%v %s: return %d, ack %#x window %d; want next, ack %#x window %d", v6, st.name, ret, out.Ack, out.Win, st.in.Ack, st.wantWin)
+			}
+			_, reached, _ := s.frozenState(b)
+			if want := i == len(steps)-1; reached != want {
+				t.Errorf("v6=%v after %q: reached %v, want %v", v6, st.name, reached, want)
+			}
+		}
+		// The other direction (peer2's packets arriving) is not frozen.
+		in := testPkt{Src: b.Remote, Dst: b.Local, Seq: 1, Ack: 2, Flags: tcpACK, Win: 500}
+		if _, out := run(t, s.objs.XlateEthEgress, in); out.Win != 500 {
+			t.Errorf("v6=%v: peer2's packet window %d, want 500", v6, out.Win)
+		}
+		s.thaw(b)
+		if _, out := run(t, s.objs.XlateEthEgress, ack(edge+10<<10, 100, 0)); out.Win != 100 {
+			t.Errorf("v6=%v: thawed window %d, want 100", v6, out.Win)
+		}
+	}
+}
