@@ -100,6 +100,15 @@ type OffloadConfig struct {
 	// has lasted as its estimate, so the gap stays within 1/AgeRTTs of it
 	// (young). Joins under minRuleRTT are never held.
 	AgeRTTs int `yaml:"age_rtts"`
+	// Tail lets the handover join while the relay's socket toward a
+	// receiver still delivers up to about one RTT of data (the early join,
+	// xlate.Config.Tail; opt-in since session 11).
+	Tail bool `yaml:"tail"`
+	// Freeze stops each sender at the window edge the relay offered when
+	// the handover began (the program lowers the relay's offered windows
+	// at egress; xlate.Config.Freeze) instead of cutting the receive
+	// buffers. Opt-in (session 12).
+	Freeze bool `yaml:"freeze"`
 }
 
 // ageRTTs resolves AgeRTTs (0: the default).
@@ -284,7 +293,7 @@ func (s *Server) startOffload(ctx context.Context) error {
 		sweep = min(sweep, max(time.Duration(c.Linger)/2, 10*time.Millisecond))
 	}
 	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * flows, PinDir: pin,
-		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Log: s.log})
+		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: c.Tail, Freeze: c.Freeze, Log: s.log})
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,8 @@ type Config struct {
 	// delivery samples collapsed for ~12 rounds and its max filter forgot
 	// its rate (Fig. 3, session 11). A frozen sender stops within about one
 	// RTT and, with nothing delivered, BBR's rounds and filters stand
-	// still. Opt-in; not with PinDir.
+	// still. Opt-in. With PinDir the egress links are not pinned: a
+	// freeze lives only during a handover of this process.
 	Freeze bool
 	// PinDir, when set, pins the maps and the tcx links there (on a bpffs;
 	// below DefaultBPFFS it is mounted when absent): joined flows then
@@ -151,8 +152,8 @@ func Open(ctx context.Context, cfg Config) (*Splicer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if (cfg.Egress || cfg.Freeze) && cfg.PinDir != "" {
-		return nil, errors.New("xlate: Egress or Freeze with PinDir is not supported")
+	if cfg.Egress && cfg.PinDir != "" {
+		return nil, errors.New("xlate: Egress with PinDir is not supported")
 	}
 	spec, err := loadXlate()
 	if err != nil {
