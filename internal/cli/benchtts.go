@@ -39,6 +39,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	tproxyCC := fs.String("tproxy-cc", "", "congestion control of the tproxy entry's legs only (tproxy.congestion; e.g. bbr for long legs), after --relay-cc; the split entry keeps the proxy's")
 	tproxyPacing := fs.Bool("tproxy-pacing", false, "the tproxy entry's pacing: TCP-internal pacing on the intercepted legs (SO_MAX_PACING_RATE)")
 	tproxyPacingMbit := fs.Float64("tproxy-pacing-mbit", 0, "the tproxy entry's pacing_mbit: pace the intercepted legs at most at this rate (Mbit/s; 0: no cap)")
+	tproxyInitCwnd := fs.Int("tproxy-initcwnd", 0, "the tproxy entry's initcwnd: initial congestion window of the intercepted legs (segments; 0: the kernel's 10)")
 	relaySysctl := fs.String("relay-sysctl", "", "sysctls set only in the relay hosts (their own legs), comma-separated, after --sysctl (e.g. net.ipv4.tcp_sack=0)")
 	relayNoSACK := fs.Bool("relay-nosack", false, "the tproxy entry's no_sack: the legs of intercepted flows run without SACK (dupACK loss detection with adaptive reordering; for the jitter rows)")
 	netemLimit := fs.Bool("netem-limit", false, "tables: each link direction holds at most 1000 packets queued and delayed together, as netem's limit on the seed's Mininet links (default: a 1000-packet queue, the delay line unbounded)")
@@ -138,7 +139,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	cfg := ttsbench.Config{
 		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
 		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
-		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, TProxyCC: *tproxyCC, TProxyPacing: *tproxyPacing, TProxyPacingMbit: *tproxyPacingMbit, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
+		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, TProxyCC: *tproxyCC, TProxyPacing: *tproxyPacing, TProxyPacingMbit: *tproxyPacingMbit, TProxyInitCwnd: *tproxyInitCwnd, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())

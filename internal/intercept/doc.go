@@ -22,4 +22,8 @@
 // SACK-permitted option from both legs' SYNs (the client's as it is
 // steered, the relay's own towards the server in the output hook), so the
 // legs detect loss by duplicate ACKs with an adaptive reordering threshold.
+// With InitCwnd the relay's own legs start at that congestion window: the
+// relay marks their sockets (LegMark, MarkControl) and a policy rule routes
+// the marked sockets through a copy of the main table with `initcwnd`; the
+// rule and the table go with the rest on Remove and Cleanup.
 package intercept

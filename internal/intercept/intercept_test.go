@@ -57,6 +57,8 @@ func startWorld(t *testing.T) *emu.World {
 // with half-close, abort (reset) if the process dies mid-flow.
 type testRelay struct {
 	do    func(func() error) error // runs socket creation in the relay's netns
+	mark  uint32                   // the legs' SO_MARK (Config.LegMark); 0: none
+	cwnds chan [2]uint32           // if not nil: each flow's legs' snd_cwnd once connected
 	flows atomic.Int64
 	wg    sync.WaitGroup
 }
@@ -82,12 +84,19 @@ func (r *testRelay) flow(ctx context.Context, c *net.TCPConn) {
 	var up *net.TCPConn
 	if err := r.do(func() error {
 		var err error
-		up, err = DialTransparent(ctx, src, dst, net.Dialer{Timeout: 10 * time.Second})
+		d := net.Dialer{Timeout: 10 * time.Second}
+		if r.mark != 0 {
+			d.Control = MarkControl(r.mark, nil)
+		}
+		up, err = DialTransparent(ctx, src, dst, d)
 		return err
 	}); err != nil {
 		return
 	}
 	defer up.Close()
+	if r.cwnds != nil {
+		r.cwnds <- [2]uint32{sndCwnd(c), sndCwnd(up)}
+	}
 	AbortOnClose(c, true)
 	AbortOnClose(up, true)
 	done := make(chan struct{})
@@ -202,14 +211,20 @@ func startRelayIC(t *testing.T, w *emu.World, cfg Config) (*testRelay, *Intercep
 		t.Fatal(err)
 	}
 	var l *net.TCPListener
+	icCfg := ic.Config()
+	mark := icCfg.LegMark()
 	if err := w.Do("r", func() error {
+		var ctl func(string, string, syscall.RawConn) error
+		if mark != 0 {
+			ctl = MarkControl(mark, nil)
+		}
 		var err error
-		l, err = ListenTransparent(ctx, fmt.Sprintf("0.0.0.0:%d", cfg.Port), nil)
+		l, err = ListenTransparent(ctx, fmt.Sprintf("0.0.0.0:%d", cfg.Port), ctl)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r := &testRelay{do: func(fn func() error) error { return w.Do("r", fn) }}
+	r := &testRelay{do: func(fn func() error) error { return w.Do("r", fn) }, mark: mark, cwnds: make(chan [2]uint32, 16)}
 	done := make(chan struct{})
 	go func() { defer close(done); r.serve(ctx, l) }()
 	t.Cleanup(func() {
@@ -748,3 +763,100 @@ func TestNoSACK(t *testing.T) {
 
 // tcpiOptSACK is TCPI_OPT_SACK of linux/tcp.h (tcpi_options).
 const tcpiOptSACK = 2
+
+// sndCwnd returns c's congestion window (tcpi_snd_cwnd), 0 when it cannot
+// be read.
+func sndCwnd(c *net.TCPConn) uint32 {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var info *unix.TCPInfo
+	rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if err != nil {
+		return 0
+	}
+	return info.Snd_cwnd
+}
+
+// TestInitCwnd: with InitCwnd both of the relay's legs of an intercepted
+// flow start at that congestion window, while the relay's other
+// connections (unmarked) and the end hosts keep the kernel's 10; Remove
+// takes the legs' rule and route table away.
+func TestInitCwnd(t *testing.T) {
+	const iw = 321
+	w := startWorld(t)
+	lin := listenServer(t, w, inScope)
+	cfg := Config{Name: "iw", Port: tpPort, Ports: []PortRange{{inScope, inScope}}, InitCwnd: iw, NetNS: w.NetNS("r")}
+	table := strconv.Itoa(DefaultRouteTable + 1)
+	legRule := fmt.Sprintf("fwmark %#x lookup %s", DefaultMark+1, table)
+	routes := func() string {
+		out, err := exec.Command("ip", "-n", w.NetNS("r"), "route", "show", "table", table).CombinedOutput()
+		if strings.Contains(string(out), "does not exist") {
+			return "" // never made, or flushed
+		}
+		if err != nil {
+			t.Fatalf("ip route show table %s: %v: %s", table, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	rules := func() string {
+		out, err := exec.Command("ip", "-n", w.NetNS("r"), "rule", "show").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip rule: %v: %s", err, out)
+		}
+		return string(out)
+	}
+	// Registered first, so it runs after the relay's cleanup (Remove).
+	t.Cleanup(func() {
+		if got := routes(); got != "" {
+			t.Errorf("table %s after Remove: %q; want empty", table, got)
+		}
+		if got := rules(); strings.Contains(got, legRule) {
+			t.Errorf("rules after Remove:\n%s\nstill hold %q", got, legRule)
+		}
+	})
+	r := startRelay(t, w, cfg)
+	if got := routes(); !strings.Contains(got, fmt.Sprintf("initcwnd %d", iw)) {
+		t.Errorf("table %s while installed: %q; want routes with initcwnd %d", table, got, iw)
+	}
+	if got := rules(); !strings.Contains(got, legRule) {
+		t.Errorf("rules while installed:\n%s\nwant %q", got, legRule)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc, sc := dialServer(t, ctx, w, lin, inScope)
+	defer cc.Close()
+	defer sc.Close()
+	select {
+	case got := <-r.cwnds:
+		if got != [2]uint32{iw, iw} {
+			t.Errorf("the relay's legs (towards the client, towards the server) start at cwnd %v; want %d on both", got, iw)
+		}
+	case <-ctx.Done():
+		t.Fatal("the relay carried no flow")
+	}
+	if got := sndCwnd(cc.(*net.TCPConn)); got != 10 {
+		t.Errorf("the client starts at cwnd %d; want the kernel's 10", got)
+	}
+	if got := sndCwnd(sc.(*net.TCPConn)); got != 10 {
+		t.Errorf("the server starts at cwnd %d; want the kernel's 10", got)
+	}
+	// The relay host's own connection without the mark.
+	accepted := acceptOne(lin)
+	var plain net.Conn
+	if err := w.Do("r", func() error {
+		var err error
+		plain, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp4", netip.AddrPortFrom(w.Addr("s"), inScope).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if sc2 := <-accepted; sc2 != nil {
+		sc2.Close()
+	}
+	if got := sndCwnd(plain.(*net.TCPConn)); got != 10 {
+		t.Errorf("the relay host's unmarked connection starts at cwnd %d; want 10", got)
+	}
+}

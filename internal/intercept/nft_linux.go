@@ -48,6 +48,13 @@ func Install(ctx context.Context, cfg Config, log *slog.Logger) (*Interception, 
 		deleteTable(ctx, &cfg)
 		return nil, fmt.Errorf("intercept: local route: %w", err)
 	}
+	if cfg.InitCwnd > 0 {
+		if err := installLegRoutes(ctx, &cfg); err != nil {
+			removeRoute(ctx, &cfg)
+			deleteTable(ctx, &cfg)
+			return nil, err
+		}
+	}
 	log.Info("interception installed", "table", cfg.Table(), "port", cfg.Port, "fail_closed", cfg.FailClosed, "netns", cfg.NetNS)
 	return &Interception{cfg: cfg, log: log}, nil
 }
@@ -129,18 +136,51 @@ func deleteTable(ctx context.Context, cfg *Config) error {
 	return nil
 }
 
-// removeRoute deletes every policy rule for the mark and flushes the route
-// table.
+// removeRoute deletes every policy rule for the mark and for the legs'
+// mark, and flushes both route tables (also when InitCwnd is off: a
+// crashed run may have used it).
 func removeRoute(ctx context.Context, cfg *Config) error {
-	mark, table := strconv.FormatUint(uint64(cfg.Mark), 10), strconv.Itoa(cfg.RouteTable)
-	for range 64 {
-		if runIP(ctx, cfg.NetNS, "rule", "del", "fwmark", mark, "lookup", table) != nil {
-			break
+	var errs []error
+	for _, mt := range [][2]string{
+		{strconv.FormatUint(uint64(cfg.Mark), 10), strconv.Itoa(cfg.RouteTable)},
+		{strconv.FormatUint(uint64(cfg.legMark()), 10), strconv.Itoa(cfg.legTable())},
+	} {
+		mark, table := mt[0], mt[1]
+		for range 64 {
+			if runIP(ctx, cfg.NetNS, "rule", "del", "fwmark", mark, "lookup", table) != nil {
+				break
+			}
+		}
+		out, err := command(ctx, cfg.NetNS, "ip", "route", "flush", "table", table).CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "does not exist") {
+			errs = append(errs, fmt.Errorf("intercept: flush route table %s: %v: %s", table, err, strings.TrimSpace(string(out))))
 		}
 	}
-	out, err := command(ctx, cfg.NetNS, "ip", "route", "flush", "table", table).CombinedOutput()
-	if err != nil && !strings.Contains(string(out), "does not exist") {
-		return fmt.Errorf("intercept: flush route table %s: %v: %s", table, err, strings.TrimSpace(string(out)))
+	return errors.Join(errs...)
+}
+
+// installLegRoutes copies the main table's IPv4 routes into the legs'
+// table with `initcwnd`, and sends the packets of sockets with the legs'
+// mark to it (Config.InitCwnd). A destination the copy lacks (a route
+// added later) falls through to the main table, at the kernel's initial
+// window.
+func installLegRoutes(ctx context.Context, cfg *Config) error {
+	out, err := command(ctx, cfg.NetNS, "ip", "-4", "route", "show", "table", "main").Output()
+	if err != nil {
+		return fmt.Errorf("intercept: list routes: %w", err)
+	}
+	table := strconv.Itoa(cfg.legTable())
+	batch := legRoutes(string(out), table, cfg.InitCwnd)
+	if batch == "" {
+		return errors.New("intercept: initcwnd: the main table has no IPv4 route")
+	}
+	cmd := command(ctx, cfg.NetNS, "ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(batch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("intercept: initcwnd routes: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := runIP(ctx, cfg.NetNS, "rule", "add", "fwmark", strconv.FormatUint(uint64(cfg.legMark()), 10), "lookup", table); err != nil {
+		return fmt.Errorf("intercept: initcwnd rule: %w", err)
 	}
 	return nil
 }

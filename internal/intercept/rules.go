@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -45,6 +46,17 @@ type Config struct {
 	// lossy ones (one loss recovered per round trip). Flows out of scope,
 	// and in-scope flows that pass untouched, keep their options.
 	NoSACK bool
+	// InitCwnd, when > 0, is the initial congestion window (segments) of
+	// the relay's own legs of intercepted flows: the relay marks those
+	// sockets (LegMark), and a policy rule sends their packets to a route
+	// table (RouteTable+1) that copies the main table's routes with
+	// `initcwnd InitCwnd`. A leg that starts at or above its BDP never
+	// leaves slow start below it (CUBIC's HyStart sets ssthresh to the
+	// cwnd it exits at), so a relay fed by a slower or equal upstream
+	// leg forwards at the rate its data arrives (docs/tts.md, rows 4-5).
+	// Forwarded flows and the relay's other sockets keep the kernel's
+	// (10). 0: off.
+	InitCwnd int
 	// Mark and RouteTable select the policy route that delivers marked
 	// packets locally; 0 means DefaultMark / DefaultRouteTable.
 	Mark       uint32
@@ -208,11 +220,36 @@ func (c *Config) Validate() error {
 	if c.RouteTable == 0 {
 		c.RouteTable = DefaultRouteTable
 	}
-	if c.RouteTable < 1 || c.RouteTable > 0x7fffffff || c.RouteTable == 253 || c.RouteTable == 254 || c.RouteTable == 255 {
-		return fmt.Errorf("intercept: route table %d is reserved or out of range", c.RouteTable)
+	for _, t := range []int{c.RouteTable, c.legTable()} {
+		if t < 1 || t > 0x7fffffff || t == 253 || t == 254 || t == 255 {
+			return fmt.Errorf("intercept: route table %d is reserved or out of range", t)
+		}
+	}
+	if c.Mark == 0xffffffff {
+		return errors.New("intercept: mark 0xffffffff leaves no leg mark (mark+1)")
+	}
+	if c.InitCwnd < 0 || c.InitCwnd > maxInitCwnd {
+		return fmt.Errorf("intercept: initcwnd %d is not in [0, %d]", c.InitCwnd, maxInitCwnd)
 	}
 	return nil
 }
+
+// maxInitCwnd bounds Config.InitCwnd (segments).
+const maxInitCwnd = 65535
+
+// LegMark is the socket mark (SO_MARK) of the relay's legs of
+// intercepted flows when InitCwnd is set (Mark+1), else 0: the relay sets
+// it on its transparent listener (the accepted connections inherit it)
+// and on its upstream dial. Validate must have succeeded.
+func (c *Config) LegMark() uint32 {
+	if c.InitCwnd == 0 {
+		return 0
+	}
+	return c.legMark()
+}
+
+func (c *Config) legMark() uint32 { return c.Mark + 1 }
+func (c *Config) legTable() int  { return c.RouteTable + 1 }
 
 // Table returns the nftables table name (family ip).
 func (c *Config) Table() string { return TablePrefix + c.Name }
@@ -293,4 +330,48 @@ func joinPrefixes(ps []netip.Prefix) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// legRoutes turns `ip -4 route show` output into an `ip -batch` script
+// that replaces each route in table with initcwnd set (multipath next
+// hops are continuation lines; state flags the kernel reports but does
+// not accept are dropped).
+func legRoutes(show, table string, initcwnd int) string {
+	var routes []string
+	for line := range strings.Lines(show) {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if (line[0] == ' ' || line[0] == '\t') && len(routes) > 0 {
+			routes[len(routes)-1] += " " + strings.TrimSpace(line)
+			continue
+		}
+		routes = append(routes, strings.TrimSpace(line))
+	}
+	var b strings.Builder
+	for _, r := range routes {
+		f := strings.Fields(r)
+		keep := f[:0]
+		for i := 0; i < len(f); i++ {
+			switch f[i] {
+			case "linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "rt_offload_failed", "pervasive", "notify":
+				continue
+			case "initcwnd":
+				i++ // replaced below
+				if i < len(f) && f[i] == "lock" {
+					i++
+				}
+				continue
+			}
+			keep = append(keep, f[i])
+		}
+		// Route attributes go before the multipath next hops.
+		at := slices.Index(keep, "nexthop")
+		if at < 0 {
+			at = len(keep)
+		}
+		keep = slices.Insert(keep, at, "initcwnd", strconv.Itoa(initcwnd))
+		fmt.Fprintf(&b, "route replace table %s %s\n", table, strings.Join(keep, " "))
+	}
+	return b.String()
 }

@@ -51,6 +51,9 @@ func TestValidate(t *testing.T) {
 		{"reserved table", Config{Name: "a", Port: 1, RouteTable: 254}, "reserved"},
 		{"v6 prefix", Config{Name: "a", Port: 1, Dests: []netip.Prefix{netip.MustParsePrefix("::/0")}}, "IPv4"},
 		{"bad range", Config{Name: "a", Port: 1, Ports: []PortRange{{9, 8}}}, "port range"},
+		{"legs' table reserved", Config{Name: "a", Port: 1, RouteTable: 252}, "route table 253"},
+		{"initcwnd", Config{Name: "a", Port: 1, InitCwnd: -1}, "initcwnd"},
+		{"initcwnd too large", Config{Name: "a", Port: 1, InitCwnd: 1 << 20}, "initcwnd"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.cfg.Validate()
@@ -177,4 +180,32 @@ func FuzzParsePrefixes(f *testing.F) {
 			t.Fatalf("prefix %v from ParsePrefixes fails Validate: %v", ps[0], err)
 		}
 	})
+}
+
+func TestLegRoutes(t *testing.T) {
+	show := "default via 10.0.0.1 dev eth0 proto dhcp metric 100 linkdown\n" +
+		"10.77.0.0/16 dev tun0 scope link src 10.77.0.2 initcwnd lock 20\n" +
+		"10.9.0.0/16 proto static metric 5\n" +
+		"\tnexthop via 10.0.0.2 dev eth0 weight 1\n" +
+		"\tnexthop via 10.0.0.3 dev eth1 weight 1 dead\n"
+	want := "route replace table 7 default via 10.0.0.1 dev eth0 proto dhcp metric 100 initcwnd 500\n" +
+		"route replace table 7 10.77.0.0/16 dev tun0 scope link src 10.77.0.2 initcwnd 500\n" +
+		"route replace table 7 10.9.0.0/16 proto static metric 5 initcwnd 500 nexthop via 10.0.0.2 dev eth0 weight 1 nexthop via 10.0.0.3 dev eth1 weight 1\n"
+	if got := legRoutes(show, "7", 500); got != want {
+		t.Errorf("legRoutes =\n%s\nwant\n%s", got, want)
+	}
+	if got := legRoutes("", "7", 500); got != "" {
+		t.Errorf("legRoutes of no route = %q; want empty", got)
+	}
+	c := Config{Name: "a", Port: 1}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if m := c.LegMark(); m != 0 {
+		t.Errorf("LegMark without InitCwnd = %#x; want 0", m)
+	}
+	c.InitCwnd = 100
+	if m := c.LegMark(); m != DefaultMark+1 {
+		t.Errorf("LegMark = %#x; want %#x", m, DefaultMark+1)
+	}
 }

@@ -72,6 +72,29 @@ func DialTransparent(ctx context.Context, src, dst netip.AddrPort, d net.Dialer)
 	return c.(*net.TCPConn), nil
 }
 
+// MarkControl returns a socket control function that runs prev (if not
+// nil) and sets SO_MARK to mark: the relay's legs with Config.LegMark
+// (a listener's accepted connections inherit its mark).
+func MarkControl(mark uint32, prev func(network, address string, c syscall.RawConn) error) func(network, address string, c syscall.RawConn) error {
+	return func(network, address string, c syscall.RawConn) error {
+		if prev != nil {
+			if err := prev(network, address, c); err != nil {
+				return err
+			}
+		}
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, int(mark))
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("SO_MARK: %w", serr)
+		}
+		return nil
+	}
+}
+
 func setTransparent(c syscall.RawConn) error {
 	var serr error
 	if err := c.Control(func(fd uintptr) {

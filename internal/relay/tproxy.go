@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/intercept"
@@ -67,6 +68,18 @@ type TProxyConfig struct {
 	// intercepted flow down to it.
 	Pacing     bool    `yaml:"pacing"`
 	PacingMbit float64 `yaml:"pacing_mbit"`
+	// InitCwnd, when > 0, is the initial congestion window (segments) of
+	// both legs of intercepted flows (intercept.Config.InitCwnd: the
+	// legs' sockets are marked and routed through a copy of the main
+	// table with `initcwnd`; the proxy's other connections and the
+	// flows it forwards keep the kernel's 10). Set it to about the
+	// bandwidth-delay product of the leg towards the client when the
+	// relay is fed by a leg of equal or lower rate (its sending then
+	// follows the data as it arrives, and CUBIC's HyStart cannot leave
+	// slow start below the BDP: docs/tts.md, rows 4-5 at 70 MB). Too large
+	// a value where the relay's upstream is faster than its downstream
+	// sends a burst into the downstream queue. 0 (default): off.
+	InitCwnd int `yaml:"initcwnd"`
 	// Mark and RouteTable of the policy route; 0: intercept's defaults.
 	Mark       uint32 `yaml:"mark"`
 	RouteTable int    `yaml:"route_table"`
@@ -75,7 +88,7 @@ type TProxyConfig struct {
 
 // interceptConfig turns the entry's config into intercept's.
 func (c *TProxyConfig) interceptConfig(id string) (intercept.Config, error) {
-	ic := intercept.Config{Name: c.Name, InIface: c.Iface, FailClosed: c.FailClosed, NoSACK: c.NoSACK, Mark: c.Mark, RouteTable: c.RouteTable}
+	ic := intercept.Config{Name: c.Name, InIface: c.Iface, FailClosed: c.FailClosed, NoSACK: c.NoSACK, InitCwnd: c.InitCwnd, Mark: c.Mark, RouteTable: c.RouteTable}
 	if ic.Name == "" {
 		ic.Name = tableName(id)
 	}
@@ -133,6 +146,21 @@ func (c *TProxyConfig) socket(sc SocketConfig) SocketConfig {
 	return sc
 }
 
+// control is the socket control of the entry's legs (kind: sockListen
+// for the transparent listener, sockPoolDial for the upstream dial): the
+// socket options, and the legs' mark when InitCwnd is set.
+func (c *TProxyConfig) control(id string, sc SocketConfig, kind int) func(network, address string, rc syscall.RawConn) error {
+	ctl := c.socket(sc).control(kind)
+	if c.InitCwnd == 0 {
+		return ctl
+	}
+	ic, err := c.interceptConfig(id)
+	if err != nil { // Config.Validate checked it
+		return func(string, string, syscall.RawConn) error { return err }
+	}
+	return intercept.MarkControl(ic.LegMark(), ctl)
+}
+
 // validate checks the entry (Config.Validate calls it).
 func (c *TProxyConfig) validate(cfg *Config) error {
 	if c.Listen == "" {
@@ -160,7 +188,7 @@ func (s *Server) bindTProxy() error {
 	if c == nil {
 		return nil
 	}
-	ln, err := intercept.ListenTransparent(context.Background(), c.Listen, c.socket(s.cfg.Socket).control(sockListen))
+	ln, err := intercept.ListenTransparent(context.Background(), c.Listen, c.control(s.cfg.ID, s.cfg.Socket, sockListen))
 	if err != nil {
 		return fmt.Errorf("listen tproxy: %w", err)
 	}
@@ -249,7 +277,7 @@ func (s *Server) dialTransparent(in Intent) (*net.TCPConn, error) {
 	// No deferred SYN (TCP_FASTOPEN_CONNECT): a server that speaks first
 	// must see the connection at once.
 	d := s.out.dialer
-	d.Control = s.cfg.TProxy.socket(s.cfg.Socket).control(sockPoolDial)
+	d.Control = s.cfg.TProxy.control(s.cfg.ID, s.cfg.Socket, sockPoolDial)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.flows.ctx, d.Timeout)
 	defer cancel()

@@ -39,6 +39,8 @@ func TestTProxyConfig(t *testing.T) {
 		{"workers", "workers: 2\ntproxy: {listen: \":15001\"}", "workers"},
 		{"unknown key", "tproxy: {listen: \":15001\", bogus: 1}", "bogus"},
 		{"pacing", "tproxy: {listen: \":15001\", pacing_mbit: -1}", "pacing_mbit"},
+		{"initcwnd", "tproxy: {listen: \":15001\", initcwnd: -1}", "initcwnd"},
+		{"initcwnd table", "tproxy: {listen: \":15001\", initcwnd: 100, route_table: 252}", "route table 253"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseConfig(strings.NewReader(base+tt.yaml), ".")
@@ -126,8 +128,9 @@ func TestTProxyEntry(t *testing.T) {
 	ctx := context.Background()
 	s := w.Addr("s")
 	// The legs' congestion control is the entry's (reno), not the proxy's
-	// socket.congestion (cubic), and they pace (pacing_mbit).
-	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno, pacing_mbit: 80}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
+	// socket.congestion (cubic), they pace (pacing_mbit) and start at
+	// cwnd 250 (initcwnd).
+	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno, pacing_mbit: 80, initcwnd: 250}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
 	child := startTProxyChild(t, w, conf)
 
 	// Echo server on 8080 (in scope) and 9090 (out of scope), recording
@@ -211,6 +214,11 @@ func TestTProxyEntry(t *testing.T) {
 			// shows the cap after the pacing rate, in bit/s).
 			if n := len(regexp.MustCompile(`pacing_rate \d+bps/80000000bps`).FindAllString(string(out), -1)); n != 2 {
 				t.Errorf("relay legs: %d with a max pacing rate; want both:\n%s", n, out)
+			}
+			// ... and started at tproxy.initcwnd (10 bytes each way
+			// do not grow it).
+			if n := strings.Count(string(out), " cwnd:250 "); n != 2 {
+				t.Errorf("relay legs: %d at cwnd 250; want both:\n%s", n, out)
 			}
 		}
 		snd, err1 := testenv.TCPQueueSeq(c, testenv.SendQueue)

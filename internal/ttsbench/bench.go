@@ -93,6 +93,9 @@ type Config struct {
 	// TProxyPacingMbit caps the intercepted legs' pacing (tproxy
 	// pacing_mbit); 0: no cap.
 	TProxyPacingMbit float64
+	// TProxyInitCwnd is the intercepted legs' initial congestion window
+	// (tproxy initcwnd, segments); 0: the kernel's.
+	TProxyInitCwnd int
 	// PEPsal is the path of a PEPsal binary (github.com/CNES/pepsal,
 	// built by the user; none is shipped), needed by the pepsal mode.
 	PEPsal   string
@@ -360,7 +363,8 @@ func (l *lab) hostOf(a netip.Addr) string {
 // proxyConf is the config of the proxy of an on-path host: the tproxy
 // entry for ports (empty: none) and, when split is set, a service entry
 // whose origin is the server's out-of-scope port.
-func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSACK bool, tproxyCC string, pacing bool, pacingMbit float64) string {
+// cfg gives the tproxy entry's settings (Config.RelayNoSACK, TProxy*).
+func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, cfg *Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "id: %s\ndestinations: {allow: [\"%v\"]}\n", id, emu.Prefix)
 	if len(ports) > 0 {
@@ -368,15 +372,18 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, noSA
 		for i, p := range ports {
 			ps[i] = fmt.Sprint(p)
 		}
-		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\", no_sack: %v", portTP, strings.Join(ps, ","), noSACK)
-		if tproxyCC != "" {
-			fmt.Fprintf(&b, ", congestion: %s", tproxyCC)
+		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\", no_sack: %v", portTP, strings.Join(ps, ","), cfg.RelayNoSACK)
+		if cfg.TProxyCC != "" {
+			fmt.Fprintf(&b, ", congestion: %s", cfg.TProxyCC)
 		}
-		if pacing {
+		if cfg.TProxyPacing {
 			b.WriteString(", pacing: true")
 		}
-		if pacingMbit > 0 {
-			fmt.Fprintf(&b, ", pacing_mbit: %g", pacingMbit)
+		if cfg.TProxyPacingMbit > 0 {
+			fmt.Fprintf(&b, ", pacing_mbit: %g", cfg.TProxyPacingMbit)
+		}
+		if cfg.TProxyInitCwnd > 0 {
+			fmt.Fprintf(&b, ", initcwnd: %d", cfg.TProxyInitCwnd)
 		}
 		b.WriteString("}\n")
 	}

@@ -160,7 +160,7 @@ func RunGrid(ctx context.Context, cfg Config, g GridConfig) (*GridResult, error)
 			continue
 		}
 		h := names[i]
-		if err := l.proxy(ctx, h, proxyConf(h, ports, nil, g.CC, cfg.RelayNoSACK, cfg.TProxyCC, cfg.TProxyPacing, cfg.TProxyPacingMbit), netip.AddrPortFrom(w.Addr(h), portTP)); err != nil {
+		if err := l.proxy(ctx, h, proxyConf(h, ports, nil, g.CC, &cfg), netip.AddrPortFrom(w.Addr(h), portTP)); err != nil {
 			return nil, err
 		}
 	}

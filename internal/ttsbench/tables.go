@@ -114,7 +114,7 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult, 
 	if cfg.RelayCC != "" {
 		relayCC = cfg.RelayCC
 	}
-	if err := l.proxy(ctx, "r1", proxyConf("r1", []int{portTTS}, &split, relayCC, cfg.RelayNoSACK, cfg.TProxyCC, cfg.TProxyPacing, cfg.TProxyPacingMbit), split[0]); err != nil {
+	if err := l.proxy(ctx, "r1", proxyConf("r1", []int{portTTS}, &split, relayCC, cfg), split[0]); err != nil {
 		return err
 	}
 	target := map[Mode]netip.AddrPort{

@@ -90,6 +90,9 @@ func (c *Config) setup() string {
 	if c.TProxyPacingMbit > 0 {
 		add("tproxy-pacing-mbit", strconv.FormatFloat(c.TProxyPacingMbit, 'g', -1, 64))
 	}
+	if c.TProxyInitCwnd > 0 {
+		add("tproxy-initcwnd", strconv.Itoa(c.TProxyInitCwnd))
+	}
 	if c.JitterGSO {
 		add("jitter-gso", "true")
 	}
