@@ -39,6 +39,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	tproxyCC := fs.String("tproxy-cc", "", "congestion control of the tproxy entry's legs only (tproxy.congestion; e.g. bbr for long legs), after --relay-cc; the split entry keeps the proxy's")
 	tproxyPacing := fs.Bool("tproxy-pacing", false, "the tproxy entry's pacing: TCP-internal pacing on the intercepted legs (SO_MAX_PACING_RATE)")
 	tproxyPacingMbit := fs.Float64("tproxy-pacing-mbit", 0, "the tproxy entry's pacing_mbit: pace the intercepted legs at most at this rate (Mbit/s; 0: no cap)")
+	tproxyWindowClamp := fs.String("tproxy-window-clamp", "", "the tproxy entry's window_clamp: bound of the receive window the intercepted legs advertise (e.g. 3MB; empty: none)")
 	tproxyInitCwnd := fs.Int("tproxy-initcwnd", 0, "the tproxy entry's initcwnd: initial congestion window of the intercepted legs (segments; 0: the kernel's 10)")
 	relaySysctl := fs.String("relay-sysctl", "", "sysctls set only in the relay hosts (their own legs), comma-separated, after --sysctl (e.g. net.ipv4.tcp_sack=0)")
 	relayNoSACK := fs.Bool("relay-nosack", false, "the tproxy entry's no_sack: the legs of intercepted flows run without SACK (dupACK loss detection with adaptive reordering; for the jitter rows)")
@@ -68,6 +69,14 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	size, err := transfer.ParseSizes(*sizeFlag)
 	if err != nil || len(size) != 1 {
 		return usageErrorf("--size: want one size (%v)", err)
+	}
+	var windowClamp int64
+	if *tproxyWindowClamp != "" {
+		ws, err := transfer.ParseSizes(*tproxyWindowClamp)
+		if err != nil || len(ws) != 1 || ws[0] <= 0 {
+			return usageErrorf("--tproxy-window-clamp: want one size > 0 (%v)", err)
+		}
+		windowClamp = ws[0]
 	}
 	gsize, err := transfer.ParseSizes(*gridSize)
 	if err != nil || len(gsize) != 1 {
@@ -139,7 +148,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	cfg := ttsbench.Config{
 		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
 		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
-		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, TProxyCC: *tproxyCC, TProxyPacing: *tproxyPacing, TProxyPacingMbit: *tproxyPacingMbit, TProxyInitCwnd: *tproxyInitCwnd, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
+		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, TProxyCC: *tproxyCC, TProxyPacing: *tproxyPacing, TProxyPacingMbit: *tproxyPacingMbit, TProxyInitCwnd: *tproxyInitCwnd, TProxyWindowClamp: windowClamp, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())

@@ -249,7 +249,7 @@ func (c *Config) LegMark() uint32 {
 }
 
 func (c *Config) legMark() uint32 { return c.Mark + 1 }
-func (c *Config) legTable() int  { return c.RouteTable + 1 }
+func (c *Config) legTable() int   { return c.RouteTable + 1 }
 
 // Table returns the nftables table name (family ip).
 func (c *Config) Table() string { return TablePrefix + c.Name }

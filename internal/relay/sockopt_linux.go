@@ -86,6 +86,29 @@ func (c SocketConfig) apply(fd int) error {
 	return nil
 }
 
+// windowClampControl returns a socket control that runs prev (if not
+// nil) and sets TCP_WINDOW_CLAMP to bytes (before connect or listen: the
+// handshake's window and a listener's accepted connections follow it).
+func windowClampControl(bytes int, prev func(network, address string, rc syscall.RawConn) error) func(network, address string, rc syscall.RawConn) error {
+	return func(network, address string, rc syscall.RawConn) error {
+		if prev != nil {
+			if err := prev(network, address, rc); err != nil {
+				return err
+			}
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, bytes)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("set TCP_WINDOW_CLAMP: %w", serr)
+		}
+		return nil
+	}
+}
+
 // unpacedCap is the SO_MAX_PACING_RATE (bytes/s) setPacing sets: any value
 // but ~0 turns TCP's internal pacing on; this one (about 34 Gbit/s) never
 // caps a flow.

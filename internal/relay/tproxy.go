@@ -80,6 +80,16 @@ type TProxyConfig struct {
 	// a value where the relay's upstream is faster than its downstream
 	// sends a burst into the downstream queue. 0 (default): off.
 	InitCwnd int `yaml:"initcwnd"`
+	// WindowClamp, when > 0, bounds the receive window both legs
+	// advertise (TCP_WINDOW_CLAMP, bytes), so the sender feeding the
+	// relay (the server on downloads) never has more than that in
+	// flight. Set between the leg's BDP and BDP + its bottleneck queue,
+	// it keeps that sender's slow start from overshooting the queue
+	// (hundreds of losses per flow on the seed's 200 ms legs, then a
+	// collapse of its window under jitter) without costing rate
+	// (docs/tts.md, rows 4-5 at 70 MB). Below the BDP it slows every
+	// intercepted flow. 0 (default): the kernel's autotuning.
+	WindowClamp Size `yaml:"window_clamp"`
 	// Mark and RouteTable of the policy route; 0: intercept's defaults.
 	Mark       uint32 `yaml:"mark"`
 	RouteTable int    `yaml:"route_table"`
@@ -148,9 +158,13 @@ func (c *TProxyConfig) socket(sc SocketConfig) SocketConfig {
 
 // control is the socket control of the entry's legs (kind: sockListen
 // for the transparent listener, sockPoolDial for the upstream dial): the
-// socket options, and the legs' mark when InitCwnd is set.
+// socket options, the window clamp, and the legs' mark when InitCwnd is
+// set (the accepted connections inherit the listener's).
 func (c *TProxyConfig) control(id string, sc SocketConfig, kind int) func(network, address string, rc syscall.RawConn) error {
 	ctl := c.socket(sc).control(kind)
+	if c.WindowClamp > 0 {
+		ctl = windowClampControl(int(c.WindowClamp), ctl)
+	}
 	if c.InitCwnd == 0 {
 		return ctl
 	}
@@ -168,6 +182,9 @@ func (c *TProxyConfig) validate(cfg *Config) error {
 	}
 	if len(c.Congestion) > 15 {
 		return fmt.Errorf("congestion: %q is too long", c.Congestion)
+	}
+	if c.WindowClamp < 0 || c.WindowClamp > 1<<30 {
+		return fmt.Errorf("window_clamp: %d is not in [0, 1 GiB]", c.WindowClamp)
 	}
 	if !(c.PacingMbit >= 0 && c.PacingMbit*1e6/8 < unpacedCap) {
 		return fmt.Errorf("pacing_mbit: %v is not in [0, 34000)", c.PacingMbit)

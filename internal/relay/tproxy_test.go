@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mosto-net/mosto/internal/emu"
 	"github.com/mosto-net/mosto/internal/emu/emutest"
 	"github.com/mosto-net/mosto/internal/intercept"
@@ -40,6 +42,7 @@ func TestTProxyConfig(t *testing.T) {
 		{"unknown key", "tproxy: {listen: \":15001\", bogus: 1}", "bogus"},
 		{"pacing", "tproxy: {listen: \":15001\", pacing_mbit: -1}", "pacing_mbit"},
 		{"initcwnd", "tproxy: {listen: \":15001\", initcwnd: -1}", "initcwnd"},
+		{"window clamp", "tproxy: {listen: \":15001\", window_clamp: 2GB}", "window_clamp"},
 		{"initcwnd table", "tproxy: {listen: \":15001\", initcwnd: 100, route_table: 252}", "route table 253"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,9 +131,10 @@ func TestTProxyEntry(t *testing.T) {
 	ctx := context.Background()
 	s := w.Addr("s")
 	// The legs' congestion control is the entry's (reno), not the proxy's
-	// socket.congestion (cubic), they pace (pacing_mbit) and start at
-	// cwnd 250 (initcwnd).
-	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno, pacing_mbit: 80, initcwnd: 250}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
+	// socket.congestion (cubic), they pace (pacing_mbit), start at
+	// cwnd 250 (initcwnd) and advertise at most 20000 bytes of window
+	// (window_clamp).
+	conf := fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", congestion: reno, pacing_mbit: 80, initcwnd: 250, window_clamp: 20000}\nsocket: {congestion: cubic}\ntimeouts: {drain: 1s}\n", emu.Prefix)
 	child := startTProxyChild(t, w, conf)
 
 	// Echo server on 8080 (in scope) and 9090 (out of scope), recording
@@ -220,6 +224,13 @@ func TestTProxyEntry(t *testing.T) {
 			if n := strings.Count(string(out), " cwnd:250 "); n != 2 {
 				t.Errorf("relay legs: %d at cwnd 250; want both:\n%s", n, out)
 			}
+		}
+		// The window the server may fill: the relay's clamp on an
+		// intercepted flow, the client's (64 KiB or more) untouched.
+		if wnd := sndWnd(t, sv.conn); port == 8080 && relayUp && wnd > 20000 {
+			t.Errorf("intercepted flow: the server's send window is %d; want <= 20000 (window_clamp)", wnd)
+		} else if port != 8080 && wnd <= 20000 {
+			t.Errorf("out-of-scope flow: the server's send window is %d; want the client's (> 20000)", wnd)
 		}
 		snd, err1 := testenv.TCPQueueSeq(c, testenv.SendQueue)
 		rcv, err2 := testenv.TCPQueueSeq(sv.conn, testenv.RecvQueue)
@@ -318,4 +329,23 @@ func TestTProxyEntry(t *testing.T) {
 	if out, _ := exec.Command("ip", "-n", w.NetNS("r"), "rule", "show").Output(); strings.Contains(string(out), "fwmark") {
 		t.Errorf("policy rules after SIGTERM:\n%s", out)
 	}
+}
+
+// sndWnd returns the peer's advertised receive window as c sees it
+// (tcpi_snd_wnd).
+func sndWnd(t *testing.T, c *net.TCPConn) uint32 {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+		t.Fatal(err)
+	}
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	return info.Snd_wnd
 }

@@ -96,6 +96,9 @@ type Config struct {
 	// TProxyInitCwnd is the intercepted legs' initial congestion window
 	// (tproxy initcwnd, segments); 0: the kernel's.
 	TProxyInitCwnd int
+	// TProxyWindowClamp bounds the receive window of the intercepted
+	// legs (tproxy window_clamp, bytes); 0: none.
+	TProxyWindowClamp int64
 	// PEPsal is the path of a PEPsal binary (github.com/CNES/pepsal,
 	// built by the user; none is shipped), needed by the pepsal mode.
 	PEPsal   string
@@ -384,6 +387,9 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, cfg 
 		}
 		if cfg.TProxyInitCwnd > 0 {
 			fmt.Fprintf(&b, ", initcwnd: %d", cfg.TProxyInitCwnd)
+		}
+		if cfg.TProxyWindowClamp > 0 {
+			fmt.Fprintf(&b, ", window_clamp: %d", cfg.TProxyWindowClamp)
 		}
 		b.WriteString("}\n")
 	}

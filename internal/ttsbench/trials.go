@@ -93,6 +93,9 @@ func (c *Config) setup() string {
 	if c.TProxyInitCwnd > 0 {
 		add("tproxy-initcwnd", strconv.Itoa(c.TProxyInitCwnd))
 	}
+	if c.TProxyWindowClamp > 0 {
+		add("tproxy-window-clamp", strconv.FormatInt(c.TProxyWindowClamp, 10))
+	}
 	if c.JitterGSO {
 		add("jitter-gso", "true")
 	}
