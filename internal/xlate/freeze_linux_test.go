@@ -52,5 +52,25 @@ func TestProgramFreeze(t *testing.T) {
 		if _, out := run(t, s.objs.XlateEthEgress, ack(edge+10<<10, 100, 0)); out.Win != 100 {
 			t.Errorf("v6=%v: thawed window %d, want 100", v6, out.Win)
 		}
+		// At the join: the window probe (one byte before snd_una) leaves
+		// as a plain ACK; other packets are untouched.
+		b.SndNxt = 0 // the probe's seq wraps
+		s.fixProbe(b)
+		probe := ack(edge, 900, 0)
+		probe.Seq = b.SndNxt - 1
+		if ret, out := run(t, s.objs.XlateEthEgress, probe); ret != tcxNext || out.Seq != b.SndNxt || out.Win != 900 || out.Ack != edge {
+			t.Errorf("v6=%v: probe left with seq %#x window %d ack %#x; want seq %#x window 900 ack %#x", v6, out.Seq, out.Win, out.Ack, b.SndNxt, edge)
+		}
+		other := ack(edge, 900, 0)
+		other.Seq = b.SndNxt
+		if _, out := run(t, s.objs.XlateEthEgress, other); out.Seq != b.SndNxt {
+			t.Errorf("v6=%v: a plain ACK's seq moved to %#x", v6, out.Seq)
+		}
+		withData := ack(edge, 900, 1)
+		withData.Seq = b.SndNxt - 1
+		if _, out := run(t, s.objs.XlateEthEgress, withData); out.Seq != b.SndNxt-1 {
+			t.Errorf("v6=%v: a data segment's seq moved to %#x", v6, out.Seq)
+		}
+		s.thaw(b)
 	}
 }

@@ -112,8 +112,15 @@ struct freeze {
 	__u32 ack;    // highest ACK the relay sent since (bytes received)
 	__u8 wscale;  // the shift the relay applies to the windows it sends
 	__u8 set;     // edge latched
-	__u16 pad;
+	__u8 fix;     // the join's window probe: see probe_seq
+	__u8 pad;
 	__u32 clamped; // packets whose window was lowered
+	// With fix: the socket's window probe (a pure ACK one byte before
+	// snd_una, which the peer discards as out of window and only answers)
+	// leaves with seq probe_seq + 1, i.e. as a plain ACK whose window the
+	// peer takes: the sender stopped at the edge resumes one trip after
+	// the join, not after the other peer has acknowledged the tail.
+	__u32 probe_seq;
 };
 
 struct {
@@ -250,6 +257,19 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 
 	if (egress && tcp->ack) {
 		struct freeze *f = bpf_map_lookup_elem(&freezes, &key);
+		if (f && f->fix) {
+			__u32 seq = bpf_ntohl(tcp->seq);
+			if (seq == f->probe_seq && iplen == (__u32)tcp->doff * 4 && !(tcp->syn || tcp->fin || tcp->rst)) {
+				__be32 olds = tcp->seq, news = bpf_htonl(seq + 1);
+				if (bpf_skb_store_bytes(skb, toff + 4, &news, 4, 0) < 0 ||
+				    bpf_l4_csum_replace(skb, toff + 16, olds, news, 4) < 0) {
+					count(C_ERRORS, 1);
+					return TC_ACT_SHOT;
+				}
+				__sync_fetch_and_add(&f->clamped, 1);
+			}
+			return NEXT;
+		}
 		if (f) {
 			__u32 ack = bpf_ntohl(tcp->ack_seq);
 			__u16 w16 = bpf_ntohs(tcp->window);

@@ -36,13 +36,15 @@ type xlateEntry struct {
 }
 
 type xlateFreeze struct {
-	_       structs.HostLayout
-	Edge    uint32
-	Ack     uint32
-	Wscale  uint8
-	Set     uint8
-	Pad     uint16
-	Clamped uint32
+	_        structs.HostLayout
+	Edge     uint32
+	Ack      uint32
+	Wscale   uint8
+	Set      uint8
+	Fix      uint8
+	Pad      uint8
+	Clamped  uint32
+	ProbeSeq uint32
 }
 
 type xlateScratch struct {

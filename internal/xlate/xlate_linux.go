@@ -802,9 +802,19 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, tail [2]bool, sa, sb *SockStat
 	// With Config.RaiseWindow each probe offers the other peer's free
 	// window (past the relay's tail) in this leg's sequence space.
 	// Frozen windows (Config.Freeze) end here: the probes below carry
-	// the sockets' own windows.
-	s.thaw(*sa)
-	s.thaw(*sb)
+	// the sockets' own windows. A frozen sender waits at a zero window,
+	// and the probe (one byte before snd_una) would only make it answer;
+	// so on a leg with nothing of its own to send the program turns the
+	// probe into a plain ACK (probe_seq), whose window the sender takes.
+	for _, st := range []*SockState{sa, sb} {
+		if s.cfg.Freeze && st.OutQ == 0 && st.Unacked == 0 {
+			s.fixProbe(*st)
+		} else {
+			s.thaw(*st)
+		}
+	}
+	defer s.thaw(*sa)
+	defer s.thaw(*sb)
 	wins := [2]uint32{}
 	for i, fd := range []int{fa, fb} {
 		w, err := getRepairWindow(fd)
@@ -950,6 +960,15 @@ func (s *Splicer) frozenState(st SockState) (latched, reached bool, clamped uint
 		return false, false, 0
 	}
 	return true, int32(v.Ack-v.Edge) >= 0, v.Clamped
+}
+
+// fixProbe makes the program send st's socket's next window probe as a
+// plain ACK (Config.Freeze; the socket has nothing unacknowledged, so its
+// snd_una is SndNxt).
+func (s *Splicer) fixProbe(st SockState) {
+	k := freezeKey(st)
+	v := xlateFreeze{Fix: 1, ProbeSeq: st.SndNxt - 1}
+	s.objs.Freezes.Update(&k, &v, ebpf.UpdateAny)
 }
 
 // thaw ends a freeze (none: no-op).
