@@ -122,6 +122,12 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 	}
 	// The legs' states at the start: the freeze's keys and scales.
 	var st0 [2]SockState
+	// near[i]: with Freeze, leg i's sender may send at most about one RTT
+	// of leg i more before its frozen edge (nearBytes[i]): the join is
+	// tried from then on, while its last bytes are still on the way (they
+	// arrive translated), so its window update from the join reaches it
+	// about when it would have stopped.
+	var nearBytes [2]uint64
 	if s.cfg.Freeze {
 		for i, l := range legs {
 			st, err := readState(l.fd, false)
@@ -133,6 +139,10 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				return nil, err
 			}
 			defer s.thaw(st)
+		}
+		for i := range legs {
+			// The flow's rate (the other leg's delivery) x leg i's RTT.
+			nearBytes[i] = uint64(float64(st0[1-i].DeliveryRate) * st0[i].MinRTT.Seconds())
 		}
 	} else if !s.cfg.NoRcvbufCap {
 		for _, l := range legs {
@@ -216,7 +226,14 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 			consume()
 			return nil, ErrEnded
 		}
-		if quiet {
+		var near [2]bool
+		if s.cfg.Freeze {
+			for i := range legs {
+				latched, reached, left := s.frozenState(st0[i])
+				near[i] = reached || latched && uint64(left) <= nearBytes[i]
+			}
+		}
+		if quiet || near[0] || near[1] {
 			st := [2]SockState{}
 			ok := true
 			for i, l := range legs {
@@ -245,11 +262,10 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				// The sender into leg i has stopped: its window is used up, or
 				// it sent nothing for two RTTs of this leg.
 				stopped := legs[i].eof || in.RcvWnd == 0 || in.LastDataRecv > max(2*in.RTT, 2*time.Millisecond)
-				if s.cfg.Freeze {
-					// Frozen: every byte up to the edge arrived.
-					if _, reached, _ := s.frozenState(st0[i]); reached {
-						stopped = true
-					}
+				if near[i] {
+					// Frozen: every byte up to the edge arrived, or the
+					// last of them are under way.
+					stopped = true
 				}
 				allStopped = allStopped && stopped
 				if in.InQ != 0 || !stopped {

@@ -950,16 +950,19 @@ func (s *Splicer) freeze(st SockState) error {
 	return nil
 }
 
-// frozenState reads a freeze: whether its edge is latched, and whether the
+// frozenState reads a freeze: whether its edge is latched, whether the
 // socket acknowledged every byte up to it (the sender has nothing left to
-// send before the join).
-func (s *Splicer) frozenState(st SockState) (latched, reached bool, clamped uint32) {
+// send before the join), and how many bytes the sender may still send.
+func (s *Splicer) frozenState(st SockState) (latched, reached bool, left uint32) {
 	k := freezeKey(st)
 	var v xlateFreeze
-	if s.objs.Freezes.Lookup(&k, &v) != nil || v.Set == 0 {
+	if s.objs.Freezes.Lookup(&k, &v) != nil || v.Set == 0 || v.Fix != 0 {
 		return false, false, 0
 	}
-	return true, int32(v.Ack-v.Edge) >= 0, v.Clamped
+	if d := int32(v.Edge - v.Ack); d > 0 {
+		return true, false, uint32(d)
+	}
+	return true, true, 0
 }
 
 // fixProbe makes the program send st's socket's next window probe as a
