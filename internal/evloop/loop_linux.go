@@ -76,6 +76,56 @@ func (ls *Loops) Listen(lfd int, tag any) error {
 	return ferr
 }
 
+// ListenEach is Listen with one listening socket per loop: loop i accepts
+// from fds[i] alone (len(fds) must be the number of loops). Meant for
+// SO_REUSEPORT sockets bound to one address, among which the kernel spreads
+// new connections, so each connection wakes one loop. A socket shared by
+// every loop (Listen) wakes them all: EPOLLEXCLUSIVE only limits the wakeup
+// to one epoll descriptor that has a thread waiting in it, and the loops'
+// descriptors have none (the runtime's poller waits on them), so every loop
+// takes the event and all but one find nothing to accept. The loops use
+// duplicates of fds; the caller keeps and eventually closes its own.
+func (ls *Loops) ListenEach(fds []int, tag any) error {
+	if len(fds) != len(ls.loops) {
+		return fmt.Errorf("evloop: %d listening sockets for %d loops", len(fds), len(ls.loops))
+	}
+	dups := make([]int, 0, len(fds))
+	for _, lfd := range fds {
+		fd, err := unix.FcntlInt(uintptr(lfd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, d := range dups {
+				unix.Close(d)
+			}
+			return fmt.Errorf("dup listener: %w", err)
+		}
+		dups = append(dups, fd)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		for _, d := range dups {
+			unix.Close(d)
+		}
+		return errors.New("evloop: closed")
+	}
+	ls.lnFDs = append(ls.lnFDs, dups...)
+	own := make(map[*loop]int, len(dups))
+	for i, l := range ls.loops {
+		own[l] = dups[i]
+	}
+	var emu sync.Mutex
+	var ferr error
+	ls.each(func(l *loop) {
+		l.lns = append(l.lns, lnEntry{fd: own[l], tag: tag})
+		if err := l.listenOn(len(l.lns) - 1); err != nil {
+			emu.Lock()
+			ferr = err
+			emu.Unlock()
+		}
+	})
+	return ferr
+}
+
 // listenOn registers listener i of the loop for events.
 func (l *loop) listenOn(i int) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(-2 - i)}
@@ -284,8 +334,11 @@ type loop struct {
 	now    int64
 	// deadline is ep's read deadline as last set (zero: none).
 	deadline time.Time
-	stop     bool
-	paused   bool
+	// Counters for tests: epoll_pwait calls on epfd, read deadlines set,
+	// and wakeups (the loop parked in the runtime's poller and was woken).
+	polls, deadlineSets, wakes int64
+	stop                       bool
+	paused                     bool
 }
 
 // maxFreeBufs bounds the buffers a loop keeps for reuse.
@@ -412,23 +465,25 @@ func (l *loop) run() {
 // waiting for a socket, and a busy one takes ready events without a system
 // call that could sleep. (A loop sleeping in epoll_wait would hold a P in a
 // system call, which the runtime's monitor takes back and hands off when
-// no P is idle, and polls for every 20 us while it does.)
+// no P is idle, and polls for every 20 us while it does.) Events are taken
+// inside the poller's callback only: a poll before it would be repeated
+// there (the runtime forgets readiness it saw before the call), one
+// epoll_pwait more per wait.
 func (l *loop) wait(events []unix.EpollEvent) int {
-	if n := l.poll(events); n > 0 {
-		return n
+	ms := l.timeout()
+	if ms == 0 {
+		return l.poll(events)
 	}
-	var deadline time.Time
-	if ms := l.timeout(); ms == 0 {
-		return 0
-	} else if ms > 0 {
-		deadline = time.Now().Add(time.Duration(ms) * time.Millisecond)
+	var need time.Time
+	if ms > 0 {
+		need = time.Now().Add(time.Duration(ms) * time.Millisecond)
 	}
-	if !deadline.Equal(l.deadline) {
-		l.ep.SetReadDeadline(deadline)
-		l.deadline = deadline
-	}
-	n := 0
+	l.armDeadline(need, time.Now())
+	n, calls := 0, 0
 	err := l.eprc.Read(func(uintptr) bool {
+		if calls++; calls > 1 {
+			l.wakes++
+		}
 		n = l.poll(events)
 		return n > 0
 	})
@@ -441,8 +496,31 @@ func (l *loop) wait(events []unix.EpollEvent) int {
 	return n
 }
 
+// armDeadline makes ep's read deadline no later than need (zero: none is
+// needed), moving it only when it must: to an earlier time, or once the
+// deadline set has passed. A deadline earlier than needed only wakes the
+// loop to look again (sweep goes by each flow's own times). Setting the
+// exact deadline on every wait would add, move or delete a runtime timer
+// for nearly every connection (its connect deadline, then its idle one,
+// then none), and each new earliest timer makes the runtime wake its
+// network poller or start an idle P's thread to take it: a thread wakeup
+// per connection that the connection never needed.
+func (l *loop) armDeadline(need, now time.Time) {
+	if cur := l.deadline; cur.IsZero() {
+		if need.IsZero() {
+			return
+		}
+	} else if cur.After(now) && (need.IsZero() || !need.Before(cur)) {
+		return // pending, and not later than needed
+	}
+	l.ep.SetReadDeadline(need)
+	l.deadline = need
+	l.deadlineSets++
+}
+
 // poll takes the events ready now, without waiting.
 func (l *loop) poll(events []unix.EpollEvent) int {
+	l.polls++
 	for {
 		n, e := rawEpollWait(l.epfd, events)
 		if e == unix.EINTR {

@@ -99,34 +99,76 @@ func (s *Server) startLoops() error {
 		return err
 	}
 	for _, l := range svc {
-		rc, err := l.ln.SyscallConn()
-		if err != nil {
+		if err := s.loopListen(ls, l, n); err != nil {
 			ls.Close()
 			return fmt.Errorf("listener %s: %w", l.ln.Addr(), err)
 		}
-		var lerr error
-		cerr := rc.Control(func(fd uintptr) {
-			// Accepted sockets inherit TCP_NODELAY from the listener: one
-			// system call per listener instead of one per flow.
-			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(s.noDelay())); err != nil {
-				lerr = fmt.Errorf("set TCP_NODELAY: %w", err)
-				return
-			}
-			lerr = ls.Listen(int(fd), l)
-		})
-		if cerr != nil || lerr != nil {
-			ls.Close()
-			return fmt.Errorf("listener %s: %w", l.ln.Addr(), errors.Join(cerr, lerr))
-		}
 		l.looped = true
-		// The loops hold the socket through their duplicate. Closing the
-		// listener takes it out of the runtime's poller, which would
-		// otherwise wake for every connection nobody accepts there.
-		l.ln.Close()
 	}
 	s.loops.Store(ls)
 	s.log.Info("event loops serving service and hop listeners", "loops", n)
 	return nil
+}
+
+// loopListen gives listener l to the loops. With socket.reuseport and more
+// than one loop, each loop gets a listening socket of its own (l's and n-1
+// more bound to its address), so the kernel hands each connection to one
+// loop and wakes that one alone; otherwise every loop shares l's socket,
+// and each connection wakes every idle loop (evloop.ListenEach). A socket
+// that cannot be added (an activated listener bound without SO_REUSEPORT)
+// falls back to sharing. The loops hold the sockets through duplicates:
+// l.ln and the extra listeners are closed here, which also takes them out
+// of the runtime's poller (it would otherwise wake for every connection
+// nobody accepts there).
+func (s *Server) loopListen(ls *evloop.Loops, l *listener, n int) error {
+	lns := []*net.TCPListener{l.ln}
+	if n > 1 && s.cfg.reusePort() {
+		lc := net.ListenConfig{Control: s.listenControl()}
+		for len(lns) < n {
+			ln, err := lc.Listen(context.Background(), "tcp", l.ln.Addr().String())
+			if err != nil {
+				s.log.Info("event loops share a listening socket", "listener", l.ln.Addr().String(), "err", err)
+				break
+			}
+			lns = append(lns, ln.(*net.TCPListener))
+		}
+		if len(lns) < n {
+			for _, ln := range lns[1:] {
+				ln.Close()
+			}
+			lns = lns[:1]
+		}
+	}
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	fds := make([]int, 0, len(lns))
+	for _, ln := range lns {
+		rc, err := ln.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		cerr := rc.Control(func(fd uintptr) {
+			// Accepted sockets inherit TCP_NODELAY from the listener: one
+			// system call per listener instead of one per flow.
+			if err := unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(s.noDelay())); err != nil {
+				serr = fmt.Errorf("set TCP_NODELAY: %w", err)
+			}
+			fds = append(fds, int(fd))
+		})
+		if err := errors.Join(cerr, serr); err != nil {
+			return err
+		}
+	}
+	// The descriptors stay valid until the deferred Close: evloop
+	// duplicates them first.
+	if len(fds) == 1 {
+		return ls.Listen(fds[0], l)
+	}
+	return ls.ListenEach(fds, l)
 }
 
 func boolInt(b bool) int {

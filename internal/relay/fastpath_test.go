@@ -3,8 +3,11 @@ package relay_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/mosto-net/mosto/internal/relay"
 	"github.com/mosto-net/mosto/internal/relay/relaytest"
 	"github.com/mosto-net/mosto/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // TestLoopsServeServiceFlows checks who carries a service flow: with
@@ -120,4 +124,71 @@ func TestLoopsRefuseOverLimit(t *testing.T) {
 	testenv.WaitFor(t, 5*time.Second, "refusals{limit_source} = 1", func() bool {
 		return relay.Refusals(w.Members["a"], relay.RefuseLimitSource) == 1
 	})
+}
+
+// TestLoopsReusePortSocketPerLoop: with socket.reuseport each event loop
+// listens on a socket of its own (the kernel hands each connection to one
+// loop and wakes that one alone); without it the loops share one socket.
+// Flows work either way.
+func TestLoopsReusePortSocketPerLoop(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reuse   bool
+		loops   int
+		sockets int
+	}{{"reuseport", true, 2, 2}, {"shared", false, 2, 1}, {"one loop", true, 1, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			testenv.CheckLeaks(t)
+			o := testenv.NewServer(t, testenv.Echo)
+			port := relay.FreePorts(t, 1)[0]
+			c := relaytest.Config("a")
+			c.Hop.Listen = ""
+			c.Keys.Current = nil
+			c.Loops = tc.loops
+			c.Socket.ReusePort = tc.reuse
+			c.Services = []relay.ServiceConfig{{Name: "svc", Listen: fmt.Sprintf("127.0.0.1:%d", port), Origin: o.Addr()}}
+			d := relaytest.Run(t, c)
+			testenv.WaitFor(t, 5*time.Second, "loops", func() bool { return d.Loops() != nil })
+			if n := listeningSockets(t, port); n != tc.sockets {
+				t.Errorf("%d listening sockets on the service port with %d loops, reuseport %v; want %d", n, tc.loops, tc.reuse, tc.sockets)
+			}
+			for range 8 {
+				relay.DialPing(t, d.ServiceAddr(0).String()).Close()
+			}
+			testenv.WaitFor(t, 5*time.Second, "8 flows ended", func() bool {
+				return relay.Flows(d.Server, relay.RoleInP, relay.OutcomeOK) == 8
+			})
+		})
+	}
+}
+
+// listeningSockets counts the distinct listening TCP sockets on port among
+// this process's descriptors (the daemon runs in the test process; the
+// loops hold duplicates, so sockets are told apart by inode).
+func listeningSockets(t *testing.T, port int) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	inodes := map[uint64]bool{}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			continue
+		}
+		if on, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || on != 1 {
+			continue
+		}
+		if sa, err := unix.Getsockname(fd); err == nil {
+			if a, ok := sa.(*unix.SockaddrInet4); ok && a.Port == port {
+				inodes[st.Ino] = true
+			}
+		}
+	}
+	return len(inodes)
 }
