@@ -197,12 +197,15 @@ func TestWriteMarkdownBestPeer(t *testing.T) {
 func TestPeerConfigs(t *testing.T) {
 	tuned := HAProxyConf(true, 1000, 3, "127.0.0.1:1", "127.0.0.1:2")
 	def := HAProxyConf(false, 1000, 3, "127.0.0.1:1", "127.0.0.1:2")
-	for _, want := range []string{"nbthread 3\n", "tune.pipesize 1048576\n", "option splice-auto\n", "bind 127.0.0.1:1\n", "server next 127.0.0.1:2\n"} {
+	for _, want := range []string{"nbthread 3\n", "tune.pipesize 1048576\n", "option splice-auto\n", "bind 127.0.0.1:1 thread 1\n", "bind 127.0.0.1:1 thread 3\n", "server next 127.0.0.1:2\n"} {
 		if !strings.Contains(tuned, want) {
 			t.Errorf("tuned haproxy config lacks %q:\n%s", want, tuned)
 		}
 	}
-	for _, not := range []string{"nbthread", "pipesize", "splice"} {
+	if !strings.Contains(def, "bind 127.0.0.1:1\n") {
+		t.Errorf("default haproxy config lacks its one bind line:\n%s", def)
+	}
+	for _, not := range []string{"nbthread", "pipesize", "splice", "thread 1"} {
 		if strings.Contains(def, not) {
 			t.Errorf("default haproxy config has %q:\n%s", not, def)
 		}

@@ -238,7 +238,9 @@ type mostoConf struct {
 	Timeouts     map[string]string `json:"timeouts"`
 	Metrics      map[string]string `json:"metrics,omitempty"`
 	// Pool and Socket turn the relay's default levers (hop pools, Fast
-	// Open) off: HAProxy and nginx have neither.
+	// Open) off: HAProxy and nginx have neither. Socket also sets
+	// reuseport, one listening socket per event loop: the lever tuned
+	// nginx (reuseport) and tuned HAProxy (a bind line per thread) get.
 	Pool   map[string]int  `json:"pool"`
 	Socket map[string]bool `json:"socket"`
 	Loops  int             `json:"loops,omitempty"`
@@ -290,7 +292,7 @@ func (s *setup) startMosto(ctx context.Context, mode string, n int) (*relay, err
 			Limits:       map[string]int{"max_conns": 200000, "max_conns_per_source": 200000, "hop_max_conns_per_source": 200000},
 			Timeouts:     map[string]string{"idle": "10m"},
 			Pool:         map[string]int{"hop": 0},
-			Socket:       map[string]bool{"fastopen": false},
+			Socket:       map[string]bool{"fastopen": false, "reuseport": true},
 		}
 		c.Loops = s.threads
 		if mode == ModeMosto1G {
@@ -365,14 +367,25 @@ func (s *setup) startHAProxy(ctx context.Context, mode string, n int) (*relay, e
 // short connections: kernel splicing through 1 MiB pipes (tune.pipesize;
 // the kernel's default pipe is 64 KiB, 16 pages), splice-auto (splice
 // only once a connection's data outgrows the buffer, so 64-byte
-// connections are not spliced: the same adaptation mosto makes), and
-// threads equal to mosto's. The default is the minimal configuration of
-// a TCP proxy: buffered copies, default threads (one per CPU).
+// connections are not spliced: the same adaptation mosto makes), threads
+// equal to mosto's, and one listening socket per thread (a bind line per
+// thread: HAProxy sets SO_REUSEPORT on its listeners, so the kernel hands
+// each connection to one thread's socket and wakes that thread alone; 2.7
+// calls this "shards by-thread"). The default is the minimal
+// configuration of a TCP proxy: buffered copies, default threads (one per
+// CPU), one socket polled by every thread.
 func HAProxyConf(tuned bool, maxconn, threads int, listen, next string) string {
 	global, opts := "", ""
+	bind := fmt.Sprintf("    bind %s\n", listen)
 	if tuned {
 		global = fmt.Sprintf("    nbthread %d\n    tune.pipesize 1048576\n", threads)
 		opts = "    option splice-auto\n"
+		if threads > 1 {
+			bind = ""
+			for t := 1; t <= threads; t++ {
+				bind += fmt.Sprintf("    bind %s thread %d\n", listen, t)
+			}
+		}
 	}
 	return fmt.Sprintf(`global
     maxconn %d
@@ -383,11 +396,10 @@ func HAProxyConf(tuned bool, maxconn, threads int, listen, next string) string {
     timeout client 10m
     timeout server 10m
 %sfrontend bench
-    bind %s
-    default_backend next
+%s    default_backend next
 backend next
     server next %s
-`, maxconn, global, opts, listen, next)
+`, maxconn, global, opts, bind, next)
 }
 
 // NginxConf is nginx stream relaying listen to origin. Tuned: one worker
