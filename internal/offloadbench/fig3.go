@@ -21,16 +21,17 @@ import (
 
 // Modes of a Fig. 3 run.
 const (
-	ModeRelay   = "relay"         // never offloaded
-	ModePlain   = "plain"         // offloaded, no mitigation (no window probes after the join)
-	ModeProbe   = "probe"         // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
-	ModeNow     = "now"           // offloaded at once, with the join's window probes carrying reopened windows
-	ModeMosto   = "mosto"         // the relay's default policy: wait while a window would limit the joined flow (relay.OffloadWatcher: the rules, then the drain bound), then as ModeNow
-	ModeNoBound = "mosto-nobound" // ModeMosto without the drain bound (offload.no_bound)
-	ModeTail    = "mosto-tail"    // ModeMosto with the early join (xlate.Config.Tail)
-	ModeRaise   = "mosto-raise"   // ModeTail with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
-	ModeFreeze  = "mosto-freeze"  // ModeTail with the handover's frozen window edge (xlate.Config.Freeze)
-	ModeGradual = "gradual"       // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
+	ModeRelay     = "relay"         // never offloaded
+	ModePlain     = "plain"         // offloaded, no mitigation (no window probes after the join)
+	ModeProbe     = "probe"         // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
+	ModeNow       = "now"           // offloaded at once, with the join's window probes carrying reopened windows
+	ModeMosto     = "mosto"         // the relay's default policy: wait while a window would limit the joined flow (relay.OffloadWatcher: the rules, then the drain bound), then as ModeNow
+	ModeNoBound   = "mosto-nobound" // ModeMosto without the drain bound (offload.no_bound)
+	ModeTail      = "mosto-tail"    // ModeMosto with the early join (xlate.Config.Tail)
+	ModeRaise     = "mosto-raise"   // ModeTail with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
+	ModeFreeze    = "mosto-freeze"  // ModeTail with the handover's frozen window edge (xlate.Config.Freeze)
+	ModeNowFreeze = "now-freeze"    // offloaded at once (no policy, no bound) with the early join and the frozen edge
+	ModeGradual   = "gradual"       // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
 )
 
 // Fig3Config is one run.
@@ -126,7 +127,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	var sp *xlate.Splicer
 	if cfg.Mode != ModeRelay {
 		if err := w.Do("relay", func() (err error) {
-			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Tail: cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze, RaiseWindow: cfg.Mode == ModeRaise, Freeze: cfg.Mode == ModeFreeze, Log: cfg.Log})
+			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Tail: cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze || cfg.Mode == ModeNowFreeze, RaiseWindow: cfg.Mode == ModeRaise, Freeze: cfg.Mode == ModeFreeze || cfg.Mode == ModeNowFreeze, Log: cfg.Log})
 			return err
 		}); err != nil {
 			return tr, err
