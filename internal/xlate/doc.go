@@ -62,6 +62,15 @@
 // join lives, silent TCP_REPAIR sockets keep its tuples taken, so a new
 // connection of this host cannot reuse the local port (pin_linux.go).
 //
+// Freeze (Config.Freeze, opt-in, session 12): the program also runs at
+// egress and, during a Handover, lowers the window of the relay's own packets
+// on both legs so that ack + window never passes the edge latched from the
+// first of them (map freezes): each sender stops at the window already
+// offered instead of being fed small windows from a cut receive buffer. The
+// join is tried once a frozen sender has about one RTT of its leg left, and
+// the join's window probe on a leg with nothing to send leaves as a plain ACK
+// (seq + 1), whose window the sender takes.
+//
 // Counters: Splicer.Stats (joined, removed, refused by reason, and from the
 // program packets, bytes, redirected, passed-as-malformed, errors, timestamp
 // latches) and Splice.Stats (per direction).
