@@ -2,7 +2,11 @@
 
 package xlate
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/mosto-net/mosto/internal/xlate/xlatetest"
+)
 
 // TestProgramFreeze: a frozen socket's own packets (egress) keep ack +
 // window within the edge latched from the first of them, never raise the
@@ -72,5 +76,44 @@ func TestProgramFreeze(t *testing.T) {
 			t.Errorf("v6=%v: a data segment's seq moved to %#x", v6, out.Seq)
 		}
 		s.thaw(b)
+	}
+}
+
+// TestProgramTailPastEnd: a tail entry's pure ACK that acknowledges past
+// the tail (the joined flow's next bytes arrived too, as after a join
+// while the sender was still sending) is copied to the tail's socket with
+// its ACK lowered to the tail's end (the socket drops an ACK of data it
+// never sent, and waited 30 s for its tail), and the packet itself is
+// translated with its own ACK, checksums right.
+func TestProgramTailPastEnd(t *testing.T) {
+	s := loadTest(t, 16)
+	a, b := testPair(false)
+	ab, ba, err := pairTail(a, b, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab.Tail, ab.TailEnd = true, a.SndNxt
+	ab.Ifindex, ba.Ifindex = 1, 1
+	if err := s.Install(ab, ba); err != nil {
+		t.Fatal(err)
+	}
+	in := testPkt{Src: a.Remote, Dst: a.Local, Seq: a.RcvNxt, Ack: a.SndNxt + 5000, Flags: tcpACK, Win: 1000, TS: true, TSval: 5, TSecr: 6}
+	// The copy goes to the ingress of the test run's device (lo): run it
+	// in a namespace of its own.
+	l := xlatetest.NewLoopback(t, false)
+	var ret uint32
+	var out testPkt
+	xlatetest.MustIn(t, l.R, func() error { ret, out = run(t, s.objs.XlateEth, in); return nil })
+	if ret != tcActRedirect || out.Ack != b.RcvNxt+5000 || out.Dst != b.Remote {
+		t.Errorf("return %d, ack %#x to %s; want redirect, ack %#x to %s", ret, out.Ack, out.Dst, b.RcvNxt+5000, b.Remote)
+	}
+	if st := s.Stats(); st.Errors != 0 || st.Tail+st.Errors == 0 && st.Packets != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	// The copy: the tail flag is gone once an ACK covered it.
+	var v xlateEntry
+	k := tupleKey(ab.In)
+	if err := s.objs.Joins.Lookup(&k, &v); err != nil || v.Flags&fTail != 0 {
+		t.Errorf("entry flags %#x (%v); want the tail flag cleared", v.Flags, err)
 	}
 }

@@ -337,12 +337,24 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 	if (!egress && (e->flags & F_TAIL) && iplen == doff && !(tcp->syn || tcp->fin || tcp->rst) && tcp->ack) {
 		__u32 ack = bpf_ntohl(tcp->ack_seq);
 		__u32 mark = skb->mark;
+		// An ACK past the tail (the joined flow's bytes that followed it
+		// were received too: a sender that never stopped, Config.Freeze)
+		// acknowledges data that socket never sent, which it would drop:
+		// its copy acknowledges exactly the tail.
+		__be32 olda = tcp->ack_seq, taila = bpf_htonl(e->tail_end);
+		int over = (__s32)(ack - e->tail_end) > 0;
+		if (over && (bpf_skb_store_bytes(skb, toff + 8, &taila, 4, 0) < 0 ||
+			     bpf_l4_csum_replace(skb, toff + 16, olda, taila, 4) < 0))
+			goto fail;
 		skb->mark = TAIL_MARK;
 		if (bpf_clone_redirect(skb, skb->ifindex, BPF_F_INGRESS) == 0)
 			count(C_TAIL, 1);
 		else
 			count(C_ERRORS, 1);
 		skb->mark = mark;
+		if (over && (bpf_skb_store_bytes(skb, toff + 8, &olda, 4, 0) < 0 ||
+			     bpf_l4_csum_replace(skb, toff + 16, taila, olda, 4) < 0))
+			goto fail;
 		if ((__s32)(ack - e->tail_end) >= 0)
 			__sync_fetch_and_and(&e->flags, ~F_TAIL);
 		// (Packet pointers are invalid after a clone: none is used below.)
