@@ -169,6 +169,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 	defer tick.Stop()
 	t0 := time.Now()
 	var ph Phases
+	var lastWhy time.Time
 	for {
 		quiet := true
 		for i, l := range legs {
@@ -236,6 +237,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 		if quiet || near[0] || near[1] {
 			st := [2]SockState{}
 			ok := true
+			why := "a leg busy or closing"
 			for i, l := range legs {
 				var err error
 				st[i], err = readForwarded(l.fd, false, l.fwd)
@@ -270,6 +272,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				allStopped = allStopped && stopped
 				if in.InQ != 0 || !stopped {
 					ok = false
+					why = fmt.Sprintf("leg %d: inq %d, stopped %v", i, in.InQ, stopped)
 				}
 				if out.OutQ != 0 || out.Unacked != 0 {
 					// The out-leg still delivers what it was given: join
@@ -286,12 +289,17 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					idle := out.LastDataRecv > max(2*out.RTT, 2*time.Millisecond)
 					if !s.cfg.Tail || legs[1-i].eof || !idle || !tailReady(in, out) {
 						ok = false
+						why = fmt.Sprintf("leg %d: out-leg unsent %d, outq %d, rate %d B/s, idle %v; in min RTT %v", i, out.Unsent, out.OutQ, out.DeliveryRate, idle, in.MinRTT)
 					}
 					tail[1-i] = true
 				}
 			}
 			if allStopped && ph.Stopped == 0 {
 				ph.Stopped = time.Since(t0)
+			}
+			if !ok && (near[0] || near[1]) && time.Since(lastWhy) >= 10*time.Millisecond && s.log.Enabled(ctx, slog.LevelDebug) {
+				lastWhy = time.Now()
+				s.log.Debug("handover: near the frozen edge, not joined yet", "after", time.Since(t0), "why", why)
 			}
 			if ok {
 				if ph.Quiet == 0 {

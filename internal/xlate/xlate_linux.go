@@ -768,8 +768,10 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, tail [2]bool, sa, sb *SockStat
 	// translated, and the relay goes on from a consistent state. (Rolling
 	// back entries that had already translated packets left the two legs'
 	// sequence spaces apart: the flow stalled until reset.)
-	a2, err1 := readForwarded(fa, true, fwdA)
-	b2, err2 := readForwarded(fb, true, fwdB)
+	// (Only what the check compares: the packets dropped meanwhile are
+	// retransmitted by their senders, so this read is kept short.)
+	a2, err1 := readSeqs(fa, fwdA)
+	b2, err2 := readSeqs(fb, fwdB)
 	// A tail's send queue may shrink meanwhile (ACKs of it): its write_seq,
 	// which the entries use, cannot move.
 	if ab.Tail {
@@ -978,4 +980,37 @@ func (s *Splicer) fixProbe(st SockState) {
 func (s *Splicer) thaw(st SockState) {
 	k := freezeKey(st)
 	s.objs.Freezes.Delete(&k)
+}
+
+// readSeqs reads what a held join compares (a socket in repair mode): the
+// sequence numbers and the queues, fwd bytes of the receive queue counted
+// as consumed (readForwarded).
+func readSeqs(fd, fwd int) (SockState, error) {
+	var st SockState
+	var err error
+	for _, q := range []struct {
+		queue int
+		dst   *uint32
+	}{{tcpSendQueue, &st.SndNxt}, {tcpRecvQueue, &st.RcvNxt}} {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_QUEUE, q.queue); err != nil {
+			return st, refuse(ReasonSocket, "TCP_REPAIR_QUEUE: %v", err)
+		}
+		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+		if err != nil {
+			return st, refuse(ReasonSocket, "TCP_QUEUE_SEQ: %v", err)
+		}
+		*q.dst = uint32(v)
+	}
+	if st.InQ, err = unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil {
+		return st, refuse(ReasonSocket, "SIOCINQ: %v", err)
+	}
+	if st.OutQ, err = unix.IoctlGetInt(fd, unix.SIOCOUTQ); err != nil {
+		return st, refuse(ReasonSocket, "SIOCOUTQ: %v", err)
+	}
+	if st.InQ == fwd {
+		st.InQ = 0
+	} else if st.InQ > fwd {
+		st.InQ -= fwd
+	}
+	return st, nil
 }
