@@ -22,9 +22,12 @@ type Interception struct {
 }
 
 // Install validates cfg, removes whatever an earlier run with the same name
-// left (its table, policy rule and route), and installs the rules: the
-// nftables table in one transaction, then the policy route that delivers
-// marked packets locally.
+// left (its table, policy rules and routes), and installs the rules: first
+// the policy route that delivers marked packets locally (and the legs'
+// routes with Config.InitCwnd), then the nftables table in one
+// transaction. The table goes last because it starts the interception: a
+// flow intercepted before the legs' routes exist would start at the
+// kernel's initial window.
 func Install(ctx context.Context, cfg Config, log *slog.Logger) (*Interception, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -35,25 +38,25 @@ func Install(ctx context.Context, cfg Config, log *slog.Logger) (*Interception, 
 	if err := removeRoute(ctx, &cfg); err != nil {
 		return nil, err
 	}
-	if err := runNft(ctx, cfg.NetNS, cfg.Ruleset(os.Getpid())); err != nil {
-		return nil, fmt.Errorf("intercept: install table %s: %w", cfg.Table(), err)
-	}
 	mark, table := strconv.FormatUint(uint64(cfg.Mark), 10), strconv.Itoa(cfg.RouteTable)
 	if err := runIP(ctx, cfg.NetNS, "rule", "add", "fwmark", mark, "lookup", table); err != nil {
-		deleteTable(ctx, &cfg)
+		removeRoute(ctx, &cfg)
 		return nil, fmt.Errorf("intercept: policy rule: %w", err)
 	}
 	if err := runIP(ctx, cfg.NetNS, "route", "replace", "local", "0.0.0.0/0", "dev", "lo", "table", table); err != nil {
 		removeRoute(ctx, &cfg)
-		deleteTable(ctx, &cfg)
 		return nil, fmt.Errorf("intercept: local route: %w", err)
 	}
 	if cfg.InitCwnd > 0 {
 		if err := installLegRoutes(ctx, &cfg); err != nil {
 			removeRoute(ctx, &cfg)
-			deleteTable(ctx, &cfg)
 			return nil, err
 		}
+	}
+	if err := runNft(ctx, cfg.NetNS, cfg.Ruleset(os.Getpid())); err != nil {
+		removeRoute(ctx, &cfg)
+		deleteTable(ctx, &cfg)
+		return nil, fmt.Errorf("intercept: install table %s: %w", cfg.Table(), err)
 	}
 	log.Info("interception installed", "table", cfg.Table(), "port", cfg.Port, "fail_closed", cfg.FailClosed, "netns", cfg.NetNS)
 	return &Interception{cfg: cfg, log: log}, nil
