@@ -81,14 +81,18 @@ type TProxyConfig struct {
 	// sends a burst into the downstream queue. 0 (default): off.
 	InitCwnd int `yaml:"initcwnd"`
 	// WindowClamp, when > 0, bounds the receive window both legs
-	// advertise (TCP_WINDOW_CLAMP, bytes), so the sender feeding the
-	// relay (the server on downloads) never has more than that in
-	// flight. Set between the leg's BDP and BDP + its bottleneck queue,
-	// it keeps that sender's slow start from overshooting the queue
-	// (hundreds of losses per flow on the seed's 200 ms legs, then a
-	// collapse of its window under jitter) without costing rate
-	// (docs/tts.md, rows 4-5 at 70 MB). Below the BDP it slows every
-	// intercepted flow. 0 (default): the kernel's autotuning.
+	// advertise (TCP_WINDOW_CLAMP before the handshake, bytes), so the
+	// sender feeding the relay (the server on downloads) never has more
+	// than that in flight. Linux's receive autotuning later raises the
+	// clamp up to the largest window the window scale it chose can
+	// express, so the lasting bound is 65535 x 2^(floor(log2(value))-15)
+	// (3 MB: 4,194,240 B). Between the leg's BDP and BDP + its
+	// bottleneck queue, it keeps that sender's slow start from
+	// overshooting the queue (hundreds of losses per flow on the seed's
+	// 200 ms legs, then a collapse of its window under jitter) without
+	// costing rate (docs/tts.md, rows 4-5 at 70 MB). Below the BDP it
+	// slows every intercepted flow. 0 (default): the kernel's
+	// autotuning.
 	WindowClamp Size `yaml:"window_clamp"`
 	// Mark and RouteTable of the policy route; 0: intercept's defaults.
 	Mark       uint32 `yaml:"mark"`
