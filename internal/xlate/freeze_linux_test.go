@@ -4,6 +4,7 @@ package xlate
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mosto-net/mosto/internal/xlate/xlatetest"
 )
@@ -115,5 +116,19 @@ func TestProgramTailPastEnd(t *testing.T) {
 	k := tupleKey(ab.In)
 	if err := s.objs.Joins.Lookup(&k, &v); err != nil || v.Flags&fTail != 0 {
 		t.Errorf("entry flags %#x (%v); want the tail flag cleared", v.Flags, err)
+	}
+}
+
+// TestTailReadyCountsLeft: a join near a frozen edge counts the bytes the
+// sender may still send with the tail (both cross the out-leg's path after
+// the join).
+func TestTailReadyCountsLeft(t *testing.T) {
+	in := SockState{MinRTT: 50 * time.Millisecond}
+	out := SockState{Unsent: 600_000, DeliveryRate: 24_000_000} // 25 ms of the flow
+	if !tailReady(in, out, 0) {
+		t.Error("a 25 ms tail on a 50 ms leg: not ready")
+	}
+	if tailReady(in, out, 1_000_000) {
+		t.Error("a 25 ms tail plus 42 ms still to come from the sender: ready (the path would carry both at once)")
 	}
 }

@@ -228,10 +228,12 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 			return nil, ErrEnded
 		}
 		var near [2]bool
+		var left [2]uint32
 		if s.cfg.Freeze {
 			for i := range legs {
-				latched, reached, left := s.frozenState(st0[i])
-				near[i] = reached || latched && uint64(left) <= nearBytes[i]
+				latched, reached, l := s.frozenState(st0[i])
+				near[i] = reached || latched && uint64(l) <= nearBytes[i]
+				left[i] = l
 			}
 		}
 		if quiet || near[0] || near[1] {
@@ -287,7 +289,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 					// stopped only by the relay's window) would wait for
 					// its ACKs until tailWait.
 					idle := out.LastDataRecv > max(2*out.RTT, 2*time.Millisecond)
-					if !s.cfg.Tail || legs[1-i].eof || !idle || !tailReady(in, out) {
+					if !s.cfg.Tail || legs[1-i].eof || !idle || !tailReady(in, out, left[i]) {
 						ok = false
 						why = fmt.Sprintf("leg %d: out-leg unsent %d, outq %d, rate %d B/s, idle %v; in min RTT %v", i, out.Unsent, out.OutQ, out.DeliveryRate, idle, in.MinRTT)
 					}
@@ -374,11 +376,18 @@ func (s *Splicer) lockedJoin(a, b *net.TCPConn, fwdA, fwdB int, tail [2]bool) (*
 // of the in-leg RTT). Before session 11 the handover waited for the queue
 // to be sent and acknowledged, which left the receiver about one joined
 // RTT with nothing arriving (Fig. 3).
-func tailReady(in, out SockState) bool {
+//
+// left is what the stopped sender may still send before its frozen edge
+// (Config.Freeze: it has not stopped yet, the join comes while its last
+// bytes are under way): those bytes join the tail on the out-leg's path.
+// Without counting them, a join near the edge put the tail and the resumed
+// sender's data onto that path at once: twice its rate for the tail's
+// length, losses, one RTO (Fig. 3, session 12).
+func tailReady(in, out SockState, left uint32) bool {
 	if out.DeliveryRate == 0 || in.MinRTT == 0 {
 		return false
 	}
-	drain := time.Duration(float64(out.Unsent) / float64(out.DeliveryRate) * float64(time.Second))
+	drain := time.Duration(float64(uint64(out.Unsent)+uint64(left)) / float64(out.DeliveryRate) * float64(time.Second))
 	return drain <= in.MinRTT+in.MinRTT/8
 }
 
