@@ -139,20 +139,25 @@ func deleteTable(ctx context.Context, cfg *Config) error {
 	return nil
 }
 
-// removeRoute deletes every policy rule for the mark and for the legs'
-// mark, and flushes both route tables (also when InitCwnd is off: a
-// crashed run may have used it).
+// removeRoute deletes every policy rule for the mark and flushes the
+// route table; the same for the legs' mark and table when InitCwnd is set
+// or a rule of theirs was there (a crashed run used them).
 func removeRoute(ctx context.Context, cfg *Config) error {
 	var errs []error
-	for _, mt := range [][2]string{
+	for i, mt := range [][2]string{
 		{strconv.FormatUint(uint64(cfg.Mark), 10), strconv.Itoa(cfg.RouteTable)},
 		{strconv.FormatUint(uint64(cfg.legMark()), 10), strconv.Itoa(cfg.legTable())},
 	} {
 		mark, table := mt[0], mt[1]
+		deleted := 0
 		for range 64 {
 			if runIP(ctx, cfg.NetNS, "rule", "del", "fwmark", mark, "lookup", table) != nil {
 				break
 			}
+			deleted++
+		}
+		if i == 1 && deleted == 0 && cfg.InitCwnd == 0 {
+			continue // the legs' table was never ours
 		}
 		out, err := command(ctx, cfg.NetNS, "ip", "route", "flush", "table", table).CombinedOutput()
 		if err != nil && !strings.Contains(string(out), "does not exist") {
