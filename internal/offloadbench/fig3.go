@@ -21,17 +21,18 @@ import (
 
 // Modes of a Fig. 3 run.
 const (
-	ModeRelay     = "relay"         // never offloaded
-	ModePlain     = "plain"         // offloaded, no mitigation (no window probes after the join)
-	ModeProbe     = "probe"         // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
-	ModeNow       = "now"           // offloaded at once, with the join's window probes carrying reopened windows
-	ModeMosto     = "mosto"         // the relay's default policy: wait while a window would limit the joined flow (relay.OffloadWatcher: the rules, then the drain bound), then as ModeNow
-	ModeNoBound   = "mosto-nobound" // ModeMosto without the drain bound (offload.no_bound)
-	ModeTail      = "mosto-tail"    // ModeMosto with the early join (xlate.Config.Tail)
-	ModeRaise     = "mosto-raise"   // ModeTail with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
-	ModeFreeze    = "mosto-freeze"  // ModeTail with the handover's frozen window edge (xlate.Config.Freeze)
-	ModeNowFreeze = "now-freeze"    // offloaded at once (no policy, no bound) with the early join and the frozen edge
-	ModeGradual   = "gradual"       // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
+	ModeRelay         = "relay"                // never offloaded
+	ModePlain         = "plain"                // offloaded, no mitigation (no window probes after the join)
+	ModeProbe         = "probe"                // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
+	ModeNow           = "now"                  // offloaded at once, with the join's window probes carrying reopened windows
+	ModeMosto         = "mosto"                // the relay's default policy: wait while a window would limit the joined flow (relay.OffloadWatcher: the rules, then the drain bound), then as ModeNow
+	ModeNoBound       = "mosto-nobound"        // ModeMosto without the drain bound (offload.no_bound)
+	ModeTail          = "mosto-tail"           // ModeMosto with the early join (xlate.Config.Tail)
+	ModeRaise         = "mosto-raise"          // ModeTail with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
+	ModeFreeze        = "mosto-freeze"         // ModeTail with the handover's frozen window edge (xlate.Config.Freeze)
+	ModeNowFreeze     = "now-freeze"           // offloaded at once (no policy, no bound) with the early join and the frozen edge
+	ModeFreezeNoBound = "mosto-freeze-nobound" // ModeFreeze without the drain bound (the policy's rules, then the frozen handover)
+	ModeGradual       = "gradual"              // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
 )
 
 // Fig3Config is one run.
@@ -127,7 +128,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	var sp *xlate.Splicer
 	if cfg.Mode != ModeRelay {
 		if err := w.Do("relay", func() (err error) {
-			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Tail: cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze || cfg.Mode == ModeNowFreeze, RaiseWindow: cfg.Mode == ModeRaise, Freeze: cfg.Mode == ModeFreeze || cfg.Mode == ModeNowFreeze, Log: cfg.Log})
+			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Tail: cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze || cfg.Mode == ModeNowFreeze || cfg.Mode == ModeFreezeNoBound, RaiseWindow: cfg.Mode == ModeRaise, Freeze: cfg.Mode == ModeFreeze || cfg.Mode == ModeNowFreeze || cfg.Mode == ModeFreezeNoBound, Log: cfg.Log})
 			return err
 		}); err != nil {
 			return tr, err
@@ -221,13 +222,13 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		}
 		if i+1 == offIdx && cfg.Mode != ModeRelay {
 			go func() {
-				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound || cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze {
+				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound || cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze || cfg.Mode == ModeFreezeNoBound {
 					// The relay's watcher, due from now on: its rules hold
 					// the offload back while a window would limit the joined
 					// flow, then it bounds what the relay holds; up to the
 					// flow's end.
 					due := time.Now()
-					w := relay.NewOffloadWatcher(a, b, born, relay.OffloadConfig{NoBound: cfg.Mode == ModeNoBound}, cfg.Log)
+					w := relay.NewOffloadWatcher(a, b, born, relay.OffloadConfig{NoBound: cfg.Mode == ModeNoBound || cfg.Mode == ModeFreezeNoBound}, cfg.Log)
 					for {
 						ready, wait, held, err := w.Step()
 						if err != nil {
