@@ -104,7 +104,7 @@ func TestProgramTailPastEnd(t *testing.T) {
 	l := xlatetest.NewLoopback(t, false)
 	var ret uint32
 	var out testPkt
-	xlatetest.MustIn(t, l.R, func() error { ret, out = run(t, s.objs.XlateEth, in); return nil })
+	xlatetest.MustIn(t, l.R, func() (err error) { ret, out, err = runPkt(s.objs.XlateEth, in); return err })
 	if ret != tcActRedirect || out.Ack != b.RcvNxt+5000 || out.Dst != b.Remote {
 		t.Errorf("return %d, ack %#x to %s; want redirect, ack %#x to %s", ret, out.Ack, out.Dst, b.RcvNxt+5000, b.Remote)
 	}

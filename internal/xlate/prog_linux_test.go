@@ -4,6 +4,7 @@ package xlate
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -32,17 +33,27 @@ func loadTest(t *testing.T, maxEntries int) *Splicer {
 // run runs the program on one frame and decodes the result.
 func run(t *testing.T, prog *ebpf.Program, in testPkt) (uint32, testPkt) {
 	t.Helper()
+	ret, p, err := runPkt(prog, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ret, p
+}
+
+// runPkt is run for goroutines other than the test's (t.Fatal must not be
+// called there): it returns the error.
+func runPkt(prog *ebpf.Program, in testPkt) (uint32, testPkt, error) {
 	b := in.bytes()
 	out := make([]byte, len(b)+64)
 	ret, err := prog.Run(&ebpf.RunOptions{Data: b, DataOut: out})
 	if err != nil {
-		t.Fatalf("prog.Run: %v", err)
+		return 0, testPkt{}, fmt.Errorf("prog.Run: %w", err)
 	}
 	p, err := decodePkt(out)
 	if err != nil {
-		t.Fatalf("decode output: %v", err)
+		return 0, testPkt{}, fmt.Errorf("decode output: %w", err)
 	}
-	return ret, p
+	return ret, p, nil
 }
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
