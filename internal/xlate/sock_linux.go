@@ -116,21 +116,30 @@ func readState(fd int, repair bool) (SockState, error) {
 		}
 	}
 	if repair {
-		for _, q := range []struct {
-			queue int
-			dst   *uint32
-		}{{tcpSendQueue, &st.SndNxt}, {tcpRecvQueue, &st.RcvNxt}} {
-			if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_QUEUE, q.queue); err != nil {
-				return st, refuse(ReasonSocket, "TCP_REPAIR_QUEUE: %v", err)
-			}
-			v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
-			if err != nil {
-				return st, refuse(ReasonSocket, "TCP_QUEUE_SEQ: %v", err)
-			}
-			*q.dst = uint32(v)
+		if err := readQueueSeqs(fd, &st); err != nil {
+			return st, err
 		}
 	}
 	return st, nil
+}
+
+// readQueueSeqs reads the next sequence numbers of the send and receive
+// queues of a socket in repair mode into st.SndNxt and st.RcvNxt.
+func readQueueSeqs(fd int, st *SockState) error {
+	for _, q := range []struct {
+		queue int
+		dst   *uint32
+	}{{tcpSendQueue, &st.SndNxt}, {tcpRecvQueue, &st.RcvNxt}} {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_QUEUE, q.queue); err != nil {
+			return refuse(ReasonSocket, "TCP_REPAIR_QUEUE: %v", err)
+		}
+		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+		if err != nil {
+			return refuse(ReasonSocket, "TCP_QUEUE_SEQ: %v", err)
+		}
+		*q.dst = uint32(v)
+	}
+	return nil
 }
 
 func setRepair(fd, v int) error {

@@ -987,19 +987,9 @@ func (s *Splicer) thaw(st SockState) {
 // as consumed (readForwarded).
 func readSeqs(fd, fwd int) (SockState, error) {
 	var st SockState
-	var err error
-	for _, q := range []struct {
-		queue int
-		dst   *uint32
-	}{{tcpSendQueue, &st.SndNxt}, {tcpRecvQueue, &st.RcvNxt}} {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_QUEUE, q.queue); err != nil {
-			return st, refuse(ReasonSocket, "TCP_REPAIR_QUEUE: %v", err)
-		}
-		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
-		if err != nil {
-			return st, refuse(ReasonSocket, "TCP_QUEUE_SEQ: %v", err)
-		}
-		*q.dst = uint32(v)
+	err := readQueueSeqs(fd, &st)
+	if err != nil {
+		return st, err
 	}
 	if st.InQ, err = unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil {
 		return st, refuse(ReasonSocket, "SIOCINQ: %v", err)
