@@ -50,6 +50,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	offloadNoBound := fs.Bool("fep-offload-nobound", false, "with --fep-offload: pause a due flow at once and drain whatever the proxy holds (offload.no_bound; the default bounds it first)")
 	offloadMode := fs.String("fep-offload-mode", "bytes", "with --fep-offload: the proxies' offload.mode (bytes: after --fep-offload bytes; slow-start: once a leg left slow start, or after --fep-offload bytes)")
 	offloadAgeRTTs := fs.Int("fep-offload-age-rtts", 0, "with --fep-offload: offload.age_rtts (hold an offload until the flow lasted this many joined RTTs; 0: the proxies' default 20, -1: never hold)")
+	offloadTail := fs.Bool("fep-offload-tail", false, "with --fep-offload: offload.tail (the early join: join while a leg still delivers about one RTT)")
+	offloadFreeze := fs.Bool("fep-offload-freeze", false, "with --fep-offload: offload.freeze (stop the senders at the window edge of the handover's start)")
+	offloadNoCap := fs.Bool("fep-offload-no-rcvbuf-cap", false, "with --fep-offload: offload.no_rcvbuf_cap (the handover leaves the receive buffers uncut)")
 	offloadJoinShort := fs.Bool("fep-offload-join-short", false, "with --fep-offload: offload.join_short (join even when a window would limit the joined flow; the default holds such an offload back)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
 	cdnHost := fs.String("cdn-host", "", "host of the CDN front-end (default: the client's host, 0 RTT from the client; \"inp\": the ingress FEP's host, a CDN edge at mosto's InP site)")
@@ -211,7 +214,8 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	defer w.Close()
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
-			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode, OffloadJoinShort: *offloadJoinShort, OffloadAgeRTTs: *offloadAgeRTTs},
+			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode, OffloadJoinShort: *offloadJoinShort, OffloadAgeRTTs: *offloadAgeRTTs,
+			OffloadTail: *offloadTail, OffloadFreeze: *offloadFreeze, OffloadNoRcvbufCap: *offloadNoCap},
 		TuneCDN: *tuneCDN, OriginWmem: *originWmem, Model: pathcomp.Model{ICW: *icw, EndICW: *endICW, EndRTT: *endRTT}, CDNHost: *cdnHost, CDNDefaultIdle: *defaultIdle}
 	if *offload > 0 {
 		// Keep the proxies' configs and logs with the results (what each
@@ -321,8 +325,8 @@ func tuningNote(c scenario.Config, cdn bool) string {
 	if icw == 0 {
 		icw = 10
 	}
-	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off; mode %q, no_bound %v, join_short %v, age_rtts %d). ",
-		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload, t.OffloadMode, t.OffloadNoBound, t.OffloadJoinShort, t.OffloadAgeRTTs)
+	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off; mode %q, no_bound %v, join_short %v, age_rtts %d, tail %v, freeze %v, no_rcvbuf_cap %v). ",
+		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload, t.OffloadMode, t.OffloadNoBound, t.OffloadJoinShort, t.OffloadAgeRTTs, t.OffloadTail, t.OffloadFreeze, t.OffloadNoRcvbufCap)
 	switch {
 	case !cdn:
 		s += "No CDN front-end. "

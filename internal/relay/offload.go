@@ -109,6 +109,10 @@ type OffloadConfig struct {
 	// at egress; xlate.Config.Freeze) instead of cutting the receive
 	// buffers. Opt-in (session 12).
 	Freeze bool `yaml:"freeze"`
+	// NoRcvbufCap leaves the receive buffers as they are during a
+	// handover (xlate.Config.NoRcvbufCap; for comparison: the cap is how
+	// a handover without Freeze stops the senders).
+	NoRcvbufCap bool `yaml:"no_rcvbuf_cap"`
 }
 
 // ageRTTs resolves AgeRTTs (0: the default).
@@ -293,7 +297,7 @@ func (s *Server) startOffload(ctx context.Context) error {
 		sweep = min(sweep, max(time.Duration(c.Linger)/2, 10*time.Millisecond))
 	}
 	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * flows, PinDir: pin,
-		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: c.Tail, Freeze: c.Freeze, Log: s.log})
+		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: c.Tail, Freeze: c.Freeze, NoRcvbufCap: c.NoRcvbufCap, Log: s.log})
 	if err != nil {
 		return err
 	}

@@ -173,6 +173,11 @@ type Tune struct {
 	OffloadJoinShort bool
 	// OffloadAgeRTTs: offload.age_rtts on the proxies (0: their default).
 	OffloadAgeRTTs int
+	// OffloadTail, OffloadFreeze: offload.tail (the early join) and
+	// offload.freeze (the frozen edge) on the proxies.
+	OffloadTail, OffloadFreeze bool
+	// OffloadNoRcvbufCap: offload.no_rcvbuf_cap on the proxies.
+	OffloadNoRcvbufCap bool
 }
 
 // Scenario is a running experiment in a world.
@@ -511,6 +516,15 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			}
 			if s.cfg.Tune.OffloadNoBound {
 				pc.Offload["no_bound"] = true
+			}
+			if s.cfg.Tune.OffloadTail {
+				pc.Offload["tail"] = true
+			}
+			if s.cfg.Tune.OffloadFreeze {
+				pc.Offload["freeze"] = true
+			}
+			if s.cfg.Tune.OffloadNoRcvbufCap {
+				pc.Offload["no_rcvbuf_cap"] = true
 			}
 		}
 		if t := s.cfg.Tune; t.HopPool > 0 || t.OriginPool > 0 {
