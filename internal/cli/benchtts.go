@@ -45,6 +45,8 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	relayNoSACK := fs.Bool("relay-nosack", false, "the tproxy entry's no_sack: the legs of intercepted flows run without SACK (dupACK loss detection with adaptive reordering; for the jitter rows)")
 	netemLimit := fs.Bool("netem-limit", false, "tables: each link direction holds at most 1000 packets queued and delayed together, as netem's limit on the seed's Mininet links (default: a 1000-packet queue, the delay line unbounded)")
 	merge := fs.String("merge", "", "build the tables from per-transfer results files instead of running (comma-separated trials.jsonl files of earlier runs; trials of the same setup and size are pooled)")
+	parallel := fs.Int("parallel", 1, "tables: run this many worlds at once (each its own namespaces), the trials dealt out among them; recorded per transfer (see docs/tts.md for when it changes the results)")
+	mergeByParallel := fs.Bool("merge-by-parallel", false, "with --merge: pool the transfers of runs with different --parallel apart (default: together, counted per parallelism)")
 	pepsal := fs.String("pepsal", "", "path of a PEPsal binary (github.com/CNES/pepsal, built by you) for the pepsal mode: the peer on the relay host behind its own TPROXY rules")
 	fs.Usage = func() {
 		fmt.Fprintln(env.Stderr, "usage: mosto bench tts [--trials N] [--only tables,grid] [flags]\n\nNeeds root. See docs/tts.md.")
@@ -58,7 +60,10 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 		return usageErrorf("unexpected arguments %q", pos)
 	}
 	if *merge != "" {
-		return mergeTTS(env, splitList(*merge), *out)
+		return mergeTTS(env, splitList(*merge), *out, *mergeByParallel)
+	}
+	if *parallel < 1 {
+		return usageErrorf("--parallel must be at least 1")
 	}
 	if *trials < 1 {
 		return usageErrorf("--trials must be at least 1")
@@ -148,7 +153,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	cfg := ttsbench.Config{
 		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
 		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
-		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, TProxyCC: *tproxyCC, TProxyPacing: *tproxyPacing, TProxyPacingMbit: *tproxyPacingMbit, TProxyInitCwnd: *tproxyInitCwnd, TProxyWindowClamp: windowClamp, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Log: env.Log, Progress: env.Stderr,
+		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, TProxyCC: *tproxyCC, TProxyPacing: *tproxyPacing, TProxyPacingMbit: *tproxyPacingMbit, TProxyInitCwnd: *tproxyInitCwnd, TProxyWindowClamp: windowClamp, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Parallel: *parallel, Log: env.Log, Progress: env.Stderr,
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())
@@ -197,7 +202,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 
 // mergeTTS pools the trials of several results files into the seed's
 // tables (stdout, and results.md in out when given).
-func mergeTTS(env *Env, files []string, out string) error {
+func mergeTTS(env *Env, files []string, out string, byParallel bool) error {
 	var all []ttsbench.Trial
 	for _, f := range files {
 		r, err := os.Open(f)
@@ -210,6 +215,9 @@ func mergeTTS(env *Env, files []string, out string) error {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 		all = append(all, ts...)
+	}
+	if byParallel {
+		ttsbench.SeparateParallel(all)
 	}
 	p, err := ttsbench.MergeTrials(all)
 	if err != nil {

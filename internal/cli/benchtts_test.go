@@ -24,6 +24,7 @@ func TestBenchTTSUsage(t *testing.T) {
 		{"grid loss", []string{"--grid-loss", "0,100"}, "--grid-loss"},
 		{"grid rtts", []string{"--grid-rtts", "x"}, "--grid-rtts"},
 		{"rate", []string{"--rate", "0"}, "--rate"},
+		{"parallel", []string{"--parallel", "0"}, "--parallel"},
 		{"positional", []string{"extra"}, "unexpected"},
 		{"pepsal without binary", []string{"--modes", "e2e,pepsal"}, "--pepsal"},
 	} {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,6 +25,45 @@ type scheduler struct {
 	q          schedHeap
 	seq        uint64
 	sleepUntil int64 // deadline of the current sleep; MinInt64 while awake
+
+	late lateCounters
+}
+
+// lateCounters count how late the scheduler hands packets to their
+// destination: the time from a packet's due time to its delivery loop
+// taking it (the delivery thread woke late or was busy).
+type lateCounters struct {
+	packets, over500us, over2ms, sumNs atomic.Uint64
+}
+
+func (c *lateCounters) add(ns int64) {
+	c.packets.Add(1)
+	if ns <= 0 {
+		return
+	}
+	c.sumNs.Add(uint64(ns))
+	if ns > int64(500*time.Microsecond) {
+		c.over500us.Add(1)
+		if ns > int64(2*time.Millisecond) {
+			c.over2ms.Add(1)
+		}
+	}
+}
+
+// Lateness counts the packets a world delivered and how late (after their
+// due time) its delivery threads took them: a measure of whether the
+// emulator keeps up with its links (CPU contention shows here first). It
+// does not see a packet waiting in a TUN queue before its reader reads it.
+type Lateness struct {
+	Packets   uint64 // packets taken for delivery
+	Over500us uint64 // of them, taken more than 0.5 ms after their due time
+	Over2ms   uint64 // more than 2 ms after
+	SumNs     uint64 // total lateness, ns (mean = SumNs / Packets)
+}
+
+// Sub returns the counts of l since an earlier reading e.
+func (l Lateness) Sub(e Lateness) Lateness {
+	return Lateness{Packets: l.Packets - e.Packets, Over500us: l.Over500us - e.Over500us, Over2ms: l.Over2ms - e.Over2ms, SumNs: l.SumNs - e.SumNs}
 }
 
 type schedItem struct {
@@ -94,7 +135,9 @@ func (s *scheduler) run(done <-chan struct{}, ready func()) {
 		s.mu.Lock()
 		now := s.w.now()
 		for len(s.q) > 0 && s.q[0].at <= now+int64(slack) {
-			batch = append(batch, heap.Pop(&s.q).(schedItem))
+			it := heap.Pop(&s.q).(schedItem)
+			s.late.add(now - it.at)
+			batch = append(batch, it)
 		}
 		var next int64 = math.MaxInt64
 		if len(batch) > 0 {

@@ -705,6 +705,18 @@ func (w *World) Stats(a, b string) LinkStats {
 	return LinkStats{}
 }
 
+// Lateness sums the delivery threads' lateness counters (see Lateness).
+func (w *World) Lateness() Lateness {
+	var l Lateness
+	for _, s := range w.scheds {
+		l.Packets += s.late.packets.Load()
+		l.Over500us += s.late.over500us.Load()
+		l.Over2ms += s.late.over2ms.Load()
+		l.SumNs += s.late.sumNs.Load()
+	}
+	return l
+}
+
 // Unrouted returns how many packets the emulator dropped because their
 // destination was not a host of the world (or was the sender itself).
 func (w *World) Unrouted() uint64 { return w.unknownDst.Load() }

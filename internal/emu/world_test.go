@@ -107,6 +107,25 @@ func TestLossUDP(t *testing.T) {
 	if lost < 720 || lost > 880 {
 		t.Errorf("20%% loss dropped %d of %d datagrams; want 720..880 (emulator: %+v)", lost, n, w.Stats("a", "b"))
 	}
+	// Every delivered datagram passed a delivery thread's lateness count.
+	if l := w.Lateness(); l.Packets < uint64(got) || l.Over2ms > l.Over500us || l.Over500us > l.Packets {
+		t.Errorf("Lateness() = %+v; want >= %d packets and Over2ms <= Over500us <= Packets", l, got)
+	}
+}
+
+func TestLateCounters(t *testing.T) {
+	var c lateCounters
+	for _, ns := range []int64{-10_000, 0, 100_000, 600_000, 3_000_000} {
+		c.add(ns)
+	}
+	got := Lateness{Packets: c.packets.Load(), Over500us: c.over500us.Load(), Over2ms: c.over2ms.Load(), SumNs: c.sumNs.Load()}
+	want := Lateness{Packets: 5, Over500us: 2, Over2ms: 1, SumNs: 3_700_000}
+	if got != want {
+		t.Errorf("counters after 5 packets = %+v; want %+v", got, want)
+	}
+	if d := got.Sub(Lateness{Packets: 2, SumNs: 100_000}); d != (Lateness{Packets: 3, Over500us: 2, Over2ms: 1, SumNs: 3_600_000}) {
+		t.Errorf("Sub = %+v", d)
+	}
 }
 
 func TestLossTCPWithOffload(t *testing.T) {

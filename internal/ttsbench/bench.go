@@ -101,7 +101,12 @@ type Config struct {
 	TProxyWindowClamp int64
 	// PEPsal is the path of a PEPsal binary (github.com/CNES/pepsal,
 	// built by the user; none is shipped), needed by the pepsal mode.
-	PEPsal   string
+	PEPsal string
+	// Parallel runs the tables in this many worlds at once (each its own
+	// namespaces, links, proxy and server), the trials of a cell dealt
+	// out among them; 0 or 1: one world. Every transfer records it
+	// (Trial.Parallel), so pooled tables can keep the parallel runs apart.
+	Parallel int
 	Log      *slog.Logger
 	Progress io.Writer // one line per finished cell; nil: none
 }
@@ -122,6 +127,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Size == 0 {
 		c.Size = DefaultSize
+	}
+	if c.Parallel < 0 {
+		return fmt.Errorf("ttsbench: parallel %d; want >= 0", c.Parallel)
+	}
+	if c.Parallel == 0 {
+		c.Parallel = 1
 	}
 	if c.Size < 1 {
 		return fmt.Errorf("ttsbench: size %d; want > 0", c.Size)

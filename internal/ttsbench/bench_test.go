@@ -3,6 +3,7 @@ package ttsbench_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,6 +85,47 @@ func TestTablesSmall(t *testing.T) {
 		if !ok || got.E2E.Mean != want.E2E.Mean || got.Other.Mean != want.Other.Mean {
 			t.Errorf("%s from the file: %+v; want %+v", cc, got, want)
 		}
+	}
+}
+
+// TestTablesParallel runs two worlds at once: the trials are dealt out
+// (each trial number once per mode), each world is its own run, and every
+// transfer records the parallelism and the emulator's lateness.
+func TestTablesParallel(t *testing.T) {
+	cfg := config(t)
+	cfg.Size = 1_000_000
+	cfg.Trials = 3
+	cfg.Parallel = 2
+	cfg.CCs = []string{"cubic"}
+	cfg.Modes = []ttsbench.Mode{ttsbench.E2E, ttsbench.TTS}
+	cfg.Rows = ttsbench.SeedRows()[1:2]
+	res, err := ttsbench.RunTables(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := res.Compare("cubic", 0, ttsbench.TTS); !ok || c.E2E.N != 3 || c.Other.N != 3 {
+		t.Errorf("samples %+v; want 3 per mode (failed: %v)", c, res.Failed)
+	}
+	f, err := os.Open(filepath.Join(cfg.Dir, ttsbench.TrialsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	trials, err := ttsbench.ReadTrials(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]bool{}
+	seen := map[string]int{}
+	for _, tr := range trials {
+		runs[tr.Run] = true
+		seen[fmt.Sprint(tr.Mode, tr.Trial)]++
+		if tr.Parallel != 2 || tr.Emu == nil || tr.Emu.Packets < 600 || tr.Emu.Over2ms > tr.Emu.Over500us {
+			t.Errorf("trial %+v (emu %+v): want parallel 2 and the emulator's lateness over >= 600 packets", tr, tr.Emu)
+		}
+	}
+	if len(trials) != 6 || len(runs) != 2 || len(seen) != 6 {
+		t.Errorf("%d transfers in %d runs, %d distinct (mode, trial); want 6 in 2 runs, all distinct: %v", len(trials), len(runs), len(seen), seen)
 	}
 }
 

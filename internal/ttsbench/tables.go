@@ -2,12 +2,16 @@ package ttsbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mosto-net/mosto/internal/emu"
@@ -67,9 +71,10 @@ func (r Row) link(cfg *Config, first bool) emu.Link {
 // netemLimit is netem's default limit (packets), Mininet's TCLink queue.
 const netemLimit = 1000
 
-// RunTables runs the seed's rows: for every congestion control one world,
-// the rows one after another (links changed in place), trials x modes
-// interleaved in a random order per trial.
+// RunTables runs the seed's rows: for every congestion control
+// cfg.Parallel worlds at once (one by default), each running the rows one
+// after another (links changed in place) with its share of the trials,
+// modes interleaved in a random order per trial.
 func RunTables(ctx context.Context, cfg Config) (*TableResult, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -80,15 +85,52 @@ func RunTables(ctx context.Context, cfg Config) (*TableResult, error) {
 		return nil, err
 	}
 	defer tl.close()
+	if k := cfg.Parallel; k > 1 {
+		// emu.Up raises GOMAXPROCS for one world's locked threads (a
+		// reader and a delivery thread per host); k worlds need k times
+		// as many, or waking threads wait for a P.
+		if want := runtime.NumCPU() + 2*3*k; runtime.GOMAXPROCS(0) < want {
+			runtime.GOMAXPROCS(want)
+		}
+		cfg.Progress = &lockedWriter{w: cfg.Progress}
+	}
+	var mu sync.Mutex // guards res
 	for _, cc := range cfg.CCs {
-		if err := runTablesCC(ctx, &cfg, cc, res, tl); err != nil {
+		ctx, cancel := context.WithCancel(ctx)
+		errs := make([]error, cfg.Parallel)
+		var wg sync.WaitGroup
+		for wi := range cfg.Parallel {
+			wg.Go(func() {
+				errs[wi] = runTablesCC(ctx, &cfg, cc, wi, res, &mu, tl)
+				if errs[wi] != nil {
+					cancel() // one world failed: stop the others
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		if err := errors.Join(errs...); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
 }
 
-func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult, tl *trialLog) error {
+// lockedWriter serializes the progress lines of parallel worlds.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// runTablesCC runs world wi of cfg.Parallel: trials wi+1, wi+1+Parallel, ...
+// of every row.
+func runTablesCC(ctx context.Context, cfg *Config, cc string, wi int, res *TableResult, mu *sync.Mutex, tl *trialLog) error {
 	w, err := emu.UpWith(ctx, tableSpec(cfg.Rows[0], cc, cfg), cfg.Log, emu.UpOptions{Realtime: cfg.Realtime})
 	if err != nil {
 		return err
@@ -126,6 +168,10 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult, 
 	seed := rand.Uint64()
 	order := rand.New(rand.NewPCG(seed, seed>>1))
 	setup := cfg.setup()
+	world := ""
+	if cfg.Parallel > 1 {
+		world = fmt.Sprintf(" world %d/%d", wi+1, cfg.Parallel)
+	}
 	for ri, row := range cfg.Rows {
 		if err := w.SetLink("c", "r1", row.link(cfg, true)); err != nil {
 			return err
@@ -134,23 +180,36 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult, 
 			return err
 		}
 		start := time.Now()
-		for trial := range cfg.Trials {
+		n := 0
+		for trial := wi; trial < cfg.Trials; trial += cfg.Parallel {
+			n++
 			var line strings.Builder
-			fmt.Fprintf(&line, "tables: %s %s trial %d:", cc, row.Name, trial+1)
+			fmt.Fprintf(&line, "tables: %s %s trial %d%s:", cc, row.Name, trial+1, world)
 			for _, m := range shuffledWith(order, cfg.Modes) {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
+				late0 := w.Lateness()
 				d, err := l.fetch(ctx, target[m])
+				late := w.Lateness().Sub(late0)
 				k := key{cc, ri, m}
-				rec := Trial{UTC: time.Now().UTC(), Run: w.RunID(), World: "tables", Setup: setup, CC: cc, Row: row.spec(), Mode: m, Size: cfg.Size, Trial: trial + 1, Seed: seed, Load: loadAvg()}
+				rec := Trial{UTC: time.Now().UTC(), Run: w.RunID(), World: "tables", Setup: setup, CC: cc, Row: row.spec(), Mode: m, Size: cfg.Size, Trial: trial + 1, Seed: seed, Load: loadAvg(),
+					Parallel: cfg.Parallel, Emu: emuLate(late)}
+				if err != nil && ctx.Err() != nil {
+					return ctx.Err() // stopped (another world failed): not a failed transfer
+				}
+				mu.Lock()
 				if err != nil {
 					res.Failed[k]++
+				} else {
+					res.Sample[k] = append(res.Sample[k], secs(d))
+				}
+				mu.Unlock()
+				if err != nil {
 					cfg.Log.Warn("transfer failed", "cc", cc, "row", row.Name, "mode", m, "err", err)
 					fmt.Fprintf(&line, " %s failed", m)
 					rec.Err = err.Error()
 				} else {
-					res.Sample[k] = append(res.Sample[k], secs(d))
 					fmt.Fprintf(&line, " %s %.3f s", m, secs(d))
 					rec.Secs = secs(d)
 				}
@@ -160,7 +219,16 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, res *TableResult, 
 			}
 			fmt.Fprintln(cfg.Progress, line.String())
 		}
-		fmt.Fprintf(cfg.Progress, "tables: %s %-16s %d trials in %v\n", cc, row.Name, cfg.Trials, time.Since(start).Round(time.Second))
+		fmt.Fprintf(cfg.Progress, "tables: %s %-16s %d trials%s in %v\n", cc, row.Name, n, world, time.Since(start).Round(time.Second))
 	}
 	return nil
+}
+
+// emuLate summarizes the emulator's lateness over one transfer.
+func emuLate(l emu.Lateness) *EmuLate {
+	if l.Packets == 0 {
+		return nil
+	}
+	n := float64(l.Packets)
+	return &EmuLate{Packets: l.Packets, Over500us: float64(l.Over500us) / n, Over2ms: float64(l.Over2ms) / n, MeanUs: float64(l.SumNs) / n / 1e3}
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -39,6 +41,35 @@ type Trial struct {
 	Secs float64    `json:"secs,omitempty"` // time to the last byte; 0 when it failed
 	Err  string     `json:"err,omitempty"`  // why the transfer failed
 	Load [3]float64 `json:"load"`           // load average (1, 5, 15 min) when it ended
+	// Parallel is how many worlds ran transfers at once in the run (0 in
+	// runs before it was recorded: those ran one world).
+	Parallel int `json:"parallel,omitempty"`
+	// Emu is how late the world's emulator delivered packets during the
+	// transfer (nil in runs before it was recorded).
+	Emu *EmuLate `json:"emu,omitempty"`
+}
+
+// EmuLate is the emulator's delivery lateness over one transfer (all the
+// world's links and directions; emu.Lateness).
+type EmuLate struct {
+	Packets   uint64  `json:"packets"`
+	Over500us float64 `json:"over_500us"` // share of the packets delivered > 0.5 ms after their due time
+	Over2ms   float64 `json:"over_2ms"`   // share > 2 ms late
+	MeanUs    float64 `json:"mean_us"`    // mean lateness, microseconds
+}
+
+// Par returns the number of worlds the transfer's run had at once.
+func (t Trial) Par() int { return max(t.Parallel, 1) }
+
+// SeparateParallel appends "parallel=K" to the setup of every trial of a
+// run with K > 1 worlds at once, so that MergeTrials pools them apart
+// from the one-world runs.
+func SeparateParallel(ts []Trial) {
+	for i := range ts {
+		if k := ts[i].Par(); k > 1 {
+			ts[i].Setup = strings.TrimSpace(ts[i].Setup + " parallel=" + strconv.Itoa(k))
+		}
+	}
 }
 
 // RowSpec is a row's links as recorded in a Trial.
@@ -107,7 +138,8 @@ func (c *Config) setup() string {
 
 // trialLog appends Trials to a file, one line each.
 type trialLog struct {
-	f *os.File
+	mu sync.Mutex // parallel worlds add at once
+	f  *os.File
 }
 
 func openTrialLog(path string) (*trialLog, error) {
@@ -123,6 +155,8 @@ func (l *trialLog) add(t Trial) error {
 	if err != nil {
 		return err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if _, err := l.f.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("ttsbench: write trial: %w", err)
 	}
@@ -189,6 +223,9 @@ type PooledGroup struct {
 	LoadMin float64 // 1-minute load average over the transfers
 	LoadMax float64
 	Loads   []float64
+	// Parallel counts the transfers by how many worlds their run had at
+	// once.
+	Parallel map[int]int
 }
 
 // MergeTrials pools trials into tables: trials of the same setup and size
@@ -211,7 +248,7 @@ func MergeTrials(trials []Trial) (*Pooled, error) {
 		if !ok {
 			i = len(p.Groups)
 			idx[k] = i
-			p.Groups = append(p.Groups, PooledGroup{Setup: t.Setup, First: t.UTC, Last: t.UTC, LoadMin: t.Load[0], LoadMax: t.Load[0],
+			p.Groups = append(p.Groups, PooledGroup{Setup: t.Setup, First: t.UTC, Last: t.UTC, LoadMin: t.Load[0], LoadMax: t.Load[0], Parallel: map[int]int{},
 				Result: &TableResult{Size: t.Size, Sample: map[key][]float64{}, Failed: map[key]int{}}})
 		}
 		g := &p.Groups[i]
@@ -244,6 +281,7 @@ func MergeTrials(trials []Trial) (*Pooled, error) {
 		}
 		g.LoadMin, g.LoadMax = min(g.LoadMin, t.Load[0]), max(g.LoadMax, t.Load[0])
 		g.Loads = append(g.Loads, t.Load[0])
+		g.Parallel[t.Par()]++
 	}
 	for i := range p.Groups {
 		sortRows(p.Groups[i].Result)
@@ -305,6 +343,12 @@ func (p *Pooled) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(w, "\nPooled: setup %q, %d B, %d worlds (runs), transfers %s - %s UTC, 1-min load at the transfers %.2f-%.2f (median %.2f)\n",
 			setup, g.Result.Size, len(g.Runs), g.First.UTC().Format("2006-01-02 15:04"), g.Last.UTC().Format("2006-01-02 15:04"),
 			g.LoadMin, g.LoadMax, g.Loads[len(g.Loads)/2])
+		ks := slices.Sorted(maps.Keys(g.Parallel))
+		var par []string
+		for _, k := range ks {
+			par = append(par, fmt.Sprintf("%d world(s) at once: %d", k, g.Parallel[k]))
+		}
+		fmt.Fprintf(w, "Transfers by parallelism: %s\n", strings.Join(par, ", "))
 		if err := g.Result.WriteMarkdown(w); err != nil {
 			return err
 		}

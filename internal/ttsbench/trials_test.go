@@ -113,3 +113,41 @@ func TestReadTrialsErrors(t *testing.T) {
 		t.Error("MergeTrials(nil): no error")
 	}
 }
+
+// TestSeparateParallel: transfers of runs with several worlds at once pool
+// with the one-world runs by default (the report counts them apart), and
+// apart from them after SeparateParallel.
+func TestSeparateParallel(t *testing.T) {
+	row := ttsbench.SeedRows()[3]
+	spec := ttsbench.RowSpec{Name: row.Name, D1: row.D1, J1: row.J1, L1: row.L1, D2: row.D2, J2: row.J2, L2: row.L2}
+	tr := func(run string, par int, m ttsbench.Mode, secs float64) ttsbench.Trial {
+		return ttsbench.Trial{UTC: time.Date(2026, 11, 28, 17, 0, 0, 0, time.UTC), Run: run, World: "tables", Setup: "rate=100", CC: "cubic", Row: spec, Mode: m, Size: 70_000_000, Trial: 1, Secs: secs, Parallel: par}
+	}
+	ts := []ttsbench.Trial{tr("a", 0, ttsbench.E2E, 12), tr("a", 0, ttsbench.TTS, 8), tr("b", 1, ttsbench.TTS, 9),
+		tr("c", 3, ttsbench.E2E, 13), tr("c", 3, ttsbench.TTS, 9), tr("d", 3, ttsbench.TTS, 10)}
+	p, err := ttsbench.MergeTrials(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Groups) != 1 || p.Groups[0].Parallel[1] != 3 || p.Groups[0].Parallel[3] != 3 {
+		t.Fatalf("pooled by default: %d groups, parallelism %v; want 1 group, 3 transfers each of 1 and 3", len(p.Groups), p.Groups[0].Parallel)
+	}
+	var md bytes.Buffer
+	if err := p.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "1 world(s) at once: 3, 3 world(s) at once: 3") {
+		t.Errorf("report lacks the parallelism counts:\n%s", md.String())
+	}
+	ttsbench.SeparateParallel(ts)
+	p, err = ttsbench.MergeTrials(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Groups) != 2 || p.Groups[0].Setup != "rate=100" || p.Groups[1].Setup != "rate=100 parallel=3" {
+		t.Fatalf("separated: %d groups; want rate=100 and rate=100 parallel=3", len(p.Groups))
+	}
+	if c, _ := p.Groups[1].Result.Compare("cubic", 0, ttsbench.TTS); c.E2E.N != 1 || c.Other.N != 2 || c.Other.Mean != 9.5 {
+		t.Errorf("parallel group: %+v; want 1 E2E and 2 TTS (mean 9.5)", c)
+	}
+}
