@@ -41,6 +41,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	tproxyPacingMbit := fs.Float64("tproxy-pacing-mbit", 0, "the tproxy entry's pacing_mbit: pace the intercepted legs at most at this rate (Mbit/s; 0: no cap)")
 	tproxyWindowClamp := fs.String("tproxy-window-clamp", "", "the tproxy entry's window_clamp: bound of the receive window the intercepted legs advertise (e.g. 3MB; empty: none)")
 	tproxyInitCwnd := fs.Int("tproxy-initcwnd", 0, "the tproxy entry's initcwnd: initial congestion window of the intercepted legs (segments; 0: the kernel's 10)")
+	tproxyHold := fs.Duration("tproxy-handshake-hold", 0, "the tproxy entry's handshake_hold: hold the relay's handshake ACK to the server and the flow's first bytes this long (<= 200ms), so the server's first RTT sample is not far below its leg's RTT (for the jitter rows; 0: off)")
 	relaySysctl := fs.String("relay-sysctl", "", "sysctls set only in the relay hosts (their own legs), comma-separated, after --sysctl (e.g. net.ipv4.tcp_sack=0)")
 	relayNoSACK := fs.Bool("relay-nosack", false, "the tproxy entry's no_sack: the legs of intercepted flows run without SACK (dupACK loss detection with adaptive reordering; for the jitter rows)")
 	netemLimit := fs.Bool("netem-limit", false, "tables: each link direction holds at most 1000 packets queued and delayed together, as netem's limit on the seed's Mininet links (default: a 1000-packet queue, the delay line unbounded)")
@@ -153,7 +154,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	cfg := ttsbench.Config{
 		Mosto: []string{exe}, Dir: dir, Trials: *trials, Size: size[0],
 		CCs: splitList(*ccs), Modes: ms, Rows: rows, RateMbit: *rate, Timeout: *timeout,
-		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, TProxyCC: *tproxyCC, TProxyPacing: *tproxyPacing, TProxyPacingMbit: *tproxyPacingMbit, TProxyInitCwnd: *tproxyInitCwnd, TProxyWindowClamp: windowClamp, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Parallel: *parallel, Log: env.Log, Progress: env.Stderr,
+		Realtime: *realtime, Sysctls: splitList(*sysctl), RelaySysctls: splitList(*relaySysctl), RelayNoSACK: *relayNoSACK, TProxyCC: *tproxyCC, TProxyPacing: *tproxyPacing, TProxyPacingMbit: *tproxyPacingMbit, TProxyInitCwnd: *tproxyInitCwnd, TProxyWindowClamp: windowClamp, TProxyHandshakeHold: *tproxyHold, NetemLimit: *netemLimit, PEPsal: *pepsal, JitterGSO: *jitterGSO, RelayCC: *relayCC, Parallel: *parallel, Log: env.Log, Progress: env.Stderr,
 	}
 	var md bytes.Buffer
 	fmt.Fprintf(&md, "`mosto bench tts %s`, %s\nload before: %s\n", strings.Join(args, " "), time.Now().UTC().Format(time.RFC1123), loadAvg())

@@ -94,6 +94,20 @@ type TProxyConfig struct {
 	// slows every intercepted flow. 0 (default): the kernel's
 	// autotuning.
 	WindowClamp Size `yaml:"window_clamp"`
+	// HandshakeHold, when > 0, holds the relay's handshake ACK towards
+	// the server (the upstream leg) and the flow's first bytes for this
+	// long after the upstream connect (TCP_QUICKACK 0 before the connect:
+	// Linux then delays the ACK of a SYN-ACK until the first data or its
+	// delayed-ACK bound of 200 ms; the relay writes nothing for the hold).
+	// The server's first RTT sample, from its SYN-ACK to that ACK, then
+	// includes the hold: on a leg whose one-way jitter is as large as its
+	// delay a single handshake sample can be a fifth of the mean RTT, and
+	// the RTO computed from it (sample + 200 ms) expires before the first
+	// flight's ACKs; with the hold it cannot (docs/tts.md, row 6). It
+	// costs the hold once per intercepted flow. At most 200ms (longer
+	// would let the kernel's timer send the ACK before the data anyway).
+	// 0 (default): off.
+	HandshakeHold Duration `yaml:"handshake_hold"`
 	// Mark and RouteTable of the policy route; 0: intercept's defaults.
 	Mark       uint32 `yaml:"mark"`
 	RouteTable int    `yaml:"route_table"`
@@ -169,6 +183,9 @@ func (c *TProxyConfig) control(id string, sc SocketConfig, kind int) func(networ
 	if c.WindowClamp > 0 {
 		ctl = windowClampControl(int(c.WindowClamp), ctl)
 	}
+	if c.HandshakeHold > 0 && kind == sockPoolDial {
+		ctl = delayedAckControl(ctl)
+	}
 	if c.InitCwnd == 0 {
 		return ctl
 	}
@@ -186,6 +203,9 @@ func (c *TProxyConfig) validate(cfg *Config) error {
 	}
 	if len(c.Congestion) > 15 {
 		return fmt.Errorf("congestion: %q is too long", c.Congestion)
+	}
+	if c.HandshakeHold < 0 || time.Duration(c.HandshakeHold) > maxHandshakeHold {
+		return fmt.Errorf("handshake_hold: %v is not in [0, %v]", time.Duration(c.HandshakeHold), maxHandshakeHold)
 	}
 	if c.WindowClamp < 0 || c.WindowClamp > 1<<30 {
 		return fmt.Errorf("window_clamp: %d is not in [0, 1 GiB]", c.WindowClamp)
@@ -265,7 +285,8 @@ func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) (*net.TCPCo
 	in.Size = int64(s.cfg.TProxy.Size)
 	var up *net.TCPConn
 	var err error
-	if s.origin.egress.lookup(in.Target) == s.self {
+	direct := s.origin.egress.lookup(in.Target) == s.self
+	if direct {
 		s.m.directFor("self_egress").Inc()
 		up, err = s.dialTransparent(in)
 	} else {
@@ -278,6 +299,16 @@ func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) (*net.TCPCo
 	}
 	intercept.AbortOnClose(c, true)
 	intercept.AbortOnClose(up, true)
+	if h := time.Duration(s.cfg.TProxy.HandshakeHold); h > 0 && direct {
+		// The handshake ACK waits for the first write (or the kernel's
+		// 200 ms bound): hold every write for h.
+		t := time.NewTimer(h)
+		select {
+		case <-t.C:
+		case <-s.flows.ctx.Done():
+			t.Stop()
+		}
+	}
 	if t := s.cfg.TProxy; t.Pacing || t.PacingMbit > 0 {
 		for _, conn := range []*net.TCPConn{c, up} {
 			if err := setPacing(conn, t.PacingMbit); err != nil {
@@ -286,6 +317,34 @@ func (s *Server) serveTProxy(l *listener, c *net.TCPConn, in Intent) (*net.TCPCo
 		}
 	}
 	return up, in.learn
+}
+
+// maxHandshakeHold is Linux's bound on a delayed ACK (TCP_DELACK_MAX):
+// the handshake ACK leaves by then whether data came or not.
+const maxHandshakeHold = 200 * time.Millisecond
+
+// delayedAckControl turns quick ACKs off (TCP_QUICKACK 0, the socket's
+// "pingpong" mode) before the connect, so that the kernel delays the ACK
+// of the SYN-ACK until the first write or 200 ms (tcp_rcv_synsent_state_process),
+// then runs prev.
+func delayedAckControl(prev func(network, address string, c syscall.RawConn) error) func(network, address string, c syscall.RawConn) error {
+	return func(network, address string, c syscall.RawConn) error {
+		if prev != nil {
+			if err := prev(network, address, c); err != nil {
+				return err
+			}
+		}
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 0)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("tcp_quickack 0: %w", serr)
+		}
+		return nil
+	}
 }
 
 // dialTransparent checks the destination policy and connects to the

@@ -43,6 +43,7 @@ func TestTProxyConfig(t *testing.T) {
 		{"pacing", "tproxy: {listen: \":15001\", pacing_mbit: -1}", "pacing_mbit"},
 		{"initcwnd", "tproxy: {listen: \":15001\", initcwnd: -1}", "initcwnd"},
 		{"window clamp", "tproxy: {listen: \":15001\", window_clamp: 2GB}", "window_clamp"},
+		{"handshake hold", "tproxy: {listen: \":15001\", handshake_hold: 300ms}", "handshake_hold"},
 		{"initcwnd table", "tproxy: {listen: \":15001\", initcwnd: 100, route_table: 252}", "route table 253"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -335,6 +336,12 @@ func TestTProxyEntry(t *testing.T) {
 // (tcpi_snd_wnd).
 func sndWnd(t *testing.T, c *net.TCPConn) uint32 {
 	t.Helper()
+	return tcpInfo(t, c).Snd_wnd
+}
+
+// tcpInfo returns c's TCP_INFO.
+func tcpInfo(t *testing.T, c *net.TCPConn) *unix.TCPInfo {
+	t.Helper()
 	rc, err := c.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -347,5 +354,45 @@ func sndWnd(t *testing.T, c *net.TCPConn) uint32 {
 	if ierr != nil {
 		t.Fatal(ierr)
 	}
-	return info.Snd_wnd
+	return info
+}
+
+// TestTProxyHandshakeHold: with handshake_hold the server's first RTT
+// sample of an intercepted flow (its SYN-ACK to the relay's ACK, read at
+// accept) includes the hold, on 2 ms of RTT; the flow's bytes arrive.
+func TestTProxyHandshakeHold(t *testing.T) {
+	w := tproxyWorld(t)
+	ctx := context.Background()
+	s := w.Addr("s")
+	startTProxyChild(t, w, fmt.Sprintf("id: tt\ndestinations: {allow: [\"%v\"]}\ntproxy: {listen: \"0.0.0.0:15001\", ports: \"8080\", handshake_hold: 150ms}\ntimeouts: {drain: 1s}\n", emu.Prefix))
+	l, err := w.Listen(ctx, "s", "tcp4", netip.AddrPortFrom(s, 8080).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := range 3 {
+		c, err := w.Dial(ctx, "c", "tcp4", netip.AddrPortFrom(s, 8080).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rtt := time.Duration(tcpInfo(t, sc.(*net.TCPConn)).Rtt) * time.Microsecond
+		sc.SetDeadline(time.Now().Add(30 * time.Second))
+		var b [1]byte
+		if _, err := io.ReadFull(sc, b[:]); err != nil || b[0] != byte(i) {
+			t.Errorf("flow %d: the server read %v, %v; want the client's byte", i, b, err)
+		}
+		if rtt < 140*time.Millisecond {
+			t.Errorf("flow %d: the server's first RTT sample is %v; want >= 140ms (the 150 ms hold on a 2 ms RTT)", i, rtt)
+		}
+		sc.Close()
+		c.Close()
+	}
 }

@@ -99,6 +99,9 @@ type Config struct {
 	// TProxyWindowClamp bounds the receive window of the intercepted
 	// legs (tproxy window_clamp, bytes); 0: none.
 	TProxyWindowClamp int64
+	// TProxyHandshakeHold holds the intercepted flows' handshake ACK to
+	// the server and their first bytes (tproxy handshake_hold); 0: off.
+	TProxyHandshakeHold time.Duration
 	// PEPsal is the path of a PEPsal binary (github.com/CNES/pepsal,
 	// built by the user; none is shipped), needed by the pepsal mode.
 	PEPsal string
@@ -401,6 +404,9 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, cfg 
 		}
 		if cfg.TProxyWindowClamp > 0 {
 			fmt.Fprintf(&b, ", window_clamp: %d", cfg.TProxyWindowClamp)
+		}
+		if cfg.TProxyHandshakeHold > 0 {
+			fmt.Fprintf(&b, ", handshake_hold: %v", cfg.TProxyHandshakeHold)
 		}
 		b.WriteString("}\n")
 	}

@@ -72,6 +72,13 @@ func TestTablesSmall(t *testing.T) {
 	if len(trials) != 2*2*3 {
 		t.Fatalf("%d trials in the results file; want 12", len(trials))
 	}
+	// 2 MB over the 1% lossy link: the server (sender in every mode)
+	// retransmitted in each transfer, as its recorded counters show.
+	for _, tr := range trials {
+		if tr.Kernel["s"]["RetransSegs"] < 1 {
+			t.Errorf("%s %s trial %d: the server's counters %v; want RetransSegs > 0", tr.CC, tr.Mode, tr.Trial, tr.Kernel)
+		}
+	}
 	pooled, err := ttsbench.MergeTrials(trials)
 	if err != nil {
 		t.Fatal(err)

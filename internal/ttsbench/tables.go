@@ -189,12 +189,14 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, wi int, res *Table
 				if err := ctx.Err(); err != nil {
 					return err
 				}
+				k0 := l.kernelSnapshot(ctx)
 				late0 := w.Lateness()
 				d, err := l.fetch(ctx, target[m])
 				late := w.Lateness().Sub(late0)
+				kd := kernelDelta(k0, l.kernelSnapshot(ctx))
 				k := key{cc, ri, m}
 				rec := Trial{UTC: time.Now().UTC(), Run: w.RunID(), World: "tables", Setup: setup, CC: cc, Row: row.spec(), Mode: m, Size: cfg.Size, Trial: trial + 1, Seed: seed, Load: loadAvg(),
-					Parallel: cfg.Parallel, Emu: emuLate(late)}
+					Parallel: cfg.Parallel, Emu: emuLate(late), Kernel: kd}
 				if err != nil && ctx.Err() != nil {
 					return ctx.Err() // stopped (another world failed): not a failed transfer
 				}

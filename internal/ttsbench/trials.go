@@ -47,6 +47,9 @@ type Trial struct {
 	// Emu is how late the world's emulator delivered packets during the
 	// transfer (nil in runs before it was recorded).
 	Emu *EmuLate `json:"emu,omitempty"`
+	// Kernel is the change of TCP counters (kernelKeys, nonzero only) in
+	// the server's and the relay's netns over the transfer, by host.
+	Kernel map[string]map[string]int64 `json:"kernel,omitempty"`
 }
 
 // EmuLate is the emulator's delivery lateness over one transfer (all the
@@ -126,6 +129,9 @@ func (c *Config) setup() string {
 	}
 	if c.TProxyWindowClamp > 0 {
 		add("tproxy-window-clamp", strconv.FormatInt(c.TProxyWindowClamp, 10))
+	}
+	if c.TProxyHandshakeHold > 0 {
+		add("tproxy-handshake-hold", c.TProxyHandshakeHold.String())
 	}
 	if c.JitterGSO {
 		add("jitter-gso", "true")
