@@ -877,7 +877,8 @@ func (o *offloader) handover(p *pipe) error {
 
 // retryable reports whether a refused handover may succeed later: it timed
 // out before the quiescent point (a flow busy both ways), a segment raced
-// the install, a leg was busy at the join, or the map was full. Refusals
+// the install, a leg was busy at the join or held data behind a hole, or
+// the map was full. Refusals
 // of the connections themselves (options, family, route, state) and
 // socket errors are final.
 func retryable(err error) bool {
@@ -889,7 +890,7 @@ func retryable(err error) bool {
 		return false
 	}
 	switch re.Reason {
-	case xlate.ReasonBusy, xlate.ReasonRaced, xlate.ReasonMapFull:
+	case xlate.ReasonBusy, xlate.ReasonRaced, xlate.ReasonOOO, xlate.ReasonMapFull:
 		return true
 	}
 	return false

@@ -91,6 +91,10 @@ type SockState struct {
 	PeerMSS, PathMSS uint32
 	Unacked          uint32 // segments sent and not acknowledged
 	InQ              int    // bytes received and not read
+	// RmemAlloc is the memory charged to the receive side (SO_MEMINFO
+	// rmem_alloc): the receive queue and the out-of-order queue. With
+	// nothing readable, anything charged is data held behind a hole.
+	RmemAlloc int
 	// RcvWnd is the window this host offers (bytes; -1 when the kernel
 	// does not say), LastDataRecv the time since data last arrived, RTT the
 	// smoothed round-trip time.
@@ -124,6 +128,7 @@ const (
 	ReasonState       Reason = "state"       // not an established TCP connection
 	ReasonBusy        Reason = "busy"        // unacknowledged, unsent or unread data
 	ReasonRaced       Reason = "raced"       // data arrived while the entries were installed
+	ReasonOOO         Reason = "ooo"         // a relay socket holds data out of order (behind a hole)
 	ReasonFamily      Reason = "family"      // an IPv4 leg and an IPv6 leg
 	ReasonTimestamps  Reason = "timestamps"  // timestamps on one leg only, or in microseconds
 	ReasonSACK        Reason = "sack"        // SACK on one leg only
@@ -136,7 +141,7 @@ const (
 )
 
 // Reasons lists every refusal reason (for counters and docs).
-var Reasons = []Reason{ReasonState, ReasonBusy, ReasonRaced, ReasonFamily, ReasonTimestamps,
+var Reasons = []Reason{ReasonState, ReasonBusy, ReasonRaced, ReasonOOO, ReasonFamily, ReasonTimestamps,
 	ReasonSACK, ReasonMSS, ReasonRoute, ReasonMapFull, ReasonExists, ReasonSocket, ReasonUnsupported}
 
 // ErrEnded is returned by Handover when the flow ended while it drained it

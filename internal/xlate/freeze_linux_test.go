@@ -132,3 +132,57 @@ func TestTailReadyCountsLeft(t *testing.T) {
 		t.Error("a 25 ms tail plus 42 ms still to come from the sender: ready (the path would carry both at once)")
 	}
 }
+
+// TestProgramFreezeOOO: a frozen socket's packets tell whether it holds
+// data out of order: a SACK block past the packet's ACK (1-4 blocks, also
+// across 2^32) sets the freeze's ooo flag, a packet without one (or with
+// only a D-SACK block below its ACK) clears it.
+func TestProgramFreezeOOO(t *testing.T) {
+	s := loadTest(t, 16)
+	s.cfg.Freeze = true // oooHeld reads the flag
+	for _, v6 := range []bool{false, true} {
+		_, b := testPair(v6)
+		if err := s.freeze(b); err != nil {
+			t.Fatal(err)
+		}
+		base := uint32(0xffff_ff00)
+		ack := func(sack ...[2]uint32) testPkt {
+			return testPkt{Src: b.Local, Dst: b.Remote, Seq: 1, Ack: base, Flags: tcpACK, Win: 100, TS: true, TSval: 7, TSecr: 8, SACK: sack}
+		}
+		// (Four blocks leave no room for the timestamps.)
+		noTS := func(p testPkt) testPkt { p.TS = false; return p }
+		steps := []struct {
+			name string
+			in   testPkt
+			want bool
+		}{
+			{"no SACK", ack(), false},
+			{"one block past the ACK (wraps)", ack([2]uint32{base + 1000, base + 3000}), true},
+			{"the hole filled", ack(), false},
+			{"D-SACK below the ACK", ack([2]uint32{base - 2000, base - 1000}), false},
+			{"D-SACK, then a block past the ACK", ack([2]uint32{base - 2000, base - 1000}, [2]uint32{base + 500, base + 900}), true},
+			{"D-SACK alone again", ack([2]uint32{base - 2000, base - 1000}), false},
+			{"four blocks, the last past the ACK", noTS(ack([2]uint32{base - 900, base - 800}, [2]uint32{base - 700, base - 600},
+				[2]uint32{base - 500, base - 400}, [2]uint32{base + 10, base + 20})), true},
+			{"three blocks below", ack([2]uint32{base - 900, base - 800}, [2]uint32{base - 700, base - 600}, [2]uint32{base - 500, base - 400}), false},
+		}
+		for _, st := range steps {
+			if ret, _ := run(t, s.objs.XlateEthEgress, st.in); ret != tcxNext {
+				t.Errorf("v6=%v %s: return %d", v6, st.name, ret)
+			}
+			var v xlateFreeze
+			k := freezeKey(b)
+			if err := s.objs.Freezes.Lookup(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			if got := v.Ooo != 0; got != st.want {
+				t.Errorf("v6=%v %s: ooo %v, want %v", v6, st.name, got, st.want)
+			}
+			// (With bytes forwarded: only the flag can tell.)
+			if got := s.oooHeld(b, SockState{}, 1) != ""; got != st.want {
+				t.Errorf("v6=%v %s: oooHeld %v, want %v", v6, st.name, got, st.want)
+			}
+		}
+		s.thaw(b)
+	}
+}

@@ -327,7 +327,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				}
 				s.log.Debug("handover: join refused at the quiescent point", "err", err)
 				var re *RefusedError
-				if !errors.As(err, &re) || (re.Reason != ReasonBusy && re.Reason != ReasonRaced && re.Reason != ReasonState) {
+				if !errors.As(err, &re) || (re.Reason != ReasonBusy && re.Reason != ReasonRaced && re.Reason != ReasonState && re.Reason != ReasonOOO) {
 					consume()
 					return nil, err
 				}

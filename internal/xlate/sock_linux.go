@@ -97,6 +97,7 @@ func readState(fd int, repair bool) (SockState, error) {
 	if st.OutQ, err = unix.IoctlGetInt(fd, unix.SIOCOUTQ); err != nil {
 		return st, refuse(ReasonSocket, "SIOCOUTQ: %v", err)
 	}
+	st.RmemAlloc, _, _ = meminfo(fd)
 	if st.Unsent, err = unix.IoctlGetInt(fd, unix.SIOCOUTQNSD); err != nil {
 		return st, refuse(ReasonSocket, "SIOCOUTQNSD: %v", err)
 	}

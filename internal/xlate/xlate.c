@@ -113,7 +113,8 @@ struct freeze {
 	__u8 wscale;  // the shift the relay applies to the windows it sends
 	__u8 set;     // edge latched
 	__u8 fix;     // the join's window probe: see probe_seq
-	__u8 pad;
+	__u8 ooo;     // the relay's last packet carried a SACK block past its
+	              // ACK: its socket holds data out of order (a hole)
 	__u32 clamped; // packets whose window was lowered
 	// With fix: the socket's window probe (a pure ACK one byte before
 	// snd_una, which the peer discards as out of window and only answers)
@@ -201,6 +202,55 @@ static __always_inline void put32(__u8 *p, __u32 v)
 	p[3] = v;
 }
 
+// sack_beyond says whether the SACK option of a relay's own packet (its
+// TCP header at toff, doff bytes) has a block that ends after ack: the
+// socket holds that data out of order, behind a hole it has not received.
+// (A D-SACK block, reporting a duplicate below ack, does not count; one
+// above ack lies in the next block, which does.) Linux puts its SACK
+// blocks on every segment while its out-of-order queue is not empty and
+// acknowledges at once when a hole fills, so the last packet the socket
+// sent says whether it holds such data now.
+static __always_inline int sack_beyond(struct __sk_buff *skb, __u32 toff, __u32 doff, __u32 ack)
+{
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratchmap, &zero);
+	if (!s || doff <= 20 || doff > 60)
+		return 0;
+	if (bpf_skb_load_bytes(skb, toff, s->old, doff) < 0)
+		return 0;
+	__u8 *h = s->old;
+	__u32 o = 20;
+	for (int i = 0; i < 40; i++) {
+		if (o >= doff)
+			break;
+		o &= 63;
+		__u8 kind = h[o];
+		if (kind == 0) // EOL
+			break;
+		if (kind == 1) { // NOP
+			o++;
+			continue;
+		}
+		if (o + 1 >= doff)
+			break;
+		__u32 len = h[(o + 1) & 63];
+		if (len < 2 || o + len > doff)
+			break;
+		if (kind == 5 && len >= 10) {
+			__u8 *b = h + (o & 63) + 2;
+			for (int j = 0; j < 4; j++) {
+				if (2 + 8 * (j + 1) > len)
+					break;
+				if ((__s32)(get32(b + 8 * j + 4) - ack) > 0)
+					return 1;
+			}
+			return 0;
+		}
+		o += len;
+	}
+	return 0;
+}
+
 // NEXT is returned for every packet that is not ours: tcx runs the next
 // program (TCX_NEXT; another xlate instance in the same namespace, e.g. a
 // second router) and passes the packet after the last; cls_bpf reads it as
@@ -273,6 +323,9 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 		if (f) {
 			__u32 ack = bpf_ntohl(tcp->ack_seq);
 			__u16 w16 = bpf_ntohs(tcp->window);
+			__u32 tdoff = (__u32)tcp->doff * 4;
+			// (Loads from the packet: the pointers stay valid.)
+			f->ooo = sack_beyond(skb, toff, tdoff, ack);
 			__u32 edge = ack + ((__u32)w16 << (f->wscale & 15));
 			if (!f->set) {
 				f->edge = edge;

@@ -42,7 +42,7 @@ type xlateFreeze struct {
 	Wscale   uint8
 	Set      uint8
 	Fix      uint8
-	Pad      uint8
+	Ooo      uint8
 	Clamped  uint32
 	ProbeSeq uint32
 }
