@@ -4,8 +4,8 @@ package xlate
 
 import (
 	"bytes"
-	"errors"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net"
