@@ -30,7 +30,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench offload fig3")
 	rtts := fs.String("rtt", "50ms,100ms", "end-to-end RTTs (each leg has half)")
 	ccs := fs.String("cc", "cubic,bbr", "congestion controls")
-	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), probe (window probes at the join), now (probes carrying the reopened windows), mosto (the relay's policy: wait while a window would limit the joined flow, then as now), mosto-nobound (mosto without the drain bound), mosto-tail (mosto with the early join: xlate.Config.Tail), mosto-raise (mosto-tail with the join's probes offering the other peer's free window), mosto-freeze (mosto-tail with the handover's window edge frozen by the program: xlate.Config.Freeze), now-freeze (offloaded at once with the early join and the frozen edge), mosto-freeze-nobound (mosto-freeze without the drain bound)")
+	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), probe (window probes at the join), now (probes carrying the reopened windows), mosto (the relay's default policy and handover: wait while a window would limit the joined flow, then the frozen early join, no drain bound), mosto-drain (the policy with the handover of sessions 9-12, offload.handover: drain: the drain bound, then as now), mosto-nobound (mosto-drain without the drain bound), mosto-tail (mosto-drain with the early join: xlate.Config.Tail), mosto-raise (mosto-tail with the join's probes offering the other peer's free window), mosto-freeze (mosto-tail with the handover's window edge frozen by the program: xlate.Config.Freeze), now-freeze (offloaded at once with the early join and the frozen edge), mosto-freeze-nobound (mosto-freeze without the drain bound)")
 	dur := fs.Duration("duration", 8*time.Second, "flow duration")
 	at := fs.Duration("at", 4*time.Second, "offload time")
 	rate := fs.Float64("rate", 200, "rate of both links, Mbit/s (0: unlimited)")
@@ -107,9 +107,13 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 					if tr.Phases.Tail > 0 {
 						phases += fmt.Sprintf(", tail %s ms", ms(tr.Phases.Tail))
 					}
+					if tr.HeldDrops > 0 {
+						phases += fmt.Sprintf(", %d held", tr.HeldDrops)
+					}
+					phases += fmt.Sprintf(", qdrops %d (1 s before: %d)", tr.QueueDrops, tr.QueueDropsPre)
 				}
 				waited := "-"
-				if cfg.Mode == offloadbench.ModeMosto || cfg.Mode == offloadbench.ModeNoBound || cfg.Mode == offloadbench.ModeTail || cfg.Mode == offloadbench.ModeRaise || cfg.Mode == offloadbench.ModeFreeze || cfg.Mode == offloadbench.ModeFreezeNoBound {
+				if _, ok := offloadbench.PolicyConfig(cfg.Mode); ok {
 					waited = tr.Waited.Round(time.Millisecond).String()
 					if tr.Held != "" {
 						waited += " (" + tr.Held + ", not offloaded)"

@@ -25,13 +25,14 @@ const (
 	ModePlain         = "plain"                // offloaded, no mitigation (no window probes after the join)
 	ModeProbe         = "probe"                // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
 	ModeNow           = "now"                  // offloaded at once, with the join's window probes carrying reopened windows
-	ModeMosto         = "mosto"                // the relay's default policy: wait while a window would limit the joined flow (relay.OffloadWatcher: the rules, then the drain bound), then as ModeNow
-	ModeNoBound       = "mosto-nobound"        // ModeMosto without the drain bound (offload.no_bound)
-	ModeTail          = "mosto-tail"           // ModeMosto with the early join (xlate.Config.Tail)
+	ModeMosto         = "mosto"                // the relay's default policy and handover (relay.OffloadWatcher: the rules that hold a join back; since session 13 the frozen early join, no drain bound)
+	ModeDrain         = "mosto-drain"          // the policy with the handover of sessions 9-12 (offload.handover: drain): the rules, the drain bound, then as ModeNow
+	ModeNoBound       = "mosto-nobound"        // ModeDrain without the drain bound (offload.no_bound)
+	ModeTail          = "mosto-tail"           // ModeDrain with the early join (xlate.Config.Tail)
 	ModeRaise         = "mosto-raise"          // ModeTail with the join's probes offering the other peer's free window (xlate.Config.RaiseWindow)
 	ModeFreeze        = "mosto-freeze"         // ModeTail with the handover's frozen window edge (xlate.Config.Freeze)
 	ModeNowFreeze     = "now-freeze"           // offloaded at once (no policy, no bound) with the early join and the frozen edge
-	ModeFreezeNoBound = "mosto-freeze-nobound" // ModeFreeze without the drain bound (the policy's rules, then the frozen handover)
+	ModeFreezeNoBound = "mosto-freeze-nobound" // ModeFreeze without the drain bound (as ModeMosto since session 13, through the drain mode's opt-ins)
 	ModeGradual       = "gradual"              // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
 )
 
@@ -79,6 +80,14 @@ type Trace struct {
 	Retrans    int       // segments retransmitted by the sender
 	Handover   time.Duration
 	Phases     xlate.Phases // of the handover
+	// HeldDrops counts the packets the program dropped while the join's
+	// entries were held (xlate.Stats.HeldDrops): retransmitted, each a
+	// hole at peer1 for about one end-to-end RTT.
+	HeldDrops uint64
+	// QueueDrops counts the packets the relay -> peer1 link dropped with
+	// its queue full: during the handover (from its start to its end, the
+	// tail included) and in the second before it.
+	QueueDrops, QueueDropsPre uint64
 	// MaxGap is the longest time peer1 received nothing, from the offload
 	// time on (the stall around the join).
 	MaxGap time.Duration
@@ -97,6 +106,29 @@ const relayPort, serverPort = 9100, 9101
 
 // errHeld: the policy held the offload back until the flow's end.
 var errHeld = errors.New("offload held back")
+
+// PolicyConfig is the relay configuration of a mode that runs the relay's
+// policy (ok false: the mode offloads without it).
+func PolicyConfig(mode string) (c relay.OffloadConfig, ok bool) {
+	drain := relay.OffloadConfig{Handover: relay.HandoverDrain}
+	switch mode {
+	case ModeMosto:
+		return relay.OffloadConfig{}, true
+	case ModeDrain:
+		return drain, true
+	case ModeNoBound:
+		drain.NoBound = true
+	case ModeTail, ModeRaise:
+		drain.Tail = true
+	case ModeFreeze:
+		drain.Tail, drain.Freeze = true, true
+	case ModeFreezeNoBound:
+		drain.Tail, drain.Freeze, drain.NoBound = true, true, true
+	default:
+		return c, false
+	}
+	return drain, true
+}
 
 // RunFig3 brings up a 3-host world (peer1, relay, peer2), streams from peer2
 // to peer1 through a splice relay and offloads it at OffloadAt.
@@ -128,7 +160,13 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	var sp *xlate.Splicer
 	if cfg.Mode != ModeRelay {
 		if err := w.Do("relay", func() (err error) {
-			sp, err = xlate.Open(ctx, xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, Tail: cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze || cfg.Mode == ModeNowFreeze || cfg.Mode == ModeFreezeNoBound, RaiseWindow: cfg.Mode == ModeRaise, Freeze: cfg.Mode == ModeFreeze || cfg.Mode == ModeNowFreeze || cfg.Mode == ModeFreezeNoBound, Log: cfg.Log})
+			xc := xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, RaiseWindow: cfg.Mode == ModeRaise, Log: cfg.Log}
+			if pc, ok := PolicyConfig(cfg.Mode); ok {
+				xc.Tail, xc.Freeze = pc.XlateHandover()
+			} else if cfg.Mode == ModeNowFreeze {
+				xc.Tail, xc.Freeze = true, true
+			}
+			sp, err = xlate.Open(ctx, xc)
 			return err
 		}); err != nil {
 			return tr, err
@@ -198,6 +236,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	handover := make(chan error, 1)
 	stopWait := make(chan struct{})
 	var last int64
+	var qpre uint64 // the relay -> peer1 link's queue drops one second before the due time
 	for i := 0; i < n; i++ {
 		select {
 		case <-ctx.Done():
@@ -220,15 +259,18 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		if i+1 == offIdx {
 			watch.Store(true)
 		}
+		if i+1 == max(0, offIdx-int(time.Second/cfg.Interval)) {
+			qpre = w.Stats("relay", "p1").QueueDrops
+		}
 		if i+1 == offIdx && cfg.Mode != ModeRelay {
 			go func() {
-				if cfg.Mode == ModeMosto || cfg.Mode == ModeNoBound || cfg.Mode == ModeTail || cfg.Mode == ModeRaise || cfg.Mode == ModeFreeze || cfg.Mode == ModeFreezeNoBound {
+				if pc, ok := PolicyConfig(cfg.Mode); ok {
 					// The relay's watcher, due from now on: its rules hold
 					// the offload back while a window would limit the joined
 					// flow, then it bounds what the relay holds; up to the
 					// flow's end.
 					due := time.Now()
-					w := relay.NewOffloadWatcher(a, b, born, relay.OffloadConfig{NoBound: cfg.Mode == ModeNoBound || cfg.Mode == ModeFreezeNoBound}, cfg.Log)
+					w := relay.NewOffloadWatcher(a, b, born, pc, cfg.Log)
 					for {
 						ready, wait, held, err := w.Step()
 						if err != nil {
@@ -253,6 +295,8 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 					tr.Waited = time.Since(due)
 				}
 				t0 := time.Now()
+				q0 := w.Stats("relay", "p1").QueueDrops
+				tr.QueueDropsPre = q0 - qpre
 				a.SetReadDeadline(time.Now())
 				b.SetReadDeadline(time.Now())
 				for range 2 {
@@ -267,10 +311,12 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 					j, err := sp.Handover(hctx, a, b)
 					if err == nil {
 						tr.Phases = j.Phases
+						tr.HeldDrops = sp.Stats().HeldDrops
 					}
 					return err
 				})
 				tr.Handover = time.Since(t0)
+				tr.QueueDrops = w.Stats("relay", "p1").QueueDrops - q0
 				if err == nil && ramp {
 					w.SetLink("p1", "relay", link)
 					w.SetLink("relay", "p2", link)

@@ -173,7 +173,8 @@ func TestSenderShort(t *testing.T) {
 // receiver's window would limit the joined flow, counts
 // each reason once per flow, and never bounds a held flow; offload.join_short
 // joins regardless; a flow already bounded is not held again (the bound
-// changed what the rules measure).
+// changed what the rules measure). (The bound is the drain handover's,
+// offload.handover: drain; TestFrozenSkipsBound has the default's.)
 func TestHoldRules(t *testing.T) {
 	_, down := tcpPair(t)
 	up, _ := tcpPair(t)
@@ -186,7 +187,8 @@ func TestHoldRules(t *testing.T) {
 	newState := func(legs [2]ccSample) *watchState {
 		return &watchState{prev: legs, cc: true}
 	}
-	o := &offloader{log: slog.New(slog.DiscardHandler)}
+	drain := OffloadConfig{Handover: HandoverDrain}
+	o := &offloader{cfg: drain, log: slog.New(slog.DiscardHandler)}
 	st := newState(cubicShort)
 	for range 3 {
 		if o.decide(p, st, true) {
@@ -249,7 +251,7 @@ func TestHoldRules(t *testing.T) {
 		t.Error("a flow 2 s old (40 joined RTTs) was held back")
 	}
 	p.unbound()
-	oa := &offloader{cfg: OffloadConfig{AgeRTTs: -1}, log: slog.New(slog.DiscardHandler)}
+	oa := &offloader{cfg: OffloadConfig{Handover: HandoverDrain, AgeRTTs: -1}, log: slog.New(slog.DiscardHandler)}
 	st = grownSt()
 	if oa.decide(p, st, true); st.bounding != 1 {
 		t.Error("age_rtts -1: a young flow was held back")
@@ -257,7 +259,7 @@ func TestHoldRules(t *testing.T) {
 	p.unbound()
 
 	// join_short: the old policy.
-	oj := &offloader{cfg: OffloadConfig{JoinShort: true}, log: slog.New(slog.DiscardHandler)}
+	oj := &offloader{cfg: OffloadConfig{Handover: HandoverDrain, JoinShort: true}, log: slog.New(slog.DiscardHandler)}
 	st = newState(cubicShort)
 	if oj.decide(p, st, true); st.bounding != 1 {
 		t.Error("join_short: the flow was held back")
@@ -265,6 +267,69 @@ func TestHoldRules(t *testing.T) {
 	p.unbound()
 	if got := oj.stats(); got.HeldSndWnd+got.HeldRcvWnd != 0 {
 		t.Errorf("join_short counted held flows: %+v", got)
+	}
+}
+
+// TestFrozenSkipsBound: with the default handover (frozen, session 13) a
+// due flow that passes the rules pauses on the same sample, its window
+// clamp and send buffer untouched (the drain bound left the frozen edge
+// about one RTT away, too close for the join to come before it), while the
+// rules still hold a flow they would hold; the splicer runs the early join
+// with the frozen edge; offload.handover: drain keeps the old path.
+func TestFrozenSkipsBound(t *testing.T) {
+	_, down := tcpPair(t)
+	up, _ := tcpPair(t)
+	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{}}
+	clamp := func() int {
+		raw, err := down.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := -1
+		raw.Control(func(fd uintptr) { v, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := clamp()
+	mbit := func(m float64) uint64 { return uint64(m * 1e6 / 8) }
+	// A BBR download at 200 Mbit/s over 25 + 25 ms, 2 s old.
+	legs := [2]ccSample{{rtt: 25 * time.Millisecond, minRTT: 25 * time.Millisecond, deliveryRate: mbit(200), sndWnd: 8 << 20},
+		{rtt: 25 * time.Millisecond, minRTT: 25 * time.Millisecond, rcvRTT: 35 * time.Millisecond, sndWnd: 8 << 20}}
+	st := &watchState{prev: legs, cc: true, rateBased: [2]bool{true, true}, born: time.Now().Add(-2 * time.Second)}
+	o := &offloader{log: slog.New(slog.DiscardHandler)}
+	if !o.decide(p, st, true) {
+		t.Fatal("frozen handover: a due BBR flow did not pause on its first sample")
+	}
+	if st.bounding != 0 || clamp() != before {
+		t.Errorf("frozen handover: bounded (%d samples, clamp %d -> %d)", st.bounding, before, clamp())
+	}
+	// The rules still hold: a CUBIC sender short of the joined window.
+	cubic := &watchState{prev: legs, cc: true, born: st.born}
+	if o.decide(p, cubic, true) {
+		t.Error("frozen handover: a CUBIC flow short of the joined window paused")
+	}
+	// The drain handover bounds the same BBR flow first.
+	od := &offloader{cfg: OffloadConfig{Handover: HandoverDrain}, log: slog.New(slog.DiscardHandler)}
+	st2 := &watchState{prev: legs, cc: true, rateBased: [2]bool{true, true}, born: st.born}
+	if od.decide(p, st2, true) || st2.bounding != 1 {
+		t.Errorf("drain handover: want the flow bounded on its first sample (bounding %d)", st2.bounding)
+	}
+	p.unbound()
+	for _, c := range []struct {
+		cfg          OffloadConfig
+		tail, freeze bool
+	}{
+		{OffloadConfig{}, true, true},
+		{OffloadConfig{Handover: HandoverFrozen}, true, true},
+		{OffloadConfig{Handover: HandoverDrain}, false, false},
+		{OffloadConfig{Handover: HandoverDrain, Tail: true}, true, false},
+		{OffloadConfig{Handover: HandoverDrain, Tail: true, Freeze: true}, true, true},
+	} {
+		if tail, freeze := c.cfg.XlateHandover(); tail != c.tail || freeze != c.freeze {
+			t.Errorf("%+v: XlateHandover() = %v, %v; want %v, %v", c.cfg, tail, freeze, c.tail, c.freeze)
+		}
 	}
 }
 

@@ -100,19 +100,60 @@ type OffloadConfig struct {
 	// has lasted as its estimate, so the gap stays within 1/AgeRTTs of it
 	// (young). Joins under minRuleRTT are never held.
 	AgeRTTs int `yaml:"age_rtts"`
+	// Handover is how a due flow leaves the relay (session 13):
+	// HandoverFrozen ("frozen", the default) freezes the window edge the
+	// relay offered when the handover began (xlate.Config.Freeze), keeps
+	// relaying up to it and joins early (xlate.Config.Tail), with no
+	// drain bound before it; HandoverDrain ("drain") is the handover of
+	// sessions 9-12: the drain bound, then the receive-buffer cut and the
+	// join at the quiescent point, with Tail, Freeze and NoBound as
+	// opt-ins.
+	Handover string `yaml:"handover"`
 	// Tail lets the handover join while the relay's socket toward a
 	// receiver still delivers up to about one RTT of data (the early join,
-	// xlate.Config.Tail; opt-in since session 11).
+	// xlate.Config.Tail; opt-in since session 11). Always on with
+	// Handover frozen.
 	Tail bool `yaml:"tail"`
 	// Freeze stops each sender at the window edge the relay offered when
 	// the handover began (the program lowers the relay's offered windows
 	// at egress; xlate.Config.Freeze) instead of cutting the receive
-	// buffers. Opt-in (session 12).
+	// buffers. Opt-in (session 12); always on with Handover frozen.
 	Freeze bool `yaml:"freeze"`
 	// NoRcvbufCap leaves the receive buffers as they are during a
 	// handover (xlate.Config.NoRcvbufCap; for comparison: the cap is how
 	// a handover without Freeze stops the senders).
 	NoRcvbufCap bool `yaml:"no_rcvbuf_cap"`
+}
+
+// Handover modes (OffloadConfig.Handover).
+const (
+	HandoverFrozen = "frozen"
+	HandoverDrain  = "drain"
+)
+
+// frozen reports whether the frozen handover is in use (the default).
+func (c OffloadConfig) frozen() bool { return c.Handover == "" || c.Handover == HandoverFrozen }
+
+// XlateHandover is how the relay configures its splicer for c: the early
+// join (xlate.Config.Tail) and the frozen edge (xlate.Config.Freeze).
+//
+// Why the frozen handover is the default (Fig. 3, session 13): the drain
+// bound clamps the window the relay offers to about one RTT of the flow
+// before the pause, so a frozen edge is then only that far away and the
+// join has no room to come before it (worst 100 ms interval 0.02-0.74 of
+// pre-offload, against >= 0.9 without the bound). Frozen at the window
+// the sender already had, the sender keeps sending at its rate while the
+// relay forwards up to the edge, stops there only briefly, and the join's
+// window update reaches it one leg RTT later while the relay's tail still
+// feeds the receiver. The bound's purpose (a sender stalled at a zero
+// window for the whole drain, then a timeout) does not arise: the sender
+// is never stalled for more than about one RTT. CUBIC flows the policy
+// would join are still held by its sender-window rule.
+func (c OffloadConfig) XlateHandover() (tail, freeze bool) {
+	if c.frozen() {
+		return true, true
+	}
+	return c.Tail, c.Freeze
 }
 
 // ageRTTs resolves AgeRTTs (0: the default).
@@ -196,6 +237,11 @@ func (c OffloadConfig) validate() error {
 	}
 	if c.AfterBytes < 0 || c.MaxFlows < 0 || c.Timeout < 0 || c.Linger < 0 || c.Attempts < 0 || c.RetryBackoff < 0 {
 		return errors.New("offload: after_bytes, max_flows, timeout, linger, attempts and retry_backoff must not be negative")
+	}
+	switch c.Handover {
+	case "", HandoverFrozen, HandoverDrain:
+	default:
+		return fmt.Errorf("offload.handover: %q, want frozen or drain", c.Handover)
 	}
 	if c.AgeRTTs < -1 {
 		return errors.New("offload.age_rtts: want -1 (never hold), 0 (default 20) or more")
@@ -296,13 +342,14 @@ func (s *Server) startOffload(ctx context.Context) error {
 	if c.Linger > 0 {
 		sweep = min(sweep, max(time.Duration(c.Linger)/2, 10*time.Millisecond))
 	}
+	tail, freeze := c.XlateHandover()
 	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * flows, PinDir: pin,
-		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: c.Tail, Freeze: c.Freeze, NoRcvbufCap: c.NoRcvbufCap, Log: s.log})
+		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: tail, Freeze: freeze, NoRcvbufCap: c.NoRcvbufCap, Log: s.log})
 	if err != nil {
 		return err
 	}
 	s.offload.Store(&offloader{cfg: c, sp: sp, log: s.log})
-	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes, "pin_dir", pin,
+	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes, "pin_dir", pin, "tail", tail, "freeze", freeze,
 		"adopted", sp.Stats().Adopted)
 	return nil
 }
@@ -419,7 +466,9 @@ func (o *offloader) decide(p *pipe, st *watchState, due bool) bool {
 			due = false
 		}
 	}
-	if due && !o.cfg.NoBound {
+	// The frozen handover needs no bound (see XlateHandover): its sender
+	// keeps sending up to the edge it already had.
+	if due && !o.cfg.NoBound && !o.cfg.frozen() {
 		due = o.bound(p, st)
 	}
 	return due

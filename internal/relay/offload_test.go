@@ -401,6 +401,9 @@ func TestOffloadConfigValidate(t *testing.T) {
 		{OffloadConfig{Mode: "slow-start", PinDir: "/sys/fs/bpf/x"}, true},
 		{OffloadConfig{Mode: "slow-start", PinDir: "relative/dir"}, false},
 		{OffloadConfig{Mode: "slow-start", Linger: -1}, false},
+		{OffloadConfig{Mode: "slow-start", Handover: "frozen"}, true},
+		{OffloadConfig{Mode: "slow-start", Handover: "drain"}, true},
+		{OffloadConfig{Mode: "slow-start", Handover: "fast"}, false},
 	} {
 		if err := c.cfg.validate(); (err == nil) != c.ok {
 			t.Errorf("validate(%+v) = %v, want ok %v", c.cfg, err, c.ok)

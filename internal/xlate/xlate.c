@@ -143,6 +143,7 @@ enum ctr {
 	C_REMOTE,  // packets of an F_REMOTE entry that arrived here
 	C_REMOTE_DATA, // those of them with a payload (a lost race's answer)
 	C_TAIL,    // ACKs cloned to a relay socket's tail (F_TAIL)
+	C_HELD,    // packets dropped by a join being installed (F_HOLD)
 	C_MAX,
 };
 
@@ -371,8 +372,10 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 	// translated would be lost to them if it is rolled back. Dropped, it
 	// is retransmitted into whichever side wins.
 	if (e->flags & F_HOLD) {
-		if (bpf_map_lookup_elem(&holds, &key))
+		if (bpf_map_lookup_elem(&holds, &key)) {
+			count(C_HELD, 1);
 			return TC_ACT_SHOT;
+		}
 		__sync_fetch_and_and(&e->flags, ~F_HOLD);
 	}
 

@@ -611,8 +611,10 @@ type Stats struct {
 	// entry translated at the sender's egress (Entry.Remote: translated
 	// here too), RemoteData those of them with a payload. Tail counts
 	// ACKs also passed to a relay socket still sending its tail after an
-	// early join (Entry.Tail).
-	Packets, Bytes, Redirected, Passed, Errors, Latched, Egress, Remote, RemoteData, Tail uint64
+	// early join (Entry.Tail). HeldDrops counts packets dropped while a
+	// join was being installed (its entries hold until the sockets' state
+	// is checked; their senders retransmit them).
+	Packets, Bytes, Redirected, Passed, Errors, Latched, Egress, Remote, RemoteData, Tail, HeldDrops uint64
 }
 
 // Stats returns the counters.
@@ -627,7 +629,7 @@ func (s *Splicer) Stats() Stats {
 	st.Adopted, st.Held = s.adopted, len(s.held)
 	s.mu.Unlock()
 	st.ReserveFailed = s.reserveFailed.Load()
-	vals := make([]uint64, 10)
+	vals := make([]uint64, 11)
 	for i := range vals {
 		var per []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &per); err == nil {
@@ -636,7 +638,7 @@ func (s *Splicer) Stats() Stats {
 			}
 		}
 	}
-	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched, st.Egress, st.Remote, st.RemoteData, st.Tail = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9]
+	st.Packets, st.Bytes, st.Redirected, st.Passed, st.Errors, st.Latched, st.Egress, st.Remote, st.RemoteData, st.Tail, st.HeldDrops = vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9], vals[10]
 	return st
 }
 
