@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -38,7 +39,7 @@ func runChild(path string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	s, err := relay.New(cfg, nil)
+	s, err := relay.New(cfg, slog.New(servingHandler{slog.DiscardHandler}))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -52,6 +53,25 @@ func runChild(path string) int {
 	}
 	return 0
 }
+
+// servingHandler prints "SERVING" on stdout when the proxy logs that it
+// serves: Run has installed its interception rules and opened its
+// listeners, which a test of a restarted child cannot tell from the rules
+// the killed one left.
+type servingHandler struct{ slog.Handler }
+
+func (h servingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h servingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "proxy serving" {
+		fmt.Println("SERVING")
+	}
+	return nil
+}
+
+func (h servingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h servingHandler) WithGroup(string) slog.Handler { return h }
 
 // startChild runs the proxy of cfgYAML in a child process and returns it
 // with its hop address.

@@ -102,24 +102,37 @@ func startTProxyChild(t *testing.T, w *emu.World, cfgYAML string) *exec.Cmd {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 	})
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-		t.Fatalf("child said %q, %v", line, err)
-	}
-	go io.Copy(io.Discard, out)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ts, err := intercept.Tables(context.Background(), w.NetNS("r"))
-		if err == nil && slices.Contains(ts, "mosto_tp_tt") {
-			// The policy route is added right after the table.
-			if o, _ := exec.Command("ip", "-n", w.NetNS("r"), "route", "show", "table", fmt.Sprint(intercept.DefaultRouteTable)).Output(); len(o) > 0 {
-				return cmd
+	// The child says SERVING once Run has installed its rules: after a
+	// SIGKILL the killed child's leftover rules are still there, and the
+	// restarted one replaces them (routes first, the table last).
+	serving := make(chan error, 1)
+	go func() {
+		r := bufio.NewReader(out)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				serving <- fmt.Errorf("child ended before serving: %w", err)
+				return
+			}
+			if strings.TrimSpace(line) == "SERVING" {
+				serving <- nil
+				io.Copy(io.Discard, r)
+				return
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("interception rules not installed after 20 s (tables %v, %v)", ts, err)
+	}()
+	select {
+	case err := <-serving:
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the proxy did not serve within 30 s")
 	}
+	if ts, err := intercept.Tables(context.Background(), w.NetNS("r")); err != nil || !slices.Contains(ts, "mosto_tp_tt") {
+		t.Fatalf("serving without its interception table (tables %v, %v)", ts, err)
+	}
+	return cmd
 }
 
 // TestTProxyEntry runs the proxy with a tproxy entry in a child process on
