@@ -333,11 +333,12 @@ func TestFrozenSkipsBound(t *testing.T) {
 	}
 }
 
-// TestBoundsFixed: the drain bound keeps the bounds it set on the flow's
-// first bounded sample. Computed again from each sample's delivery rate, a
-// clamped sender's lower rate shrank the next clamp (a BBR sender's
-// bandwidth estimate followed it down to 0.4x in Fig. 3 and kept it after
-// the join).
+// TestBoundsFixed: the drain bound's bounds never go down. Computed again
+// from each sample's delivery rate, a clamped sender's lower rate shrank
+// the next clamp (a BBR sender's bandwidth estimate followed it down to
+// 0.4x in Fig. 3 and kept it after the join). They follow a faster sample
+// up (session 13): kept at the first sample's, a flow still ramping up
+// stayed clamped to its early rate (Fig. 4's chain).
 func TestBoundsFixed(t *testing.T) {
 	_, down := tcpPair(t)
 	up, _ := tcpPair(t)
@@ -371,6 +372,19 @@ func TestBoundsFixed(t *testing.T) {
 	o.bound(p, &st)
 	if got := clamp(); got != first {
 		t.Errorf("clamp after slower samples = %d, want %d (the bounds of the first sample)", got, first)
+	}
+	// A flow still ramping up: the bounds follow its rate up.
+	fast := leg
+	fast.deliveryRate *= 3
+	st.prev = [2]ccSample{fast, fast}
+	o.bound(p, &st)
+	if got := clamp(); got != 3*first {
+		t.Errorf("clamp after a faster sample = %d, want %d", got, 3*first)
+	}
+	st.prev = [2]ccSample{slow, slow}
+	o.bound(p, &st)
+	if got := clamp(); got != 3*first {
+		t.Errorf("clamp after a slower sample again = %d, want %d (never down)", got, 3*first)
 	}
 	p.unbound()
 }
