@@ -50,8 +50,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	offloadNoBound := fs.Bool("fep-offload-nobound", false, "with --fep-offload: pause a due flow at once and drain whatever the proxy holds (offload.no_bound; the default bounds it first)")
 	offloadMode := fs.String("fep-offload-mode", "bytes", "with --fep-offload: the proxies' offload.mode (bytes: after --fep-offload bytes; slow-start: once a leg left slow start, or after --fep-offload bytes)")
 	offloadAgeRTTs := fs.Int("fep-offload-age-rtts", 0, "with --fep-offload: offload.age_rtts (hold an offload until the flow lasted this many joined RTTs; 0: the proxies' default 20, -1: never hold)")
-	offloadTail := fs.Bool("fep-offload-tail", false, "with --fep-offload: offload.tail (the early join: join while a leg still delivers about one RTT)")
-	offloadFreeze := fs.Bool("fep-offload-freeze", false, "with --fep-offload: offload.freeze (stop the senders at the window edge of the handover's start)")
+	offloadTail := fs.Bool("fep-offload-tail", false, "with --fep-offload-handover drain: offload.tail (the early join: join while a leg still delivers about one RTT)")
+	offloadFreeze := fs.Bool("fep-offload-freeze", false, "with --fep-offload-handover drain: offload.freeze (stop the senders at the window edge of the handover's start)")
+	offloadHandover := fs.String("fep-offload-handover", "", "with --fep-offload: offload.handover (frozen: the proxies' default; drain: the handover of sessions 9-12, where --fep-offload-tail, -freeze, -nobound and -no-rcvbuf-cap apply)")
 	offloadNoCap := fs.Bool("fep-offload-no-rcvbuf-cap", false, "with --fep-offload: offload.no_rcvbuf_cap (the handover leaves the receive buffers uncut)")
 	offloadJoinShort := fs.Bool("fep-offload-join-short", false, "with --fep-offload: offload.join_short (join even when a window would limit the joined flow; the default holds such an offload back)")
 	cc := fs.String("fep-cc", "", "lever: congestion control of the proxies' hop and origin sockets (e.g. cubic, bbr)")
@@ -88,6 +89,9 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	}
 	if *offloadMode != "bytes" && *offloadMode != "slow-start" {
 		return usageErrorf("--fep-offload-mode must be bytes or slow-start")
+	}
+	if h := *offloadHandover; h != "" && h != "frozen" && h != "drain" {
+		return usageErrorf("--fep-offload-handover must be frozen or drain")
 	}
 	if *probeEvery < 100*time.Millisecond {
 		return usageErrorf("--probe-interval must be at least 100ms")
@@ -215,7 +219,7 @@ func runBenchTransfer(ctx context.Context, env *Env, args []string) error {
 	scfg := scenario.Config{Roles: roles, Sizes: sizes, Mosto: []string{exe}, CDN: useCDN, CDNIdle: *cdnIdle, Table: tf,
 		Tune: scenario.Tune{InitCwnd: *initcwnd, RmemInit: *rmem, Congestion: *cc,
 			HopPool: *hopPool, OriginPool: *originPool, FastOpen: *fastOpen, Offload: *offload, OffloadNoBound: *offloadNoBound, OffloadMode: *offloadMode, OffloadJoinShort: *offloadJoinShort, OffloadAgeRTTs: *offloadAgeRTTs,
-			OffloadTail: *offloadTail, OffloadFreeze: *offloadFreeze, OffloadNoRcvbufCap: *offloadNoCap},
+			OffloadTail: *offloadTail, OffloadFreeze: *offloadFreeze, OffloadNoRcvbufCap: *offloadNoCap, OffloadHandover: *offloadHandover},
 		TuneCDN: *tuneCDN, OriginWmem: *originWmem, Model: pathcomp.Model{ICW: *icw, EndICW: *endICW, EndRTT: *endRTT}, CDNHost: *cdnHost, CDNDefaultIdle: *defaultIdle}
 	if *offload > 0 {
 		// Keep the proxies' configs and logs with the results (what each
@@ -325,8 +329,8 @@ func tuningNote(c scenario.Config, cdn bool) string {
 	if icw == 0 {
 		icw = 10
 	}
-	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off; mode %q, no_bound %v, join_short %v, age_rtts %d, tail %v, freeze %v, no_rcvbuf_cap %v). ",
-		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload, t.OffloadMode, t.OffloadNoBound, t.OffloadJoinShort, t.OffloadAgeRTTs, t.OffloadTail, t.OffloadFreeze, t.OffloadNoRcvbufCap)
+	s := fmt.Sprintf("Levers: FEPs initcwnd/initrwnd %d (0: kernel default), initial rmem %d (0: unchanged), Fast Open %v, hop pool %d, origin pool %d, offload after %d bytes (0: off; mode %q, no_bound %v, join_short %v, age_rtts %d, tail %v, freeze %v, no_rcvbuf_cap %v, handover %q). ",
+		t.InitCwnd, t.RmemInit, t.FastOpen, t.HopPool, t.OriginPool, t.Offload, t.OffloadMode, t.OffloadNoBound, t.OffloadJoinShort, t.OffloadAgeRTTs, t.OffloadTail, t.OffloadFreeze, t.OffloadNoRcvbufCap, t.OffloadHandover)
 	switch {
 	case !cdn:
 		s += "No CDN front-end. "

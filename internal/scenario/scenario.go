@@ -178,6 +178,9 @@ type Tune struct {
 	OffloadTail, OffloadFreeze bool
 	// OffloadNoRcvbufCap: offload.no_rcvbuf_cap on the proxies.
 	OffloadNoRcvbufCap bool
+	// OffloadHandover: offload.handover on the proxies ("": their
+	// default, frozen; "drain": the handover of sessions 9-12).
+	OffloadHandover string
 }
 
 // Scenario is a running experiment in a world.
@@ -525,6 +528,9 @@ func (s *Scenario) startProxies(ctx context.Context) error {
 			}
 			if s.cfg.Tune.OffloadNoRcvbufCap {
 				pc.Offload["no_rcvbuf_cap"] = true
+			}
+			if h := s.cfg.Tune.OffloadHandover; h != "" {
+				pc.Offload["handover"] = h
 			}
 		}
 		if t := s.cfg.Tune; t.HopPool > 0 || t.OriginPool > 0 {
