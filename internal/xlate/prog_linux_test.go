@@ -431,3 +431,48 @@ func TestProgramMarks(t *testing.T) {
 		}
 	}
 }
+
+// TestProgramSYNRetires: a SYN without ACK on a joined tuple (a client that
+// reuses its port for a new connection while the old flow's entries
+// linger) goes to the stack untranslated and retires the entry it
+// matched; the sweeper then removes the pair. Translated, it and the
+// request behind it reached the other leg's peer as a new connection from
+// the old tuple (Fig. 4 chain: the next relay refused the request as a
+// malformed hop header and the client read a reset). Other packets are
+// still translated.
+func TestProgramSYNRetires(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		s := loadTest(t, 16)
+		a, b := testPair(v6)
+		ab, ba, err := Pair(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ab.Ifindex, ba.Ifindex = 1, 1
+		if err := s.Install(ab, ba); err != nil {
+			t.Fatal(err)
+		}
+		data := testPkt{Src: a.Remote, Dst: a.Local, Seq: a.RcvNxt, Ack: a.SndNxt, Flags: tcpACK, Win: 100, TS: true, TSval: 5, TSecr: 6, Payload: []byte("x")}
+		if ret, _ := run(t, s.objs.XlateEth, data); ret != tcActRedirect {
+			t.Fatalf("v6=%v: a data segment returned %d, want redirect", v6, ret)
+		}
+		// A SYN without ACK from peer1's address and port is not.
+		syn := testPkt{Src: a.Remote, Dst: a.Local, Seq: 12345, Flags: 0x02, Win: 64240, TS: true, TSval: 9}
+		ret, out := run(t, s.objs.XlateEth, syn)
+		if ret != tcxNext || out.Src != syn.Src || out.Dst != syn.Dst || out.Seq != syn.Seq {
+			t.Errorf("v6=%v: SYN returned %d, %s -> %s seq %d; want next, untouched", v6, ret, out.Src, out.Dst, out.Seq)
+		}
+		var v xlateEntry
+		k := tupleKey(ab.In)
+		if err := s.objs.Joins.Lookup(&k, &v); err == nil {
+			t.Errorf("v6=%v: the entry the SYN matched is still there", v6)
+		}
+		if n := s.sweep(monoNow()); n != 1 || s.Stats().Active != 0 {
+			t.Errorf("v6=%v: sweep removed %d pairs, %d active; want the pair gone", v6, n, s.Stats().Active)
+		}
+		rev := testPkt{Src: b.Remote, Dst: b.Local, Seq: b.RcvNxt, Ack: b.SndNxt, Flags: tcpACK, Win: 100, TS: true, TSval: 5, TSecr: 6}
+		if ret, _ := run(t, s.objs.XlateEth, rev); ret != tcxNext {
+			t.Errorf("v6=%v: after the sweep, the reverse entry still translates (return %d)", v6, ret)
+		}
+	}
+}

@@ -356,6 +356,18 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 	struct entry *e = bpf_map_lookup_elem(&joins, &key);
 	if (!e)
 		return NEXT;
+	// A SYN without ACK opens a new connection: the joined flow on this
+	// tuple is over (an entry lingers after FIN both ways, and a client
+	// that closed passively may reuse its port at once). Translated, it
+	// and the request after it reached the other leg's peer as a new
+	// connection from the old tuple (the next relay refused a hop header
+	// it did not find: the client saw a reset). The entry goes (the
+	// sweeper then removes its pair and frees the relay's reserved
+	// sockets) and the SYN goes to this host's stack.
+	if (tcp->syn && !tcp->ack) {
+		bpf_map_delete_elem(&joins, &key);
+		return NEXT;
+	}
 	// The surrogate's agent translates this direction at its egress; a
 	// packet arriving here left the surrogate before the agent's entry was
 	// in place (or the agent is gone). It is translated here too, its
