@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -500,5 +501,89 @@ func kmsgFrom(t *testing.T) func() []string {
 				warn = append(warn, rec)
 			}
 		}
+	}
+}
+
+// TestJoinTupleReused: after a joined flow ended (FIN both ways; its
+// entries linger), peer1 opens a new connection to the relay from the same
+// address and port (a passive closer may reuse its port at once). It must
+// reach the relay's listener, not peer2: translated, the SYN and the
+// request after it went to peer2 as a new connection from the old tuple
+// (TestProgramSYNRetires).
+func TestJoinTupleReused(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	l := xlatetest.NewLine(t, false)
+	s := openIn(t, l.R, Config{})
+	defer s.Close()
+	r := relayPair(t, l)
+	joinWhenQuiet(t, s, l.R, r.a, r.b)
+	port := r.c1.LocalAddr().(*net.TCPAddr).Port
+	// peer2 closes first, peer1 answers: peer1 closes passively (no
+	// TIME_WAIT on its side).
+	if err := r.c2.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	r.c1.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(r.c1); err != nil {
+		t.Fatalf("peer1 reading to the FIN: %v", err)
+	}
+	r.c1.Close()
+	r.c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(r.c2); err != nil {
+		t.Fatalf("peer2 reading to the FIN: %v", err)
+	}
+	var ln2 net.Listener
+	xlatetest.MustIn(t, l.P2, func() (err error) {
+		ln2, err = net.Listen("tcp", net.JoinHostPort(l.P2Addr, "80"))
+		return
+	})
+	defer ln2.Close()
+	var lnr net.Listener
+	xlatetest.MustIn(t, l.R, func() (err error) {
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) })
+			return serr
+		}}
+		lnr, err = lc.Listen(context.Background(), "tcp", net.JoinHostPort(l.RAddr1, "8080"))
+		return
+	})
+	defer lnr.Close()
+	// peer2 must not see a connection.
+	stray := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln2.Accept(); err == nil {
+			stray <- c
+		}
+	}()
+	var c *net.TCPConn
+	xlatetest.MustIn(t, l.P1, func() error {
+		d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(l.P1Addr), Port: port}}
+		cc, err := d.Dial("tcp", net.JoinHostPort(l.RAddr1, "8080"))
+		if err == nil {
+			c = cc.(*net.TCPConn)
+		}
+		return err
+	})
+	defer c.Close()
+	if _, err := c.Write([]byte("GET")); err != nil {
+		t.Fatal(err)
+	}
+	lnr.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+	a, err := lnr.Accept()
+	if err != nil {
+		t.Fatalf("relay: %v", err)
+	}
+	defer a.Close()
+	got := make([]byte, 3)
+	a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(a, got); err != nil || string(got) != "GET" {
+		t.Fatalf("relay read %q, %v", got, err)
+	}
+	select {
+	case sc := <-stray:
+		sc.Close()
+		t.Error("peer2 accepted a connection from the reused tuple")
+	default:
 	}
 }
