@@ -559,11 +559,19 @@ func TestJoinTupleReused(t *testing.T) {
 	var c *net.TCPConn
 	xlatetest.MustIn(t, l.P1, func() error {
 		d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(l.P1Addr), Port: port}}
-		cc, err := d.Dial("tcp", net.JoinHostPort(l.RAddr1, "8080"))
-		if err == nil {
-			c = cc.(*net.TCPConn)
+		// (peer1's socket may still wait for peer2's ACK of its FIN.)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			cc, err := d.Dial("tcp", net.JoinHostPort(l.RAddr1, "8080"))
+			if err == nil {
+				c = cc.(*net.TCPConn)
+				return nil
+			}
+			if !errors.Is(err, unix.EADDRINUSE) || time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		return err
 	})
 	defer c.Close()
 	if _, err := c.Write([]byte("GET")); err != nil {
