@@ -34,6 +34,7 @@ const (
 	ModeNowFreeze     = "now-freeze"           // offloaded at once (no policy, no bound) with the early join and the frozen edge
 	ModeFreezeNoBound = "mosto-freeze-nobound" // ModeFreeze without the drain bound (as ModeMosto since session 13, through the drain mode's opt-ins)
 	ModeGradual       = "gradual"              // seed's mitigation: legs' delay raised in 10 ms RTT steps, then offloaded (with probes)
+	ModeGradualFreeze = "gradual-freeze"       // ModeGradual, then the frozen early join (as ModeNowFreeze)
 )
 
 // Fig3Config is one run.
@@ -49,6 +50,9 @@ type Fig3Config struct {
 	Interval  time.Duration // goodput interval
 	// TraceSender samples peer2's TCP_INFO at every interval (Trace.Sender).
 	TraceSender bool
+	// StepEvery is the time between two delay steps of ModeGradual and
+	// ModeGradualFreeze (0: 1.5 end-to-end RTTs).
+	StepEvery time.Duration
 	Log         *slog.Logger
 }
 
@@ -163,7 +167,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 			xc := xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, RaiseWindow: cfg.Mode == ModeRaise, Log: cfg.Log}
 			if pc, ok := PolicyConfig(cfg.Mode); ok {
 				xc.Tail, xc.Freeze = pc.XlateHandover()
-			} else if cfg.Mode == ModeNowFreeze {
+			} else if cfg.Mode == ModeNowFreeze || cfg.Mode == ModeGradualFreeze {
 				xc.Tail, xc.Freeze = true, true
 			}
 			sp, err = xlate.Open(ctx, xc)
@@ -218,7 +222,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	n := int(cfg.Duration / cfg.Interval)
 	offIdx := int(cfg.OffloadAt / cfg.Interval)
 	tr.OffloadIdx = offIdx
-	ramp := cfg.Mode == ModeGradual
+	ramp := cfg.Mode == ModeGradual || cfg.Mode == ModeGradualFreeze
 	var steps []float64
 	if ramp {
 		// From RTT/4 to RTT/2 one way per link: +5 ms one way = +10 ms
@@ -229,6 +233,9 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		steps = append(steps, 2*oneWay)
 	}
 	stepEvery := max(1, int((3*cfg.RTT/2)/cfg.Interval))
+	if cfg.StepEvery > 0 {
+		stepEvery = max(1, int(cfg.StepEvery/cfg.Interval))
+	}
 	rampStart := offIdx - len(steps)*stepEvery
 	if ramp {
 		tr.OffloadIdx = rampStart
