@@ -53,7 +53,7 @@ type Fig3Config struct {
 	// StepEvery is the time between two delay steps of ModeGradual and
 	// ModeGradualFreeze (0: 1.5 end-to-end RTTs).
 	StepEvery time.Duration
-	Log         *slog.Logger
+	Log       *slog.Logger
 }
 
 // SenderSample is peer2's (the sender's) TCP_INFO at the end of one
