@@ -23,7 +23,7 @@ func runBenchTTS(ctx context.Context, env *Env, args []string) error {
 	only := fs.String("only", "tables,grid", "parts to run: tables, grid, planner (the controller deciding which on-path relays intercept)")
 	sizeFlag := fs.String("size", "70MB", "file size of the seed's tables (70 MB: E2E takes ~5.9 s at 100 Mbit/s, as in the seed)")
 	ccs := fs.String("cc", "cubic,bbr", "congestion controls of the tables")
-	modes := fs.String("modes", "e2e,tts,split", "modes of the tables")
+	modes := fs.String("modes", "e2e,tts,split", "modes of the tables: e2e, tts, split, pepsal, tts-bdpG (tts through a second proxy beside the first, its tproxy entry with the same settings plus window_bdp: G, e.g. tts-bdp1.25)")
 	rowsFlag := fs.String("rows", "", "rows of the tables to run, 1-based indices (default: all 6); \"clean\": 1 ms links without jitter or loss (interception overhead)")
 	rate := fs.Float64("rate", 100, "link rate, Mbit/s (the seed: 100)")
 	gridRTTs := fs.String("grid-rtts", "2,20,100,400", "grid: end-to-end RTTs (ms)")

@@ -94,6 +94,22 @@ type TProxyConfig struct {
 	// slows every intercepted flow. 0 (default): the kernel's
 	// autotuning.
 	WindowClamp Size `yaml:"window_clamp"`
+	// WindowBDP, when > 0, makes the receive window each leg of an
+	// intercepted flow advertises follow WindowBDP x the leg's measured
+	// bandwidth-delay product: its peak arrival rate (segments received
+	// per interval of half its minimum RTT, 10-200 ms, highest so far) times its minimum RTT (TCP_INFO), at least 256 KiB, raised as
+	// the estimate grows and never lowered (TCP_WINDOW_CLAMP, with the
+	// receive buffer locked at eight times it so that autotuning cannot
+	// raise the clamp). The sender feeding the relay (the server on
+	// downloads) then has at most WindowBDP x BDP in flight: its slow
+	// start cannot overshoot its path's queue by more than
+	// (WindowBDP - 1) x BDP, whatever the path's rate and RTT. A slow-start
+	// burst arrives at the path's bottleneck rate, so the estimate reaches
+	// that rate several rounds before the sender's window reaches the BDP
+	// and the bound does not slow the ramp. 1.25 suits queues of at least
+	// a third of the BDP (docs/tts.md, session 14). 0 (default): off.
+	// Not with window_clamp.
+	WindowBDP float64 `yaml:"window_bdp"`
 	// HandshakeHold, when > 0, holds the relay's handshake ACK towards
 	// the server (the upstream leg) and the flow's first bytes for this
 	// long after the upstream connect (TCP_QUICKACK 0 before the connect:
@@ -206,6 +222,12 @@ func (c *TProxyConfig) validate(cfg *Config) error {
 	}
 	if c.HandshakeHold < 0 || time.Duration(c.HandshakeHold) > maxHandshakeHold {
 		return fmt.Errorf("handshake_hold: %v is not in [0, %v]", time.Duration(c.HandshakeHold), maxHandshakeHold)
+	}
+	if c.WindowBDP != 0 && !(c.WindowBDP >= 1 && c.WindowBDP <= 16) {
+		return fmt.Errorf("window_bdp: %v is not 0 or in [1, 16]", c.WindowBDP)
+	}
+	if c.WindowBDP > 0 && c.WindowClamp > 0 {
+		return errors.New("window_bdp and window_clamp exclude each other")
 	}
 	if c.WindowClamp < 0 || c.WindowClamp > 1<<30 {
 		return fmt.Errorf("window_clamp: %d is not in [0, 1 GiB]", c.WindowClamp)
@@ -386,6 +408,8 @@ func (s *Server) relayTransparent(role role, down, up *net.TCPConn) {
 	defer rm.active.Dec()
 	p := s.newPipe(rm, down, up)
 	p.abortOnEnd = true
+	stop := s.followFlow(down, up)
+	defer stop()
 	if m := s.onPathFlow(addrPort(down.RemoteAddr()), addrPort(down.LocalAddr())); m != nil {
 		p.copied = func() { s.noteLegs(m, down, up) }
 	}

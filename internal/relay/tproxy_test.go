@@ -44,6 +44,8 @@ func TestTProxyConfig(t *testing.T) {
 		{"initcwnd", "tproxy: {listen: \":15001\", initcwnd: -1}", "initcwnd"},
 		{"window clamp", "tproxy: {listen: \":15001\", window_clamp: 2GB}", "window_clamp"},
 		{"handshake hold", "tproxy: {listen: \":15001\", handshake_hold: 300ms}", "handshake_hold"},
+		{"window bdp", "tproxy: {listen: \":15001\", window_bdp: 0.5}", "window_bdp"},
+		{"window bdp and clamp", "tproxy: {listen: \":15001\", window_bdp: 1.25, window_clamp: 3MB}", "exclude each other"},
 		{"initcwnd table", "tproxy: {listen: \":15001\", initcwnd: 100, route_table: 252}", "route table 253"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +37,26 @@ const (
 	PEPsal Mode = "pepsal"
 )
 
+// bdpModePrefix starts the modes "tts-bdpG" (e.g. tts-bdp1.25): TTS
+// through a second proxy on the relay host beside the first, whose tproxy
+// entry has the same settings plus window_bdp: G, on a server port of its
+// own (portBDP + the mode's index), so that every trial runs it beside tts
+// in the same world.
+const bdpModePrefix = "tts-bdp"
+
+// BDPGain returns G of a mode tts-bdpG, and whether m is one.
+func (m Mode) BDPGain() (float64, bool) {
+	g, ok := strings.CutPrefix(string(m), bdpModePrefix)
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(g, 64)
+	if err != nil || !(v >= 1 && v <= 16) {
+		return 0, false
+	}
+	return v, true
+}
+
 // Ports in the worlds.
 const (
 	portTTS    = 8080  // server port in the interception scope
@@ -45,6 +66,16 @@ const (
 	portGrid   = 8100  // grid: server port of segmentation configuration k is portGrid+k
 	portPEPsal = 8090  // server port in PEPsal's interception scope
 	pepsalPort = 5000  // PEPsal's transparent listener (its default)
+	portBDP    = 8081  // server port of the i-th tts-bdpG mode: portBDP+i
+	portBDPTP  = 15002 // its proxy's transparent listener: portBDPTP+i
+)
+
+// The i-th tts-bdpG proxy's policy route: a mark and table pair of its
+// own (its mark + 1 and table + 1 too, for initcwnd), beside the first
+// proxy's (intercept's defaults) and PEPsal's.
+const (
+	bdpMark  = 0x4d60
+	bdpTable = 19800
 )
 
 // Config configures a run.
@@ -147,8 +178,8 @@ func (c *Config) defaults() error {
 		c.Modes = []Mode{E2E, TTS, Split}
 	}
 	for _, m := range c.Modes {
-		if m != E2E && m != TTS && m != Split && m != PEPsal {
-			return fmt.Errorf("ttsbench: unknown mode %q (want e2e, tts, split, pepsal)", m)
+		if _, ok := m.BDPGain(); !ok && m != E2E && m != TTS && m != Split && m != PEPsal {
+			return fmt.Errorf("ttsbench: unknown mode %q (want e2e, tts, split, pepsal, tts-bdpG with G in [1, 16])", m)
 		}
 		if m == PEPsal && c.PEPsal == "" {
 			return errors.New("ttsbench: mode pepsal needs the path of a PEPsal binary")
@@ -313,7 +344,11 @@ type proc struct {
 // proxy starts `mosto proxy` in host with the given config and waits until
 // ready (an address) accepts connections.
 func (l *lab) proxy(ctx context.Context, host, conf string, ready netip.AddrPort) error {
-	path := filepath.Join(l.cfg.Dir, fmt.Sprintf("proxy-%s-%s.yaml", l.w.RunID(), host))
+	name := host
+	if id := proxyID(conf); id != host {
+		name = host + "-" + id
+	}
+	path := filepath.Join(l.cfg.Dir, fmt.Sprintf("proxy-%s-%s.yaml", l.w.RunID(), name))
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -355,7 +390,7 @@ func (l *lab) ready(ctx context.Context, a netip.AddrPort) bool {
 		return true
 	}
 	host := "c"
-	if a.Port() == portTP {
+	if a.Port() == portTP || a.Port() >= portBDPTP && a.Port() < portBDPTP+16 {
 		host = l.hostOf(a.Addr())
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -382,6 +417,23 @@ func (l *lab) hostOf(a netip.Addr) string {
 // whose origin is the server's out-of-scope port.
 // cfg gives the tproxy entry's settings (Config.RelayNoSACK, TProxy*).
 func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, cfg *Config) string {
+	return proxyConfWith(id, ports, split, cc, cfg, extraTProxy{})
+}
+
+// extraTProxy is what a second proxy's tproxy entry adds (mode tts-bdpG).
+type extraTProxy struct {
+	listen      uint16 // 0: portTP
+	mark, table int    // 0: intercept's defaults
+	windowBDP   float64
+}
+
+// proxyID reads the id a proxyConf config starts with.
+func proxyID(conf string) string {
+	first, _, _ := strings.Cut(conf, "\n")
+	return strings.TrimPrefix(first, "id: ")
+}
+
+func proxyConfWith(id string, ports []int, split *[2]netip.AddrPort, cc string, cfg *Config, x extraTProxy) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "id: %s\ndestinations: {allow: [\"%v\"]}\n", id, emu.Prefix)
 	if len(ports) > 0 {
@@ -389,7 +441,17 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, cfg 
 		for i, p := range ports {
 			ps[i] = fmt.Sprint(p)
 		}
-		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\", no_sack: %v", portTP, strings.Join(ps, ","), cfg.RelayNoSACK)
+		listen := uint16(portTP)
+		if x.listen != 0 {
+			listen = x.listen
+		}
+		fmt.Fprintf(&b, "tproxy: {listen: \"0.0.0.0:%d\", ports: \"%s\", no_sack: %v", listen, strings.Join(ps, ","), cfg.RelayNoSACK)
+		if x.mark != 0 {
+			fmt.Fprintf(&b, ", mark: %d, route_table: %d", x.mark, x.table)
+		}
+		if x.windowBDP > 0 {
+			fmt.Fprintf(&b, ", window_bdp: %g", x.windowBDP)
+		}
 		if cfg.TProxyCC != "" {
 			fmt.Fprintf(&b, ", congestion: %s", cfg.TProxyCC)
 		}
@@ -402,7 +464,7 @@ func proxyConf(id string, ports []int, split *[2]netip.AddrPort, cc string, cfg 
 		if cfg.TProxyInitCwnd > 0 {
 			fmt.Fprintf(&b, ", initcwnd: %d", cfg.TProxyInitCwnd)
 		}
-		if cfg.TProxyWindowClamp > 0 {
+		if cfg.TProxyWindowClamp > 0 && x.windowBDP == 0 { // they exclude each other
 			fmt.Fprintf(&b, ", window_clamp: %d", cfg.TProxyWindowClamp)
 		}
 		if cfg.TProxyHandshakeHold > 0 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mosto-net/mosto/internal/emu"
+	"github.com/mosto-net/mosto/internal/intercept"
 )
 
 // TableResult holds the seed-table samples: Times[cc][row][mode] in
@@ -145,6 +146,15 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, wi int, res *Table
 			return err
 		}
 	}
+	bdpPorts := map[Mode]uint16{}
+	for _, m := range cfg.Modes {
+		if _, ok := m.BDPGain(); ok {
+			bdpPorts[m] = portBDP + uint16(len(bdpPorts))
+			if err := l.serve(ctx, bdpPorts[m]); err != nil {
+				return err
+			}
+		}
+	}
 	if slices.Contains(cfg.Modes, PEPsal) {
 		if err := l.pepsal(ctx, "r1"); err != nil {
 			return err
@@ -159,11 +169,19 @@ func runTablesCC(ctx context.Context, cfg *Config, cc string, wi int, res *Table
 	if err := l.proxy(ctx, "r1", proxyConf("r1", []int{portTTS}, &split, relayCC, cfg), split[0]); err != nil {
 		return err
 	}
+	for _, m := range cfg.Modes {
+		if err := l.bdpProxy(ctx, m, bdpPorts[m], relayCC); err != nil {
+			return err
+		}
+	}
 	target := map[Mode]netip.AddrPort{
 		E2E:    netip.AddrPortFrom(s, portDirect),
 		TTS:    netip.AddrPortFrom(s, portTTS),
 		Split:  split[0],
 		PEPsal: netip.AddrPortFrom(s, portPEPsal),
+	}
+	for m, p := range bdpPorts {
+		target[m] = netip.AddrPortFrom(s, p)
 	}
 	seed := rand.Uint64()
 	order := rand.New(rand.NewPCG(seed, seed>>1))
@@ -233,4 +251,37 @@ func emuLate(l emu.Lateness) *EmuLate {
 	}
 	n := float64(l.Packets)
 	return &EmuLate{Packets: l.Packets, Over500us: float64(l.Over500us) / n, Over2ms: float64(l.Over2ms) / n, MeanUs: float64(l.SumNs) / n / 1e3}
+}
+
+// bdpProxy starts the second proxy of mode m (tts-bdpG; nothing for the
+// other modes) in r1: a tproxy entry with the first one's settings plus
+// window_bdp: G, intercepting server port port, and waits until its rules
+// are installed.
+func (l *lab) bdpProxy(ctx context.Context, m Mode, port uint16, cc string) error {
+	g, ok := m.BDPGain()
+	if !ok {
+		return nil
+	}
+	i := int(port - portBDP)
+	id := fmt.Sprintf("r1bdp%d", i)
+	x := extraTProxy{listen: portBDPTP + uint16(i), mark: bdpMark + 2*i, table: bdpTable + 2*i, windowBDP: g}
+	if err := l.proxy(ctx, "r1", proxyConfWith(id, []int{int(port)}, nil, cc, l.cfg, x), netip.AddrPortFrom(l.w.Addr("r1"), x.listen)); err != nil {
+		return err
+	}
+	// Its listener accepts before Run installs the rules: wait for them.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ts, err := intercept.Tables(ctx, l.w.NetNS("r1"))
+		if err == nil && slices.Contains(ts, "mosto_tp_"+id) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ttsbench: proxy %s installed no rules in 30 s (tables %v, %v)", id, ts, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
