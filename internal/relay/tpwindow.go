@@ -87,6 +87,15 @@ func followWindow(gain, peak float64, minRTT time.Duration) int {
 	return max(minFollowWindow, int(w))
 }
 
+// readEvery is how often the follower reads its legs for an interval of
+// tick: four times per interval (so that an interval ends within a
+// quarter of its length), but at most every followTickMin (a flow on short
+// legs, where the window sits at its floor anyway, costs at most 100
+// wakeups a second).
+func readEvery(tick time.Duration) time.Duration {
+	return max(followTickMin, tick/4)
+}
+
 // followTick is the measuring interval of a leg with minimum RTT rtt.
 func followTick(rtt time.Duration) time.Duration {
 	return min(followTickMax, max(followTickMin, rtt/2))
@@ -115,7 +124,7 @@ func followWindows(ctx context.Context, gain float64, log func(string, ...any), 
 		legs[i] = &legFollower{c: c, log: log}
 	}
 	tick := followTickMin
-	t := time.NewTicker(tick / 4)
+	t := time.NewTicker(readEvery(tick))
 	defer t.Stop()
 	for {
 		select {
@@ -135,7 +144,7 @@ func followWindows(ctx context.Context, gain float64, log func(string, ...any), 
 			}
 			if next != tick {
 				tick = next
-				t.Reset(tick / 4)
+				t.Reset(readEvery(tick))
 			}
 		}
 	}

@@ -68,6 +68,12 @@ func TestFollowWindow(t *testing.T) {
 			t.Errorf("followTick(%v) = %v; want %v", tt.rtt, got, tt.want)
 		}
 	}
+	if got := readEvery(followTickMin); got != followTickMin {
+		t.Errorf("readEvery(%v) = %v; want %v (at most 100 reads a second)", followTickMin, got, followTickMin)
+	}
+	if got := readEvery(100 * time.Millisecond); got != 25*time.Millisecond {
+		t.Errorf("readEvery(100ms) = %v; want 25ms", got)
+	}
 }
 
 // TestTProxyWindowBDP: with window_bdp the window the relay advertises to
