@@ -30,7 +30,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	fs := newFlagSet(env, "bench offload fig3")
 	rtts := fs.String("rtt", "50ms,100ms", "end-to-end RTTs (each leg has half)")
 	ccs := fs.String("cc", "cubic,bbr", "congestion controls")
-	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), gradual-freeze (gradual, then the frozen early join), probe (window probes at the join), now (probes carrying the reopened windows), mosto (the relay's default policy and handover: wait while a window would limit the joined flow, then the frozen early join, no drain bound), mosto-drain (the policy with the handover of sessions 9-12, offload.handover: drain: the drain bound, then as now), mosto-nobound (mosto-drain without the drain bound), mosto-tail (mosto-drain with the early join: xlate.Config.Tail), mosto-raise (mosto-tail with the join's probes offering the other peer's free window), mosto-freeze (mosto-tail with the handover's window edge frozen by the program: xlate.Config.Freeze), now-freeze (offloaded at once with the early join and the frozen edge), mosto-freeze-nobound (mosto-freeze without the drain bound)")
+	modes := fs.String("modes", "relay,plain,gradual,mosto", "modes: direct (no relay: end-to-end TCP over one link with the whole path's delay, the same rate and queue), relay (never offloaded), plain (offloaded, no mitigation), gradual (seed: 10 ms delay steps), gradual-freeze (gradual, then the frozen early join), probe (window probes at the join), now (probes carrying the reopened windows), mosto (the relay's default policy and handover: wait while a window would limit the joined flow, then the frozen early join, no drain bound), mosto-drain (the policy with the handover of sessions 9-12, offload.handover: drain: the drain bound, then as now), mosto-nobound (mosto-drain without the drain bound), mosto-tail (mosto-drain with the early join: xlate.Config.Tail), mosto-raise (mosto-tail with the join's probes offering the other peer's free window), mosto-freeze (mosto-tail with the handover's window edge frozen by the program: xlate.Config.Freeze), now-freeze (offloaded at once with the early join and the frozen edge), mosto-freeze-nobound (mosto-freeze without the drain bound)")
 	dur := fs.Duration("duration", 8*time.Second, "flow duration")
 	at := fs.Duration("at", 4*time.Second, "offload time")
 	rate := fs.Float64("rate", 200, "rate of both links, Mbit/s (0: unlimited)")
@@ -39,6 +39,8 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	verbose := fs.Bool("v", false, "print every trace")
 	traceSender := fs.Bool("trace-sender", false, "print peer2's TCP_INFO (cwnd, window, limits) at every interval")
 	stepEvery := fs.Duration("step-every", 0, "modes gradual and gradual-freeze: time between two 10 ms delay steps (0: 1.5 RTTs)")
+	drainPace := fs.Float64("drain-pace", 0, "modes with the frozen edge: cap the relay's out-leg pacing at this fraction of its rate during the handover (xlate.Config.DrainPace; 0: the mode's own, -1: off)")
+	firstRound := fs.Float64("first-round", 0, "modes with the frozen edge: cap the window the join offers the stopped sender at this fraction of the joined BDP (xlate.Config.FirstRound; 0: off)")
 	svg := fs.String("svg", "", "write the goodput traces as SVG, one file per RTT and cc: PREFIX-<rtt>-<cc>.svg")
 	pos, err := parseFlags(fs, args[1:])
 	if err != nil {
@@ -62,7 +64,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 		for _, cc := range strings.Split(*ccs, ",") {
 			for _, mode := range strings.Split(*modes, ",") {
 				cfg := offloadbench.Fig3Config{RTT: rtt, CC: strings.TrimSpace(cc), Mode: strings.TrimSpace(mode),
-					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss, TraceSender: *traceSender, StepEvery: *stepEvery, Log: env.Log}
+					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss, TraceSender: *traceSender, StepEvery: *stepEvery, DrainPace: *drainPace, FirstRound: *firstRound, Log: env.Log}
 				tr, err := offloadbench.RunFig3(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("fig3 %v %s %s: %w", rtt, cc, mode, err)
@@ -111,7 +113,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 					if tr.HeldDrops > 0 {
 						phases += fmt.Sprintf(", %d held", tr.HeldDrops)
 					}
-					phases += fmt.Sprintf(", qdrops %d (1 s before: %d)", tr.QueueDrops, tr.QueueDropsPre)
+					phases += fmt.Sprintf(", qdrops %d + %d after (1 s before: %d; in-leg %d)", tr.QueueDrops, tr.QueueDropsAfter, tr.QueueDropsPre, tr.QueueDropsIn)
 				}
 				waited := "-"
 				if _, ok := offloadbench.PolicyConfig(cfg.Mode); ok {

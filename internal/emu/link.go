@@ -67,6 +67,10 @@ type LinkStats struct {
 	LossDrops  uint64 // dropped by the loss setting
 	QueueDrops uint64 // dropped because the queue was full
 	WriteErrs  uint64 // failed writes to the destination device
+	// Backlog is how long the rate-limited queue needs to drain now: the
+	// queueing delay a packet accepted now would see (0: empty, or the
+	// link has no rate).
+	Backlog time.Duration
 }
 
 // pipe is one direction of a pair: it applies the link's properties and
@@ -104,7 +108,11 @@ func (p *pipe) setLink(l Link) {
 }
 
 func (p *pipe) stats() LinkStats {
+	p.mu.Lock()
+	backlog := time.Duration(max(p.busyUntil-p.w.now(), 0))
+	p.mu.Unlock()
 	return LinkStats{
+		Backlog:    backlog,
 		Packets:    p.packets.Load(),
 		Bytes:      p.bytes.Load(),
 		LossDrops:  p.lossDrops.Load(),

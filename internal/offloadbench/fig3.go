@@ -22,6 +22,7 @@ import (
 // Modes of a Fig. 3 run.
 const (
 	ModeRelay         = "relay"                // never offloaded
+	ModeDirect        = "direct"               // no relay: peer2 -> peer1 end to end over one link of the whole path's delay, rate and queue
 	ModePlain         = "plain"                // offloaded, no mitigation (no window probes after the join)
 	ModeProbe         = "probe"                // offloaded with the join's window probes, windows still closed (xlate.Config.NoReopen)
 	ModeNow           = "now"                  // offloaded at once, with the join's window probes carrying reopened windows
@@ -53,7 +54,13 @@ type Fig3Config struct {
 	// StepEvery is the time between two delay steps of ModeGradual and
 	// ModeGradualFreeze (0: 1.5 end-to-end RTTs).
 	StepEvery time.Duration
-	Log       *slog.Logger
+	// DrainPace overrides xlate.Config.DrainPace of the modes with the
+	// frozen edge (0: the mode's own; < 0: off).
+	DrainPace float64
+	// FirstRound sets xlate.Config.FirstRound of the modes with the
+	// frozen edge (0: off, the default).
+	FirstRound float64
+	Log        *slog.Logger
 }
 
 // SenderSample is peer2's (the sender's) TCP_INFO at the end of one
@@ -92,6 +99,12 @@ type Trace struct {
 	// its queue full: during the handover (from its start to its end, the
 	// tail included) and in the second before it.
 	QueueDrops, QueueDropsPre uint64
+	// QueueDropsAfter counts the same link's drops from the handover's end
+	// to 1.5 end-to-end RTTs after it (the resumed sender's first round).
+	QueueDropsAfter uint64
+	// QueueDropsIn counts the peer2 -> relay link's drops over both
+	// (the sender's own queue).
+	QueueDropsIn uint64
 	// MaxGap is the longest time peer1 received nothing, from the offload
 	// time on (the stall around the join).
 	MaxGap time.Duration
@@ -143,14 +156,14 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	tr := Trace{Cfg: cfg, RTOs: -1}
 	oneWay := float64(cfg.RTT.Microseconds()) / 4000
 	link := emu.Link{DelayMS: oneWay, RateMbit: cfg.RateMbit, QueueMS: cfg.QueueMS, LossPct: cfg.LossPct}
-	direct := link
-	direct.DelayMS *= 2
+	whole := link
+	whole.DelayMS *= 2
 	spec := &emu.Spec{
 		Name:  "fig3",
 		Hosts: []emu.HostSpec{{Name: "p1"}, {Name: "relay"}, {Name: "p2"}},
 		// p1-p2 is never used: peer1 talks to the relay's address, and after
 		// the join the relay's program sends the packets on to peer2.
-		Links: []emu.LinkSpec{linkSpec("p1", "relay", link), linkSpec("relay", "p2", link), linkSpec("p1", "p2", direct)},
+		Links: []emu.LinkSpec{linkSpec("p1", "relay", link), linkSpec("relay", "p2", link), linkSpec("p1", "p2", whole)},
 		TCP:   emu.TCP{Congestion: cfg.CC},
 	}
 	w, err := emu.Up(ctx, spec, cfg.Log)
@@ -161,14 +174,26 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	direct := cfg.Mode == ModeDirect
+	offloads := cfg.Mode != ModeRelay && !direct
 	var sp *xlate.Splicer
-	if cfg.Mode != ModeRelay {
+	if offloads {
 		if err := w.Do("relay", func() (err error) {
 			xc := xlate.Config{NoKick: cfg.Mode == ModePlain, NoReopen: cfg.Mode == ModeProbe, RaiseWindow: cfg.Mode == ModeRaise, Log: cfg.Log}
 			if pc, ok := PolicyConfig(cfg.Mode); ok {
 				xc.Tail, xc.Freeze = pc.XlateHandover()
+				xc.DrainPace = pc.XlateDrainPace()
 			} else if cfg.Mode == ModeNowFreeze || cfg.Mode == ModeGradualFreeze {
 				xc.Tail, xc.Freeze = true, true
+			}
+			switch {
+			case cfg.DrainPace > 0 && xc.Freeze:
+				xc.DrainPace = cfg.DrainPace
+			case cfg.DrainPace < 0:
+				xc.DrainPace = 0
+			}
+			if cfg.FirstRound > 0 && xc.Freeze {
+				xc.FirstRound = cfg.FirstRound
 			}
 			sp, err = xlate.Open(ctx, xc)
 			return err
@@ -182,34 +207,44 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		return tr, err
 	}
 	defer srv.Close()
-	rl, err := w.Listen(ctx, "relay", "tcp", fmt.Sprintf(":%d", relayPort))
-	if err != nil {
-		return tr, err
-	}
-	defer rl.Close()
-
 	// peer2 streams until the end.
 	sender := make(chan *net.TCPConn, 1)
 	go serve(ctx, srv, sender)
-	c1, err := w.Dial(ctx, "p1", "tcp", fmt.Sprintf("%s:%d", w.Addr("relay"), relayPort))
-	if err != nil {
-		return tr, err
-	}
-	defer c1.Close()
-	ca, err := rl.Accept()
-	if err != nil {
-		return tr, err
-	}
-	defer ca.Close()
-	cb, err := w.Dial(ctx, "relay", "tcp", fmt.Sprintf("%s:%d", w.Addr("p2"), serverPort))
-	if err != nil {
-		return tr, err
-	}
-	defer cb.Close()
-	a, b := ca.(*net.TCPConn), cb.(*net.TCPConn)
+	var a, b *net.TCPConn
 	copies := make(chan error, 2)
-	go copyHalf(b, a, copies)
-	go copyHalf(a, b, copies)
+	var c1 net.Conn
+	if direct {
+		// Over the p1-p2 link: the whole path's one-way delay, the
+		// same rate and queue (the joined path's bottleneck is one such
+		// queue too).
+		if c1, err = w.Dial(ctx, "p1", "tcp", fmt.Sprintf("%s:%d", w.Addr("p2"), serverPort)); err != nil {
+			return tr, err
+		}
+		defer c1.Close()
+	} else {
+		rl, err := w.Listen(ctx, "relay", "tcp", fmt.Sprintf(":%d", relayPort))
+		if err != nil {
+			return tr, err
+		}
+		defer rl.Close()
+		if c1, err = w.Dial(ctx, "p1", "tcp", fmt.Sprintf("%s:%d", w.Addr("relay"), relayPort)); err != nil {
+			return tr, err
+		}
+		defer c1.Close()
+		ca, err := rl.Accept()
+		if err != nil {
+			return tr, err
+		}
+		defer ca.Close()
+		cb, err := w.Dial(ctx, "relay", "tcp", fmt.Sprintf("%s:%d", w.Addr("p2"), serverPort))
+		if err != nil {
+			return tr, err
+		}
+		defer cb.Close()
+		a, b = ca.(*net.TCPConn), cb.(*net.TCPConn)
+		go copyHalf(b, a, copies)
+		go copyHalf(a, b, copies)
+	}
 
 	var got, maxGap atomic.Int64
 	var watch atomic.Bool
@@ -269,7 +304,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 		if i+1 == max(0, offIdx-int(time.Second/cfg.Interval)) {
 			qpre = w.Stats("relay", "p1").QueueDrops
 		}
-		if i+1 == offIdx && cfg.Mode != ModeRelay {
+		if i+1 == offIdx && offloads {
 			go func() {
 				if pc, ok := PolicyConfig(cfg.Mode); ok {
 					// The relay's watcher, due from now on: its rules hold
@@ -303,6 +338,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 				}
 				t0 := time.Now()
 				q0 := w.Stats("relay", "p1").QueueDrops
+				qin0 := w.Stats("p2", "relay").QueueDrops
 				tr.QueueDropsPre = q0 - qpre
 				a.SetReadDeadline(time.Now())
 				b.SetReadDeadline(time.Now())
@@ -324,6 +360,17 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 				})
 				tr.Handover = time.Since(t0)
 				tr.QueueDrops = w.Stats("relay", "p1").QueueDrops - q0
+				if err == nil {
+					// The resumed sender's first joined round crosses the
+					// link within about one end-to-end RTT of the join's
+					// end: its drops count too.
+					select {
+					case <-time.After(cfg.RTT + cfg.RTT/2):
+					case <-stopWait:
+					}
+					tr.QueueDropsAfter = w.Stats("relay", "p1").QueueDrops - q0 - tr.QueueDrops
+					tr.QueueDropsIn = w.Stats("p2", "relay").QueueDrops - qin0
+				}
 				if err == nil && ramp {
 					w.SetLink("p1", "relay", link)
 					w.SetLink("relay", "p2", link)
@@ -332,7 +379,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 			}()
 		}
 	}
-	if cfg.Mode != ModeRelay {
+	if offloads {
 		close(stopWait)
 		if err := <-handover; err != nil && !errors.Is(err, errHeld) {
 			return tr, fmt.Errorf("handover: %w", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/xlate"
 	"golang.org/x/sys/unix"
 )
 
@@ -329,6 +330,21 @@ func TestFrozenSkipsBound(t *testing.T) {
 	} {
 		if tail, freeze := c.cfg.XlateHandover(); tail != c.tail || freeze != c.freeze {
 			t.Errorf("%+v: XlateHandover() = %v, %v; want %v, %v", c.cfg, tail, freeze, c.tail, c.freeze)
+		}
+	}
+	// The frozen handover paces the out-leg by default (session 14); -1
+	// turns it off; the drain handover has none.
+	for _, c := range []struct {
+		cfg  OffloadConfig
+		pace float64
+	}{
+		{OffloadConfig{}, xlate.DefaultDrainPace},
+		{OffloadConfig{DrainPace: 0.8}, 0.8},
+		{OffloadConfig{DrainPace: -1}, 0},
+		{OffloadConfig{Handover: HandoverDrain, DrainPace: 0.8}, 0},
+	} {
+		if p := c.cfg.XlateDrainPace(); p != c.pace {
+			t.Errorf("%+v: drain pace %v; want %v", c.cfg, p, c.pace)
 		}
 	}
 }

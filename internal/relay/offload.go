@@ -123,6 +123,12 @@ type OffloadConfig struct {
 	// handover (xlate.Config.NoRcvbufCap; for comparison: the cap is how
 	// a handover without Freeze stops the senders).
 	NoRcvbufCap bool `yaml:"no_rcvbuf_cap"`
+	// DrainPace, with Handover frozen, paces the relay's socket toward a
+	// receiver at this fraction of its rate during the handover
+	// (xlate.Config.DrainPace, session 14): the bottleneck queue the
+	// relay's own sender kept full drains before the resumed sender's
+	// first joined round reaches it. 0: xlate.DefaultDrainPace; -1: off.
+	DrainPace float64 `yaml:"drain_pace"`
 }
 
 // Handover modes (OffloadConfig.Handover).
@@ -154,6 +160,19 @@ func (c OffloadConfig) XlateHandover() (tail, freeze bool) {
 		return true, true
 	}
 	return c.Tail, c.Freeze
+}
+
+// XlateDrainPace is the splicer's xlate.Config.DrainPace for c: the
+// default pace with the frozen handover (unless DrainPace is -1), none
+// with the drain handover (its bound already limits what the relay holds).
+func (c OffloadConfig) XlateDrainPace() float64 {
+	switch {
+	case !c.frozen() || c.DrainPace < 0:
+		return 0
+	case c.DrainPace == 0:
+		return xlate.DefaultDrainPace
+	}
+	return c.DrainPace
 }
 
 // ageRTTs resolves AgeRTTs (0: the default).
@@ -242,6 +261,9 @@ func (c OffloadConfig) validate() error {
 	case "", HandoverFrozen, HandoverDrain:
 	default:
 		return fmt.Errorf("offload.handover: %q, want frozen or drain", c.Handover)
+	}
+	if c.DrainPace != -1 && (c.DrainPace < 0 || c.DrainPace > 1) {
+		return fmt.Errorf("offload.drain_pace: %v, want -1 (off), 0 (default %v) or a fraction in (0, 1]", c.DrainPace, xlate.DefaultDrainPace)
 	}
 	if c.AgeRTTs < -1 {
 		return errors.New("offload.age_rtts: want -1 (never hold), 0 (default 20) or more")
@@ -344,12 +366,12 @@ func (s *Server) startOffload(ctx context.Context) error {
 	}
 	tail, freeze := c.XlateHandover()
 	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * flows, PinDir: pin,
-		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: tail, Freeze: freeze, NoRcvbufCap: c.NoRcvbufCap, Log: s.log})
+		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: tail, Freeze: freeze, NoRcvbufCap: c.NoRcvbufCap, DrainPace: c.XlateDrainPace(), Log: s.log})
 	if err != nil {
 		return err
 	}
 	s.offload.Store(&offloader{cfg: c, sp: sp, log: s.log})
-	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes, "pin_dir", pin, "tail", tail, "freeze", freeze,
+	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes, "pin_dir", pin, "tail", tail, "freeze", freeze, "drain_pace", c.XlateDrainPace(),
 		"adopted", sp.Stats().Adopted)
 	return nil
 }

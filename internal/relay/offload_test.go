@@ -404,6 +404,10 @@ func TestOffloadConfigValidate(t *testing.T) {
 		{OffloadConfig{Mode: "slow-start", Handover: "frozen"}, true},
 		{OffloadConfig{Mode: "slow-start", Handover: "drain"}, true},
 		{OffloadConfig{Mode: "slow-start", Handover: "fast"}, false},
+		{OffloadConfig{Mode: "slow-start", DrainPace: -1}, true},
+		{OffloadConfig{Mode: "slow-start", DrainPace: 0.9}, true},
+		{OffloadConfig{Mode: "slow-start", DrainPace: 1.5}, false},
+		{OffloadConfig{Mode: "slow-start", DrainPace: -0.5}, false},
 	} {
 		if err := c.cfg.validate(); (err == nil) != c.ok {
 			t.Errorf("validate(%+v) = %v, want ok %v", c.cfg, err, c.ok)

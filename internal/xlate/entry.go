@@ -149,6 +149,11 @@ var Reasons = []Reason{ReasonState, ReasonBusy, ReasonRaced, ReasonOOO, ReasonFa
 // connections as after any finished flow.
 var ErrEnded = errors.New("xlate: flow ended during the handover")
 
+// DefaultDrainPace is the Config.DrainPace of the relay's default (frozen)
+// handover: the relay's socket toward a receiver paced at this fraction of
+// its rate while the handover relays up to the frozen edge (session 14).
+const DefaultDrainPace = 0.95
+
 // RefusedError is returned when two connections cannot be joined; both keep
 // working as they were.
 type RefusedError struct {

@@ -60,7 +60,7 @@ func TestProgramFreeze(t *testing.T) {
 		// At the join: the window probe (one byte before snd_una) leaves
 		// as a plain ACK; other packets are untouched.
 		b.SndNxt = 0 // the probe's seq wraps
-		s.fixProbe(b)
+		s.fixProbe(b, 0)
 		probe := ack(edge, 900, 0)
 		probe.Seq = b.SndNxt - 1
 		if ret, out := run(t, s.objs.XlateEthEgress, probe); ret != tcxNext || out.Seq != b.SndNxt || out.Win != 900 || out.Ack != edge {
@@ -75,6 +75,32 @@ func TestProgramFreeze(t *testing.T) {
 		withData.Seq = b.SndNxt - 1
 		if _, out := run(t, s.objs.XlateEthEgress, withData); out.Seq != b.SndNxt-1 {
 			t.Errorf("v6=%v: a data segment's seq moved to %#x", v6, out.Seq)
+		}
+		s.thaw(b)
+		// A capped first round (Config.FirstRound): the probe's window
+		// reaches at most window bytes past rcv_nxt (it wraps 2^32), a
+		// smaller one is kept, and only the probe is capped.
+		b.RcvNxt = 0xffff_8000
+		s.fixProbe(b, 200<<10) // 200 windows of 1 KB (scale 10)
+		for _, c := range []struct {
+			name          string
+			seq           uint32
+			payload       int
+			win, wantWin  uint16
+			wantSeqOffset uint32
+		}{
+			{"probe above the cap", b.SndNxt - 1, 0, 900, 200, 1},
+			{"probe below the cap", b.SndNxt - 1, 0, 150, 150, 1},
+			{"plain ACK", b.SndNxt, 0, 900, 900, 0},
+			{"data segment", b.SndNxt - 1, 1, 900, 900, 0},
+		} {
+			p := ack(b.RcvNxt, c.win, c.payload)
+			p.Seq = c.seq
+			ret, out := run(t, s.objs.XlateEthEgress, p)
+			if ret != tcxNext || out.Seq != c.seq+c.wantSeqOffset || out.Win != c.wantWin || out.Ack != b.RcvNxt {
+				t.Errorf("v6=%v capped, %s: left with seq %#x window %d ack %#x; want seq %#x window %d ack %#x",
+					v6, c.name, out.Seq, out.Win, out.Ack, c.seq+c.wantSeqOffset, c.wantWin, b.RcvNxt)
+			}
 		}
 		s.thaw(b)
 	}

@@ -128,6 +128,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 	// arrive translated), so its window update from the join reaches it
 	// about when it would have stopped.
 	var nearBytes [2]uint64
+	var paces []drainPace // Config.DrainPace: given back on a refusal
 	if s.cfg.Freeze {
 		for i, l := range legs {
 			st, err := readState(l.fd, false)
@@ -144,6 +145,20 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 			// The flow's rate (the other leg's delivery) x leg i's RTT.
 			nearBytes[i] = uint64(float64(st0[1-i].DeliveryRate) * st0[i].MinRTT.Seconds())
 		}
+		if s.cfg.DrainPace > 0 {
+			for i, l := range legs {
+				// Only a leg that carries the flow: the relay has data
+				// toward its receiver.
+				if st0[i].OutQ < 64<<10 {
+					continue
+				}
+				rate := paceRate(l.fd, st0[i])
+				if p, ok := startDrainPace(l.fd, rate, s.cfg.DrainPace); ok {
+					paces = append(paces, p)
+					s.log.Debug("handover: drain pace", "leg", i, "rate", rate, "cap", uint64(float64(rate)*s.cfg.DrainPace), "outq", st0[i].OutQ, "srtt", st0[i].RTT, "min_rtt", st0[i].MinRTT)
+				}
+			}
+		}
 	} else if !s.cfg.NoRcvbufCap {
 		for _, l := range legs {
 			l.capRcvbuf()
@@ -153,6 +168,9 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 		// Give back a consistent pair of sockets: drop the peeked bytes
 		// (already written to the other leg), stop peeking, and give the
 		// receive buffers back.
+		for _, p := range paces {
+			p.stop()
+		}
 		for _, l := range legs {
 			l.restoreRcvbuf()
 			unix.SetsockoptInt(l.fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, -1)

@@ -121,6 +121,10 @@ struct freeze {
 	// leaves with seq probe_seq + 1, i.e. as a plain ACK whose window the
 	// peer takes: the sender stopped at the edge resumes one trip after
 	// the join, not after the other peer has acknowledged the tail.
+	// With fix and set, that window reaches at most up to edge (the
+	// resumed sender's first joined round, Config.FirstRound): until the
+	// other peer's translated ACKs pass what the relay acknowledged, one
+	// joined RTT later, it is all the sender may send.
 	__u32 probe_seq;
 };
 
@@ -312,10 +316,24 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 			__u32 seq = bpf_ntohl(tcp->seq);
 			if (seq == f->probe_seq && iplen == (__u32)tcp->doff * 4 && !(tcp->syn || tcp->fin || tcp->rst)) {
 				__be32 olds = tcp->seq, news = bpf_htonl(seq + 1);
+				// (Read before the stores: packet pointers are invalid
+				// after one.)
+				__u32 ack = bpf_ntohl(tcp->ack_seq);
+				__be16 oldw = tcp->window;
+				__u16 w16 = bpf_ntohs(oldw);
 				if (bpf_skb_store_bytes(skb, toff + 4, &news, 4, 0) < 0 ||
 				    bpf_l4_csum_replace(skb, toff + 16, olds, news, 4) < 0) {
 					count(C_ERRORS, 1);
 					return TC_ACT_SHOT;
+				}
+				if (f->set && (__s32)(ack + ((__u32)w16 << (f->wscale & 15)) - f->edge) > 0) {
+					__u32 room = (__s32)(f->edge - ack) > 0 ? f->edge - ack : 0;
+					__be16 neww = bpf_htons(room >> (f->wscale & 15));
+					if (bpf_skb_store_bytes(skb, toff + 14, &neww, 2, 0) < 0 ||
+					    bpf_l4_csum_replace(skb, toff + 16, oldw, neww, 2) < 0) {
+						count(C_ERRORS, 1);
+						return TC_ACT_SHOT;
+					}
 				}
 				__sync_fetch_and_add(&f->clamped, 1);
 			}

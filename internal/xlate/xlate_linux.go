@@ -93,6 +93,24 @@ type Config struct {
 	// still. Opt-in. With PinDir the egress links are not pinned: a
 	// freeze lives only during a handover of this process.
 	Freeze bool
+	// DrainPace, with Freeze, caps the pacing of the relay's socket toward
+	// each receiver at this fraction of the rate it delivers at
+	// (SO_MAX_PACING_RATE, TCP's internal pacing) from the handover's
+	// start until its tail is sent: the bottleneck queue the relay's own
+	// sender kept full drains while the handover relays up to the frozen
+	// edge, so the resumed sender's first joined round finds room there
+	// (see drainPace). 0: off; the relay's default handover uses
+	// DefaultDrainPace.
+	DrainPace float64
+	// FirstRound, with Freeze, caps the window the join's probe offers a
+	// stopped sender at this fraction of the joined path's BDP (the flow's
+	// rate x both legs' minimum RTTs): what it may send in its first
+	// joined round, before the other peer's ACKs of its own data come
+	// back (see firstRound). 0: off (the relay's socket's window, its
+	// whole receive buffer). Experimental (session 14): at 0.9 it did not
+	// stop the resumed BBR sender's first round from overflowing its own
+	// link's queue at 100 ms in Fig. 3 (docs/offload.md).
+	FirstRound float64
 	// PinDir, when set, pins the maps and the tcx links there (on a bpffs;
 	// below DefaultBPFFS it is mounted when absent): joined flows then
 	// survive the process, and Open adopts the pins an earlier process
@@ -830,9 +848,17 @@ func (s *Splicer) joinFDs(fa, fb, fwdA, fwdB int, tail [2]bool, sa, sb *SockStat
 	// and the probe (one byte before snd_una) would only make it answer;
 	// so on a leg with nothing of its own to send the program turns the
 	// probe into a plain ACK (probe_seq), whose window the sender takes.
-	for _, st := range []*SockState{sa, sb} {
+	for i, st := range []*SockState{sa, sb} {
 		if s.cfg.Freeze && st.OutQ == 0 && st.Unacked == 0 {
-			s.fixProbe(*st)
+			other, otherFD := sb, fb
+			if i == 1 {
+				other, otherFD = sa, fa
+			}
+			w := s.firstRound(*st, otherFD, *other)
+			s.fixProbe(*st, w)
+			if w > 0 {
+				s.log.Debug("join: first round capped", "leg", i, "window", w, "min_rtt", st.MinRTT, "other_min_rtt", other.MinRTT)
+			}
 		} else {
 			s.thaw(*st)
 		}
@@ -992,10 +1018,41 @@ func (s *Splicer) frozenState(st SockState) (latched, reached bool, left uint32)
 // fixProbe makes the program send st's socket's next window probe as a
 // plain ACK (Config.Freeze; the socket has nothing unacknowledged, so its
 // snd_una is SndNxt).
-func (s *Splicer) fixProbe(st SockState) {
+//
+// window > 0 caps the window the probe offers at that many bytes past
+// the socket's rcv_nxt (Config.FirstRound).
+func (s *Splicer) fixProbe(st SockState, window uint32) {
 	k := freezeKey(st)
 	v := xlateFreeze{Fix: 1, ProbeSeq: st.SndNxt - 1}
+	if window > 0 {
+		v.Set, v.Edge, v.Wscale = 1, st.RcvNxt+window, st.RcvWScale
+	}
 	s.objs.Freezes.Update(&k, &v, ebpf.UpdateAny)
+}
+
+// firstRound is the window the join's probe offers the sender into the
+// socket in (Config.FirstRound): FirstRound x the flow's rate (what the
+// other leg, out, delivers at) x the joined path's minimum RTT; 0: no cap.
+//
+// Why (Fig. 3, session 14): after the join the sender gets no ACK it can
+// use for one joined RTT (the other peer's translated ACKs are below what
+// the relay acknowledged until its own resumed data is acknowledged), so
+// it sends open loop at the pacing gain it had when it stopped: a BBR
+// sender stopped at the frozen edge in its 1.25x phase (the phase ends
+// only once its inflight reaches 1.25 BDP, which a stopped sender never
+// does) put its whole window, about the joined BDP, onto the path at
+// 1.25x: a quarter of a joined RTT of queue on its first link, more than
+// the 20 ms queue at 100 ms, and its drops cost a joined RTT.
+func (s *Splicer) firstRound(in SockState, outFD int, out SockState) uint32 {
+	if s.cfg.FirstRound <= 0 || in.MinRTT == 0 || out.MinRTT == 0 {
+		return 0
+	}
+	rate := paceRate(outFD, out)
+	w := s.cfg.FirstRound * float64(rate) * (in.MinRTT + out.MinRTT).Seconds()
+	if w < 64<<10 {
+		return 0 // too little data to bother (and never a window below 64 KB)
+	}
+	return uint32(min(w, 1<<30))
 }
 
 // oooHeld says why a socket may hold data out of order ("" : it does not
