@@ -47,24 +47,8 @@ func OriginalDst(c net.Conn) (netip.AddrPort, error) {
 // path and the interception's "socket transparent" rule delivers them.
 func DialTransparent(ctx context.Context, src, dst netip.AddrPort, d net.Dialer) (*net.TCPConn, error) {
 	d.LocalAddr = net.TCPAddrFromAddrPort(src)
-	prev := d.Control
-	d.Control = func(network, address string, c syscall.RawConn) error {
-		if prev != nil {
-			if err := prev(network, address, c); err != nil {
-				return err
-			}
-		}
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-		}); err != nil {
-			return err
-		}
-		if serr != nil {
-			return serr
-		}
-		return setTransparent(c)
-	}
+	d.Control = SockoptControl(unix.SOL_IP, unix.IP_TRANSPARENT, 1, "IP_TRANSPARENT",
+		SockoptControl(unix.SOL_SOCKET, unix.SO_REUSEADDR, 1, "SO_REUSEADDR", d.Control))
 	c, err := d.DialContext(ctx, "tcp4", dst.String())
 	if err != nil {
 		return nil, fmt.Errorf("intercept: dial %v from %v: %w", dst, src, err)
@@ -76,36 +60,39 @@ func DialTransparent(ctx context.Context, src, dst netip.AddrPort, d net.Dialer)
 // nil) and sets SO_MARK to mark: the relay's legs with Config.LegMark
 // (a listener's accepted connections inherit its mark).
 func MarkControl(mark uint32, prev func(network, address string, c syscall.RawConn) error) func(network, address string, c syscall.RawConn) error {
+	return SockoptControl(unix.SOL_SOCKET, unix.SO_MARK, int(mark), "SO_MARK", prev)
+}
+
+// SockoptControl returns a socket control function that runs prev (if not
+// nil) and then sets the integer socket option level/opt to v (name is
+// the option's name in the error).
+func SockoptControl(level, opt, v int, name string, prev func(network, address string, c syscall.RawConn) error) func(network, address string, c syscall.RawConn) error {
 	return func(network, address string, c syscall.RawConn) error {
 		if prev != nil {
 			if err := prev(network, address, c); err != nil {
 				return err
 			}
 		}
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, int(mark))
-		}); err != nil {
-			return err
-		}
-		if serr != nil {
-			return fmt.Errorf("SO_MARK: %w", serr)
-		}
-		return nil
+		return setInt(c, level, opt, v, name)
 	}
 }
 
-func setTransparent(c syscall.RawConn) error {
+// setInt sets the integer socket option level/opt of c to v.
+func setInt(c syscall.RawConn, level, opt, v int, name string) error {
 	var serr error
 	if err := c.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1)
+		serr = unix.SetsockoptInt(int(fd), level, opt, v)
 	}); err != nil {
 		return err
 	}
 	if serr != nil {
-		return fmt.Errorf("IP_TRANSPARENT: %w", serr)
+		return fmt.Errorf("%s: %w", name, serr)
 	}
 	return nil
+}
+
+func setTransparent(c syscall.RawConn) error {
+	return setInt(c, unix.SOL_IP, unix.IP_TRANSPARENT, 1, "IP_TRANSPARENT")
 }
 
 // AbortOnClose makes closing c (also by the kernel when the process dies)

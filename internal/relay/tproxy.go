@@ -350,23 +350,7 @@ const maxHandshakeHold = 200 * time.Millisecond
 // of the SYN-ACK until the first write or 200 ms (tcp_rcv_synsent_state_process),
 // then runs prev.
 func delayedAckControl(prev func(network, address string, c syscall.RawConn) error) func(network, address string, c syscall.RawConn) error {
-	return func(network, address string, c syscall.RawConn) error {
-		if prev != nil {
-			if err := prev(network, address, c); err != nil {
-				return err
-			}
-		}
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 0)
-		}); err != nil {
-			return err
-		}
-		if serr != nil {
-			return fmt.Errorf("tcp_quickack 0: %w", serr)
-		}
-		return nil
-	}
+	return intercept.SockoptControl(syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 0, "tcp_quickack 0", prev)
 }
 
 // dialTransparent checks the destination policy and connects to the
