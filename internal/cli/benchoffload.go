@@ -40,6 +40,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 	traceSender := fs.Bool("trace-sender", false, "print peer2's TCP_INFO (cwnd, window, limits) at every interval")
 	stepEvery := fs.Duration("step-every", 0, "modes gradual and gradual-freeze: time between two 10 ms delay steps (0: 1.5 RTTs)")
 	drainPace := fs.Float64("drain-pace", 0, "modes with the frozen edge: cap the relay's out-leg pacing at this fraction of its rate during the handover (xlate.Config.DrainPace; 0: the mode's own, -1: off)")
+	preDrain := fs.Float64("pre-drain", 0, "modes with the frozen edge: first drain the relay's backlog toward the receiver down to this many in-leg RTTs of the flow (xlate.Config.PreDrain; 0: the mode's own, -1: off)")
 	firstRound := fs.Float64("first-round", 0, "modes with the frozen edge: cap the window the join offers the stopped sender at this fraction of the joined BDP (xlate.Config.FirstRound; 0: off)")
 	svg := fs.String("svg", "", "write the goodput traces as SVG, one file per RTT and cc: PREFIX-<rtt>-<cc>.svg")
 	pos, err := parseFlags(fs, args[1:])
@@ -64,7 +65,7 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 		for _, cc := range strings.Split(*ccs, ",") {
 			for _, mode := range strings.Split(*modes, ",") {
 				cfg := offloadbench.Fig3Config{RTT: rtt, CC: strings.TrimSpace(cc), Mode: strings.TrimSpace(mode),
-					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss, TraceSender: *traceSender, StepEvery: *stepEvery, DrainPace: *drainPace, FirstRound: *firstRound, Log: env.Log}
+					Duration: *dur, OffloadAt: *at, RateMbit: *rate, QueueMS: *queue, LossPct: *loss, TraceSender: *traceSender, StepEvery: *stepEvery, DrainPace: *drainPace, FirstRound: *firstRound, PreDrain: *preDrain, Log: env.Log}
 				tr, err := offloadbench.RunFig3(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("fig3 %v %s %s: %w", rtt, cc, mode, err)
@@ -107,6 +108,9 @@ func runBenchOffload(ctx context.Context, env *Env, args []string) error {
 				if tr.Phases.Joined > 0 {
 					ms := func(d time.Duration) string { return fmt.Sprint(d.Milliseconds()) }
 					phases = fmt.Sprintf("%s / %s / %s ms (%d)", ms(tr.Phases.Stopped), ms(tr.Phases.Quiet), ms(tr.Phases.Joined), tr.Phases.Attempts)
+					if tr.Phases.PreDrain > 0 {
+						phases += fmt.Sprintf(", pre-drain %s ms", ms(tr.Phases.PreDrain))
+					}
 					if tr.Phases.Tail > 0 {
 						phases += fmt.Sprintf(", tail %s ms", ms(tr.Phases.Tail))
 					}

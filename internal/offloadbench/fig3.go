@@ -60,7 +60,10 @@ type Fig3Config struct {
 	// FirstRound sets xlate.Config.FirstRound of the modes with the
 	// frozen edge (0: off, the default).
 	FirstRound float64
-	Log        *slog.Logger
+	// PreDrain sets xlate.Config.PreDrain of the modes with the frozen
+	// edge (0: the mode's own; < 0: off).
+	PreDrain float64
+	Log      *slog.Logger
 }
 
 // SenderSample is peer2's (the sender's) TCP_INFO at the end of one
@@ -183,6 +186,7 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 			if pc, ok := PolicyConfig(cfg.Mode); ok {
 				xc.Tail, xc.Freeze = pc.XlateHandover()
 				xc.DrainPace = pc.XlateDrainPace()
+				xc.PreDrain = pc.XlatePreDrain()
 			} else if cfg.Mode == ModeNowFreeze || cfg.Mode == ModeGradualFreeze {
 				xc.Tail, xc.Freeze = true, true
 			}
@@ -194,6 +198,12 @@ func RunFig3(ctx context.Context, cfg Fig3Config) (Trace, error) {
 			}
 			if cfg.FirstRound > 0 && xc.Freeze {
 				xc.FirstRound = cfg.FirstRound
+			}
+			switch {
+			case cfg.PreDrain > 0 && xc.Freeze:
+				xc.PreDrain = cfg.PreDrain
+			case cfg.PreDrain < 0:
+				xc.PreDrain = 0
 			}
 			sp, err = xlate.Open(ctx, xc)
 			return err

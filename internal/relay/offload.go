@@ -129,6 +129,13 @@ type OffloadConfig struct {
 	// relay's own sender kept full drains before the resumed sender's
 	// first joined round reaches it. 0: xlate.DefaultDrainPace; -1: off.
 	DrainPace float64 `yaml:"drain_pace"`
+	// PreDrain, with Handover frozen, first drains the relay's backlog
+	// toward a receiver to this many in-leg RTTs of the flow, holding the
+	// sender to a small window meanwhile (xlate.Config.PreDrain, session
+	// 15): the sender then reaches its frozen edge with little backlog
+	// left and is not stopped there before the join. 0:
+	// xlate.DefaultPreDrain; -1: off.
+	PreDrain float64 `yaml:"pre_drain"`
 }
 
 // Handover modes (OffloadConfig.Handover).
@@ -173,6 +180,19 @@ func (c OffloadConfig) XlateDrainPace() float64 {
 		return xlate.DefaultDrainPace
 	}
 	return c.DrainPace
+}
+
+// XlatePreDrain is the splicer's xlate.Config.PreDrain for c: the default
+// with the frozen handover (unless PreDrain is -1), none with the drain
+// handover.
+func (c OffloadConfig) XlatePreDrain() float64 {
+	switch {
+	case !c.frozen() || c.PreDrain < 0:
+		return 0
+	case c.PreDrain == 0:
+		return xlate.DefaultPreDrain
+	}
+	return c.PreDrain
 }
 
 // ageRTTs resolves AgeRTTs (0: the default).
@@ -264,6 +284,9 @@ func (c OffloadConfig) validate() error {
 	}
 	if c.DrainPace != -1 && (c.DrainPace < 0 || c.DrainPace > 1) {
 		return fmt.Errorf("offload.drain_pace: %v, want -1 (off), 0 (default %v) or a fraction in (0, 1]", c.DrainPace, xlate.DefaultDrainPace)
+	}
+	if c.PreDrain != -1 && c.PreDrain < 0 {
+		return fmt.Errorf("offload.pre_drain: %v, want -1 (off), 0 (default %v) or more", c.PreDrain, xlate.DefaultPreDrain)
 	}
 	if c.AgeRTTs < -1 {
 		return errors.New("offload.age_rtts: want -1 (never hold), 0 (default 20) or more")
@@ -366,12 +389,12 @@ func (s *Server) startOffload(ctx context.Context) error {
 	}
 	tail, freeze := c.XlateHandover()
 	sp, err := xlate.Open(ctx, xlate.Config{Interfaces: c.Interfaces, MaxEntries: 2 * flows, PinDir: pin,
-		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: tail, Freeze: freeze, NoRcvbufCap: c.NoRcvbufCap, DrainPace: c.XlateDrainPace(), Log: s.log})
+		CloseLinger: time.Duration(c.Linger), SweepInterval: sweep, Tail: tail, Freeze: freeze, NoRcvbufCap: c.NoRcvbufCap, DrainPace: c.XlateDrainPace(), PreDrain: c.XlatePreDrain(), Log: s.log})
 	if err != nil {
 		return err
 	}
 	s.offload.Store(&offloader{cfg: c, sp: sp, log: s.log})
-	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes, "pin_dir", pin, "tail", tail, "freeze", freeze, "drain_pace", c.XlateDrainPace(),
+	s.log.Info("offload enabled", "mode", c.Mode, "after_bytes", c.AfterBytes, "pin_dir", pin, "tail", tail, "freeze", freeze, "drain_pace", c.XlateDrainPace(), "pre_drain", c.XlatePreDrain(),
 		"adopted", sp.Stats().Adopted)
 	return nil
 }

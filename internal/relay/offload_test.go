@@ -408,6 +408,9 @@ func TestOffloadConfigValidate(t *testing.T) {
 		{OffloadConfig{Mode: "slow-start", DrainPace: 0.9}, true},
 		{OffloadConfig{Mode: "slow-start", DrainPace: 1.5}, false},
 		{OffloadConfig{Mode: "slow-start", DrainPace: -0.5}, false},
+		{OffloadConfig{Mode: "slow-start", PreDrain: -1}, true},
+		{OffloadConfig{Mode: "slow-start", PreDrain: 2}, true},
+		{OffloadConfig{Mode: "slow-start", PreDrain: -0.5}, false},
 	} {
 		if err := c.cfg.validate(); (err == nil) != c.ok {
 			t.Errorf("validate(%+v) = %v, want ok %v", c.cfg, err, c.ok)

@@ -154,6 +154,13 @@ var ErrEnded = errors.New("xlate: flow ended during the handover")
 // its rate while the handover relays up to the frozen edge (session 14).
 const DefaultDrainPace = 0.95
 
+// DefaultPreDrain is the Config.PreDrain of the relay's default (frozen)
+// handover: the backlog toward the receiver is drained to 1.5 in-leg RTTs
+// of the flow before the sender gets its window back (its data comes back
+// one in-leg RTT later; at 1.0 the backlog ran out meanwhile in some
+// Fig. 3 runs: 0.89 of the rate for one interval).
+const DefaultPreDrain = 1.5
+
 // RefusedError is returned when two connections cannot be joined; both keep
 // working as they were.
 type RefusedError struct {

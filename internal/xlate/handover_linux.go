@@ -129,6 +129,7 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 	// about when it would have stopped.
 	var nearBytes [2]uint64
 	var paces []drainPace // Config.DrainPace: given back on a refusal
+	var pre []*preDrain   // Config.PreDrain
 	if s.cfg.Freeze {
 		for i, l := range legs {
 			st, err := readState(l.fd, false)
@@ -144,6 +145,27 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 		for i := range legs {
 			// The flow's rate (the other leg's delivery) x leg i's RTT.
 			nearBytes[i] = uint64(float64(st0[1-i].DeliveryRate) * st0[i].MinRTT.Seconds())
+		}
+		if s.cfg.PreDrain > 0 {
+			for i, l := range legs {
+				out := st0[1-i]
+				rate := float64(paceRate(legs[1-i].fd, out))
+				bdp := rate * st0[i].MinRTT.Seconds()
+				backlog := out.Unsent + st0[i].InQ
+				// Only a leg whose sender feeds the flow (the relay has
+				// data toward the other leg's receiver). A backlog already
+				// below the target gets its short frozen edge at once.
+				if bdp <= 0 || out.OutQ+st0[i].InQ < 64<<10 {
+					continue
+				}
+				pd := &preDrain{key: freezeKey(st0[i]), in: i, outFD: legs[1-i].fd, inFD: l.fd,
+					target: int(s.cfg.PreDrain * bdp), wscale: st0[i].RcvWScale, start: time.Now(),
+					max: preDrainMaxRounds * st0[i].MinRTT, run: uint32(min(max(preDrainRun*bdp, preDrainMinRun), 1<<30))}
+				pd.win = preDrainWindow(rate, s.cfg.DrainPace, max(backlog-pd.target, 0), st0[i])
+				pre = append(pre, pd)
+				s.log.Debug("handover: pre-drain", "leg", i, "backlog", backlog, "target", pd.target, "win", pd.win, "max", pd.max)
+				s.stepPreDrain(pd, 0) // the hold, before the relay's next packet
+			}
 		}
 		if s.cfg.DrainPace > 0 {
 			for i, l := range legs {
@@ -225,6 +247,15 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 				}
 				k = max(k, 0)
 				l.fwd += k
+				if k > 0 && preDraining(pre, i) {
+					// A held sender: consume what was forwarded, so the
+					// relay's own window keeps moving and the program's
+					// edge is what holds it (see preDrain).
+					m, _, err := unix.Recvfrom(l.fd, l.buf[:k], unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+					if err == nil && m > 0 {
+						l.fwd -= m
+					}
+				}
 				if k > 0 {
 					quiet = false
 				}
@@ -247,8 +278,21 @@ func (s *Splicer) handover(ctx context.Context, a, b *net.TCPConn) (*Splice, err
 		}
 		var near [2]bool
 		var left [2]uint32
+		var draining [2]bool
+		for _, p := range pre {
+			if !s.stepPreDrain(p, legs[p.in].fwd) {
+				draining[p.in] = true
+			} else if p.took > 0 {
+				s.log.Debug("handover: pre-drain done", "leg", p.in, "took", p.took)
+				ph.PreDrain = max(ph.PreDrain, p.took)
+				p.took = -1
+			}
+		}
 		if s.cfg.Freeze {
 			for i := range legs {
+				if draining[i] {
+					continue
+				}
 				latched, reached, l := s.frozenState(st0[i])
 				near[i] = reached || latched && uint64(l) <= nearBytes[i]
 				left[i] = l
@@ -375,6 +419,9 @@ type Phases struct {
 	Stopped, Quiet, Joined time.Duration
 	Attempts               int
 	Tail                   time.Duration
+	// PreDrain is how long the longest pre-drain held its sender
+	// (Config.PreDrain).
+	PreDrain time.Duration
 }
 
 func (s *Splicer) lockedJoin(a, b *net.TCPConn, fwdA, fwdB int, tail [2]bool) (*Splice, error) {

@@ -126,6 +126,10 @@ struct freeze {
 	// other peer's translated ACKs pass what the relay acknowledged, one
 	// joined RTT later, it is all the sender may send.
 	__u32 probe_seq;
+	// hold > 0 (a pre-drain, Config.PreDrain): every packet offers at
+	// most hold bytes past its own ACK (a window that slides with what the
+	// relay received), nothing is latched; the relay clears it to freeze.
+	__u32 hold;
 };
 
 struct {
@@ -346,7 +350,27 @@ static __always_inline int xlate(struct __sk_buff *skb, __u32 l2len, int egress)
 			// (Loads from the packet: the pointers stay valid.)
 			f->ooo = sack_beyond(skb, toff, tdoff, ack);
 			__u32 edge = ack + ((__u32)w16 << (f->wscale & 15));
-			if (!f->set) {
+			__u32 hold = f->hold;
+			if (hold) {
+				// (ack 0: none seen yet; raise() compares in
+				// sequence space, where 0 may be ahead.)
+				if (!f->ack)
+					f->ack = ack;
+				else
+					raise(&f->ack, ack);
+				if ((__s32)(edge - (ack + hold)) > 0) {
+					__u16 nw = hold >> (f->wscale & 15);
+					if (nw == 0)
+						nw = 1;
+					__be16 oldw = tcp->window, neww = bpf_htons(nw);
+					if (bpf_skb_store_bytes(skb, toff + 14, &neww, 2, 0) < 0 ||
+					    bpf_l4_csum_replace(skb, toff + 16, oldw, neww, 2) < 0) {
+						count(C_ERRORS, 1);
+						return TC_ACT_SHOT;
+					}
+					__sync_fetch_and_add(&f->clamped, 1);
+				}
+			} else if (!f->set) {
 				f->edge = edge;
 				f->ack = ack;
 				f->set = 1;

@@ -45,6 +45,7 @@ type xlateFreeze struct {
 	Ooo      uint8
 	Clamped  uint32
 	ProbeSeq uint32
+	Hold     uint32
 }
 
 type xlateScratch struct {

@@ -111,6 +111,14 @@ type Config struct {
 	// stop the resumed BBR sender's first round from overflowing its own
 	// link's queue at 100 ms in Fig. 3 (docs/offload.md).
 	FirstRound float64
+	// PreDrain, with Freeze, first drains the relay's backlog toward a
+	// receiver to PreDrain x one in-leg RTT of the flow (see preDrain): the
+	// sender into the in-leg is held to a small window (at most 8 in-leg
+	// RTTs) until the backlog is down to that, then runs about 4 in-leg
+	// RTTs to a frozen edge that close, and the join comes before it
+	// stops there. 0: off; the relay's default handover uses
+	// DefaultPreDrain (session 15, Fig. 3 at 100 ms).
+	PreDrain float64
 	// PinDir, when set, pins the maps and the tcx links there (on a bpffs;
 	// below DefaultBPFFS it is mounted when absent): joined flows then
 	// survive the process, and Open adopts the pins an earlier process
