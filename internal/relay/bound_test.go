@@ -347,20 +347,6 @@ func TestFrozenSkipsBound(t *testing.T) {
 			t.Errorf("%+v: drain pace %v; want %v", c.cfg, p, c.pace)
 		}
 	}
-	// And pre-drains the backlog by default (session 15), likewise.
-	for _, c := range []struct {
-		cfg OffloadConfig
-		pre float64
-	}{
-		{OffloadConfig{}, xlate.DefaultPreDrain},
-		{OffloadConfig{PreDrain: 1.5}, 1.5},
-		{OffloadConfig{PreDrain: -1}, 0},
-		{OffloadConfig{Handover: HandoverDrain, PreDrain: 1.5}, 0},
-	} {
-		if p := c.cfg.XlatePreDrain(); p != c.pre {
-			t.Errorf("%+v: pre-drain %v; want %v", c.cfg, p, c.pre)
-		}
-	}
 }
 
 // TestBoundsFixed: the drain bound's bounds never go down. Computed again

@@ -384,6 +384,24 @@ func offloadChildBody(t *testing.T, args []string) {
 	t.Logf("offloaded: %d bytes translated by the program", st.Bytes)
 }
 
+// TestXlatePreDrain: the frozen handover pre-drains the relay's backlog
+// by default (session 15); -1 turns it off; the drain handover has none.
+func TestXlatePreDrain(t *testing.T) {
+	for _, c := range []struct {
+		cfg OffloadConfig
+		pre float64
+	}{
+		{OffloadConfig{}, xlate.DefaultPreDrain},
+		{OffloadConfig{PreDrain: 1.5}, 1.5},
+		{OffloadConfig{PreDrain: -1}, 0},
+		{OffloadConfig{Handover: HandoverDrain, PreDrain: 1.5}, 0},
+	} {
+		if p := c.cfg.XlatePreDrain(); p != c.pre {
+			t.Errorf("%+v: XlatePreDrain() = %v; want %v", c.cfg, p, c.pre)
+		}
+	}
+}
+
 func TestOffloadConfigValidate(t *testing.T) {
 	for _, c := range []struct {
 		cfg OffloadConfig
