@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mosto-net/mosto/internal/testenv"
 	"github.com/mosto-net/mosto/internal/xlate"
 	"golang.org/x/sys/unix"
 )
@@ -39,8 +40,8 @@ func TestDrainBounds(t *testing.T) {
 // flow that holds nothing pauses on the next sample; any flow pauses after
 // maxBoundSamples; unbound restores both settings.
 func TestBoundAndUnbound(t *testing.T) {
-	_, down := tcpPair(t)
-	up, _ := tcpPair(t)
+	_, down := testenv.TCPPair(t)
+	up, _ := testenv.TCPPair(t)
 	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{},
 		log: func(m string, a ...any) { t.Log(append([]any{m}, a...)...) }}
 	opt := func(c *net.TCPConn, level, name int) int {
@@ -177,8 +178,8 @@ func TestSenderShort(t *testing.T) {
 // changed what the rules measure). (The bound is the drain handover's,
 // offload.handover: drain; TestFrozenSkipsBound has the default's.)
 func TestHoldRules(t *testing.T) {
-	_, down := tcpPair(t)
-	up, _ := tcpPair(t)
+	_, down := testenv.TCPPair(t)
+	up, _ := testenv.TCPPair(t)
 	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{}}
 	mbit := func(m float64) uint64 { return uint64(m * 1e6 / 8) }
 	// A CUBIC download at 200 Mbit/s over 25 + 25 ms whose sender keeps
@@ -278,8 +279,8 @@ func TestHoldRules(t *testing.T) {
 // rules still hold a flow they would hold; the splicer runs the early join
 // with the frozen edge; offload.handover: drain keeps the old path.
 func TestFrozenSkipsBound(t *testing.T) {
-	_, down := tcpPair(t)
-	up, _ := tcpPair(t)
+	_, down := testenv.TCPPair(t)
+	up, _ := testenv.TCPPair(t)
 	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{}}
 	clamp := func() int {
 		raw, err := down.SyscallConn()
@@ -356,8 +357,8 @@ func TestFrozenSkipsBound(t *testing.T) {
 // up (session 13): kept at the first sample's, a flow still ramping up
 // stayed clamped to its early rate (Fig. 4's chain).
 func TestBoundsFixed(t *testing.T) {
-	_, down := tcpPair(t)
-	up, _ := tcpPair(t)
+	_, down := testenv.TCPPair(t)
+	up, _ := testenv.TCPPair(t)
 	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{}}
 	clamp := func() int {
 		raw, err := down.SyscallConn()
@@ -409,8 +410,8 @@ func TestBoundsFixed(t *testing.T) {
 // at the out-leg's rate is ready to pause whatever its RTT bound (a veth
 // leg's 64 KB floor is microseconds there).
 func TestBoundFastLeg(t *testing.T) {
-	_, down := tcpPair(t)
-	up, origin := tcpPair(t)
+	_, down := testenv.TCPPair(t)
+	up, origin := testenv.TCPPair(t)
 	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{}}
 	// 1 MB waits in the origin's leg (up -> down).
 	if err := up.SetReadBuffer(4 << 20); err != nil {

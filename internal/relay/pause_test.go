@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -16,29 +15,6 @@ import (
 	"github.com/mosto-net/mosto/internal/xlate"
 	"golang.org/x/sys/unix"
 )
-
-// tcpPair returns both ends of one loopback TCP connection, closed at the
-// end of the test.
-func tcpPair(t *testing.T) (dialed, accepted *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	d, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.SetDeadline(time.Now().Add(30 * time.Second))
-	a, err := ln.AcceptTCP()
-	if err != nil {
-		d.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close(); a.Close() })
-	return d, a
-}
 
 type nopBytes struct{}
 
@@ -54,8 +30,8 @@ func (nopBytes) Add(float64) {}
 // reading a reset or a truncated body, seen in captures as both legs of a
 // relay reset 0.1-1 ms after its loop handed the flow over.)
 func TestPauseBeforeFirstRead(t *testing.T) {
-	client, down := tcpPair(t)
-	up, origin := tcpPair(t)
+	client, down := testenv.TCPPair(t)
+	up, origin := testenv.TCPPair(t)
 	p := &pipe{down: down, up: up, upBytes: nopBytes{}, dnBytes: nopBytes{},
 		bufs: &sync.Pool{New: newSmallBuf}, log: t.Logf}
 

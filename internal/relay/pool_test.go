@@ -239,22 +239,7 @@ func TestPoolConfig(t *testing.T) {
 // TestQueued: queued returns the bytes already received without waiting,
 // and nil at once when there are none.
 func TestQueued(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
-	s := sc.(*net.TCPConn)
+	c, s := testenv.TCPPair(t)
 	start := time.Now()
 	if b := queued(s, 10); b != nil || time.Since(start) > time.Second {
 		t.Fatalf("queued on a silent connection = %q after %v; want nil at once", b, time.Since(start))

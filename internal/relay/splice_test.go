@@ -29,8 +29,8 @@ func TestSpliceBulk(t *testing.T) {
 	pool := newPipePool(2)
 	defer pool.drain()
 	for round := range 2 {
-		client, down := tcpPair(t)
-		up, origin := tcpPair(t)
+		client, down := testenv.TCPPair(t)
+		up, origin := testenv.TCPPair(t)
 		p := &pipe{down: down, up: up, pipes: pool}
 		data := make([]byte, 24<<20+12345) // not a multiple of any buffer
 		for i := range data {
@@ -69,8 +69,8 @@ func TestSpliceBulk(t *testing.T) {
 // what the origin got plus what is still queued at the relay, nothing is
 // left in a pipe.
 func TestSpliceBulkPauseKeepsBytes(t *testing.T) {
-	client, down := tcpPair(t)
-	up, origin := tcpPair(t)
+	client, down := testenv.TCPPair(t)
+	up, origin := testenv.TCPPair(t)
 	pool := newPipePool(2)
 	defer pool.drain()
 	p := &pipe{down: down, up: up, pipes: pool}

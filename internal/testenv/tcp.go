@@ -126,3 +126,26 @@ func FreeAddr(t testing.TB) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TCPPair returns both ends of one loopback TCP connection, closed at the
+// end of the test.
+func TCPPair(t testing.TB) (dialed, accepted *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetDeadline(time.Now().Add(30 * time.Second))
+	a, err := ln.AcceptTCP()
+	if err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(); a.Close() })
+	return d, a
+}

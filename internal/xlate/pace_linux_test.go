@@ -3,8 +3,9 @@
 package xlate
 
 import (
-	"net"
 	"testing"
+
+	"github.com/mosto-net/mosto/internal/testenv"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,17 +15,8 @@ import (
 // stop gives the old cap back (the mechanism TestHandoverDrainPace measures
 // on the wire).
 func TestDrainPaceCap(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	raw, err := c.(*net.TCPConn).SyscallConn()
+	c, _ := testenv.TCPPair(t)
+	raw, err := c.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
