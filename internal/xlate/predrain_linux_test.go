@@ -289,8 +289,10 @@ func measurePreDrain(t *testing.T, pre float64) time.Duration {
 	return longest
 }
 
+// testLog is the splicer's logger in TestHandoverPreDrain: the handover's
+// debug log on stderr with MOSTO_XLATE_DEBUG set, else none.
 func testLog(t *testing.T) *slog.Logger {
-	if os.Getenv("X12DEBUG") == "" {
+	if os.Getenv("MOSTO_XLATE_DEBUG") == "" {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
