@@ -282,10 +282,10 @@ func (c OffloadConfig) validate() error {
 	default:
 		return fmt.Errorf("offload.handover: %q, want frozen or drain", c.Handover)
 	}
-	if c.DrainPace != -1 && (c.DrainPace < 0 || c.DrainPace > 1) {
+	if c.DrainPace != -1 && !(c.DrainPace >= 0 && c.DrainPace <= 1) { // (NaN too)
 		return fmt.Errorf("offload.drain_pace: %v, want -1 (off), 0 (default %v) or a fraction in (0, 1]", c.DrainPace, xlate.DefaultDrainPace)
 	}
-	if c.PreDrain != -1 && c.PreDrain < 0 {
+	if c.PreDrain != -1 && !(c.PreDrain >= 0 && c.PreDrain <= math.MaxFloat64) { // (NaN, +Inf too)
 		return fmt.Errorf("offload.pre_drain: %v, want -1 (off), 0 (default %v) or more", c.PreDrain, xlate.DefaultPreDrain)
 	}
 	if c.AgeRTTs < -1 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -429,6 +430,9 @@ func TestOffloadConfigValidate(t *testing.T) {
 		{OffloadConfig{Mode: "slow-start", PreDrain: -1}, true},
 		{OffloadConfig{Mode: "slow-start", PreDrain: 2}, true},
 		{OffloadConfig{Mode: "slow-start", PreDrain: -0.5}, false},
+		{OffloadConfig{Mode: "slow-start", PreDrain: math.NaN()}, false},
+		{OffloadConfig{Mode: "slow-start", PreDrain: math.Inf(1)}, false},
+		{OffloadConfig{Mode: "slow-start", DrainPace: math.NaN()}, false},
 	} {
 		if err := c.cfg.validate(); (err == nil) != c.ok {
 			t.Errorf("validate(%+v) = %v, want ok %v", c.cfg, err, c.ok)
