@@ -46,19 +46,12 @@ func TestHandoverPreDrain(t *testing.T) {
 		t.Skip("emulator test")
 	}
 	t.Run("off", func(t *testing.T) {
-		var stops []time.Duration
-		for try := 1; try <= 3; try++ {
-			var stop time.Duration
-			t.Run(fmt.Sprint(try), func(t *testing.T) { stop = measurePreDrain(t, 0) })
-			if t.Failed() {
-				return
-			}
-			if stop >= 150*time.Millisecond {
-				return
-			}
-			stops = append(stops, stop)
+		if stops, ok := controlTries(t, 3, func(t *testing.T) (time.Duration, bool) {
+			stop := measurePreDrain(t, 0)
+			return stop, stop >= 150*time.Millisecond
+		}); !ok {
+			t.Errorf("without a pre-drain the sender was stopped at most %v before the join in three tries: want at least 150 ms once (the backlog's drain)", stops)
 		}
-		t.Errorf("without a pre-drain the sender was stopped at most %v before the join in three tries: want at least 150 ms once (the backlog's drain)", stops)
 	})
 	t.Run("on", func(t *testing.T) {
 		if stop := measurePreDrain(t, DefaultPreDrain); stop > 100*time.Millisecond {
